@@ -1,0 +1,87 @@
+// make_backend(): picks a Backend implementation by name. Which ones exist depends on what was
+// built: `ref` needs tpuw_ref, `rtl` needs the verilated model (tpuw_sim). A name that is known
+// but not built gives a clear error; there is never a silent fallback to another backend.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string>
+
+#include "tpuw/backend.h"
+#include "tpuw/device_configs.h"
+#include "tpuw/error.h"
+
+#if TPUW_HAVE_REF
+#include "tpuw/ref/ref_device.h"
+#endif
+#if TPUW_HAVE_RTL
+#include "rtl_backend.h"
+#endif
+
+namespace tpuw {
+namespace {
+
+std::vector<unsigned> configured_sizes() {
+  std::vector<unsigned> sizes;
+  for (const auto& p : kDeviceConfigs) sizes.push_back(p.array_n);
+  return sizes;
+}
+
+[[noreturn, maybe_unused]] void not_built(std::string_view name, std::string_view what) {
+  throw Error(ErrorKind::kUnsupported,
+              fmt::format("backend '{}' is not available in this build ({})", name, what));
+}
+
+}  // namespace
+
+std::vector<std::string> backend_names() { return {"rtl", "ref"}; }
+
+std::vector<unsigned> backend_array_sizes(std::string_view name) {
+  if (name == "ref") return configured_sizes();
+  if (name == "rtl") {
+#if TPUW_HAVE_RTL
+    return backends::rtl_array_sizes();
+#else
+    return {};
+#endif
+  }
+  throw Error(ErrorKind::kInvalidArgument,
+              fmt::format("unknown backend '{}' (known: {})", name, fmt::join(backend_names(), ", ")));
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] const BackendConfig& config) {
+  if (name != "ref" && name != "rtl") {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("unknown backend '{}' (known: {})", name, fmt::join(backend_names(), ", ")));
+  }
+  if (name == "rtl") {
+#if TPUW_HAVE_RTL
+    const auto sizes = backends::rtl_array_sizes();
+    if (std::find(sizes.begin(), sizes.end(), config.array_n) == sizes.end()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("backend 'rtl' has no configuration with array size {} (built: {})",
+                              config.array_n, fmt::join(sizes, ", ")));
+    }
+    return backends::make_rtl_backend(config);
+#else
+    not_built(name, "the verilated device (target tpuw_sim) was not built");
+#endif
+  }
+#if TPUW_HAVE_REF
+  const DeviceParams* params = find_device_config(config.array_n);
+  if (params == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("backend 'ref' has no configuration with array size {} (configured: {})",
+                            config.array_n, fmt::join(configured_sizes(), ", ")));
+  }
+  if (!config.wave_path.empty()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "waveforms (--wave) need the rtl backend; the ref backend has no signals to trace");
+  }
+  return std::make_unique<ref::RefDevice>(*params, config.memory);
+#else
+  not_built(name, "the reference model (target tpuw_ref) was not built");
+#endif
+}
+
+}  // namespace tpuw
