@@ -5,6 +5,12 @@
 pkg/tpu_isa_pkg.sv
 pkg/tpu_reg_pkg.sv
 // --- datapath: MXU, memories, activation unit, compute engine ---
-// (datapath files go here)
+core/tpu_delay.sv
+core/tpu_pe.sv
+core/tpu_mxu.sv
+core/tpu_act_unit.sv
+core/tpu_ram_2r2w.sv
+core/tpu_compute.sv
+core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---
 // (system files go here)

@@ -1,0 +1,552 @@
+// Compute engine: executes LOADW, MATMUL, ACTIVATE and NOP from the compute queue
+// (cmp_* engine interface, docs/architecture.md) on the MXU, the weight shifter and the
+// activation unit, against the engine-side ports of UB, WB and ACC.
+//
+// Pipeline:
+//   accept -> head register -> dispatch (in program order, one per cycle) to one of
+//     shifter   LOADW:    reads the tile's WB rows (row N-1 first), one per cycle, N cycles; the
+//                         rows feed the MXU's shadow registers the cycle after each read
+//     streamer  MATMUL:   reads one UB row per cycle; the row enters the MXU the next cycle;
+//                         results: ACC read (accumulate) at MXU exit, ACC write one cycle later
+//     act seq.  ACTIVATE: reads mult, shift (and bias) rows, then one ACC row per cycle through
+//                         tpu_act_unit (2 stages) into UB
+//     NOP:      nothing
+// Dispatch rules (what makes the overlap safe):
+//   LOADW     when the shifter is free (idle or reading its last row this cycle). It may start
+//             while MATMULs stream: tpu_mxu's shift front follows the swap wavefront, so the only
+//             requirement is that no swap row enters during a feed, which in-order dispatch and
+//             the MATMUL rule below guarantee.
+//   MATMUL    when the streamer is free (idle or issuing its last row: zero-bubble back to back),
+//             no ACTIVATE is in flight (it may write the UB rows this MATMUL reads), and, with
+//             swap, the shifter is free (the tile finished shifting; counted as weight stall).
+//             Accumulating MATMULs into the same ACC rows need no stall: the ACC
+//             read-modify-write forwards the previous cycle's write.
+//   ACTIVATE  when no MATMUL is outstanding (all its ACC writes done) and no ACTIVATE is in flight.
+// Completion: each unit completes its own instructions in order; a retire queue of instruction
+// kinds in acceptance order turns per-unit completion counts into cmp_done_o pulses in acceptance
+// order, at most one per cycle, after the instruction's last memory access.
+`include "tpu_assert.svh"
+
+module tpu_compute #(
+  parameter int unsigned ArrayN   = 16,
+  parameter int unsigned UbDepth  = 32768,
+  parameter int unsigned WbDepth  = 4096,
+  parameter int unsigned AccDepth = 4096,
+  localparam int unsigned UbAw    = $clog2(UbDepth),
+  localparam int unsigned WbAw    = $clog2(WbDepth),
+  localparam int unsigned AccAw   = $clog2(AccDepth)
+) (
+  input  logic                   clk_i,
+  input  logic                   rst_ni,
+  // compute engine interface
+  input  logic                   cmp_valid_i,
+  output logic                   cmp_ready_o,
+  input  logic [127:0]           cmp_instr_i,
+  output logic                   cmp_done_o,
+  output logic                   cmp_idle_o,
+  // UB: read (MATMUL activations), write (ACTIVATE results)
+  output logic                   ub_rd_en_o,
+  output logic [UbAw-1:0]        ub_rd_addr_o,
+  input  logic [8*ArrayN-1:0]    ub_rd_data_i,
+  output logic                   ub_wr_en_o,
+  output logic [UbAw-1:0]        ub_wr_addr_o,
+  output logic [8*ArrayN-1:0]    ub_wr_data_o,
+  // WB: read (LOADW)
+  output logic                   wb_rd_en_o,
+  output logic [WbAw-1:0]        wb_rd_addr_o,
+  input  logic [8*ArrayN-1:0]    wb_rd_data_i,
+  // ACC: read (accumulate, ACTIVATE), write (MATMUL results)
+  output logic                   acc_rd_en_o,
+  output logic [AccAw-1:0]       acc_rd_addr_o,
+  input  logic [32*ArrayN-1:0]   acc_rd_data_i,
+  output logic                   acc_wr_en_o,
+  output logic [AccAw-1:0]       acc_wr_addr_o,
+  output logic [32*ArrayN-1:0]   acc_wr_data_o,
+  // performance events
+  output logic                   perf_mxu_active_o,
+  output logic                   perf_weight_stall_o,
+  output logic                   perf_weight_shift_o,
+  output logic                   perf_act_busy_o
+);
+
+  localparam int unsigned N           = ArrayN;
+  localparam int unsigned CntW        = $clog2(ArrayN);
+  localparam logic [CntW-1:0] LastCnt = CntW'(ArrayN - 1);
+  // Enough retire entries to keep rows=1 MATMULs (about 2N+5 cycles from accept to done)
+  // flowing at one per cycle.
+  localparam int unsigned RetireDepth = 1 << $clog2(2 * ArrayN + 6);
+  localparam int unsigned RtPtrW      = $clog2(RetireDepth);
+  localparam int unsigned MxuTagW     = AccAw + 2;  // {last, accumulate, acc row}
+  localparam int unsigned ActTagW     = UbAw + 1;   // {last, ub row}
+
+  // Retire queue entry kinds.
+  localparam logic [1:0] RtNop    = 2'd0;
+  localparam logic [1:0] RtLoadw  = 2'd1;
+  localparam logic [1:0] RtMatmul = 2'd2;
+  localparam logic [1:0] RtAct    = 2'd3;
+
+  function automatic logic [1:0] kind_of(input logic [7:0] opcode);
+    case (opcode)
+      tpu_isa_pkg::OpLoadw:    kind_of = RtLoadw;
+      tpu_isa_pkg::OpMatmul:   kind_of = RtMatmul;
+      tpu_isa_pkg::OpActivate: kind_of = RtAct;
+      default:                 kind_of = RtNop;
+    endcase
+  endfunction
+
+  // ---------------------------------------------------------------------------------------------
+  // Head register and decode
+  // ---------------------------------------------------------------------------------------------
+  logic         head_valid_q;
+  logic [127:0] head_q;
+  logic [1:0]   head_kind;
+  logic         head_go;      // the head instruction dispatches this cycle
+  logic         accept;
+
+  assign head_kind = kind_of(head_q[tpu_isa_pkg::HDR_OPCODE_LSB +: tpu_isa_pkg::HDR_OPCODE_W]);
+
+  // LOADW fields
+  logic [WbAw-1:0]  lw_wb_addr;
+  // MATMUL fields
+  logic             mm_f_accum, mm_f_swap;
+  logic [UbAw-1:0]  mm_f_ub;
+  logic [AccAw-1:0] mm_f_acc;
+  logic [15:0]      mm_f_rows;
+  // ACTIVATE fields
+  logic             act_f_relu, act_f_bias;
+  logic [AccAw-1:0] act_f_acc, act_f_bias_addr, act_f_qp;
+  logic [UbAw-1:0]  act_f_ub;
+  logic [15:0]      act_f_rows;
+
+  // Addresses were validated against the depths by the command processor: the low bits suffice.
+  assign lw_wb_addr      = head_q[tpu_isa_pkg::LOADW_WB_ADDR_LSB +: WbAw];
+  assign mm_f_accum      = head_q[tpu_isa_pkg::MATMUL_ACCUMULATE_LSB];
+  assign mm_f_swap       = head_q[tpu_isa_pkg::MATMUL_SWAP_LSB];
+  assign mm_f_ub         = head_q[tpu_isa_pkg::MATMUL_UB_ADDR_LSB +: UbAw];
+  assign mm_f_acc        = head_q[tpu_isa_pkg::MATMUL_ACC_ADDR_LSB +: AccAw];
+  assign mm_f_rows       = head_q[tpu_isa_pkg::MATMUL_ROWS_LSB +: tpu_isa_pkg::MATMUL_ROWS_W];
+  assign act_f_relu      = head_q[tpu_isa_pkg::ACTIVATE_RELU_LSB];
+  assign act_f_bias      = head_q[tpu_isa_pkg::ACTIVATE_BIAS_LSB];
+  assign act_f_acc       = head_q[tpu_isa_pkg::ACTIVATE_ACC_ADDR_LSB +: AccAw];
+  assign act_f_ub        = head_q[tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB +: UbAw];
+  assign act_f_rows      = head_q[tpu_isa_pkg::ACTIVATE_ROWS_LSB +: tpu_isa_pkg::ACTIVATE_ROWS_W];
+  assign act_f_bias_addr = head_q[tpu_isa_pkg::ACTIVATE_BIAS_ADDR_LSB +: AccAw];
+  assign act_f_qp        = head_q[tpu_isa_pkg::ACTIVATE_QPARAM_ADDR_LSB +: AccAw];
+
+  // Header flags, reserved bits and the unused high address bits are the command processor's.
+  logic unused_head;
+  assign unused_head = ^head_q;
+
+  // ---------------------------------------------------------------------------------------------
+  // Unit state
+  // ---------------------------------------------------------------------------------------------
+  // shifter (LOADW)
+  logic            lw_busy_q;
+  logic [WbAw-1:0] lw_addr_q;
+  logic [CntW-1:0] lw_cnt_q;
+  logic            lw_last, lw_free;
+  logic            wt_valid_q;   // WB read data is a tile row for the MXU this cycle
+
+  // streamer (MATMUL)
+  logic             mm_busy_q;
+  logic [UbAw-1:0]  mm_ub_q;
+  logic [AccAw-1:0] mm_acc_q;
+  logic [15:0]      mm_left_q;
+  logic             mm_accum_q, mm_swap_q;
+  logic             mm_last, mm_free;
+  logic             iss_valid_q, iss_swap_q;   // UB read data is an activation row this cycle
+  logic [MxuTagW-1:0] iss_tag_q;
+  logic [RtPtrW:0]  mm_out_q;                  // MATMULs dispatched and not yet completed
+
+  // activation sequencer (ACTIVATE)
+  typedef enum logic [2:0] {
+    ActIdle, ActMult, ActShift, ActBias, ActRows
+  } act_st_e;
+  typedef enum logic [2:0] {
+    KNone, KMult, KShift, KBias, KRow
+  } rd_kind_e;
+
+  act_st_e          act_st_q;
+  logic             act_busy_q;                // dispatched and last UB row not yet written
+  logic [AccAw-1:0] act_acc_q, act_qp_q, act_bias_addr_q;
+  logic [UbAw-1:0]  act_ub_q;
+  logic [15:0]      act_left_q;
+  logic             act_bias_en_q, act_relu_q;
+  rd_kind_e         ak_q;                      // what the ACC read port returns this cycle
+  logic [ActTagW-1:0] ak_tag_q;
+  logic [32*N-1:0]  bias_q, mult_q;
+  logic [6*N-1:0]   shift_q;
+  logic             act_rd_en;
+  logic [AccAw-1:0] act_rd_addr;
+
+  logic act_idle, mm_none;
+  assign act_idle = !act_busy_q;
+  assign mm_none  = (mm_out_q == '0);
+
+  assign lw_last = lw_busy_q && (lw_cnt_q == LastCnt);
+  assign lw_free = !lw_busy_q || lw_last;
+  assign mm_last = mm_busy_q && (mm_left_q == 16'd1);
+  assign mm_free = !mm_busy_q || mm_last;
+
+  // ---------------------------------------------------------------------------------------------
+  // Dispatch
+  // ---------------------------------------------------------------------------------------------
+  logic go_ok;
+  always_comb begin
+    case (head_kind)
+      RtLoadw:  go_ok = lw_free;
+      RtMatmul: go_ok = mm_free && act_idle && (!mm_f_swap || lw_free);
+      RtAct:    go_ok = act_idle && mm_none;
+      default:  go_ok = 1'b1;
+    endcase
+  end
+  assign head_go = head_valid_q && go_ok;
+
+  logic go_lw, go_mm, go_act;
+  assign go_lw  = head_go && (head_kind == RtLoadw);
+  assign go_mm  = head_go && (head_kind == RtMatmul);
+  assign go_act = head_go && (head_kind == RtAct);
+
+  // ---------------------------------------------------------------------------------------------
+  // Retire queue
+  // ---------------------------------------------------------------------------------------------
+  logic [1:0]      rt_mem [RetireDepth];
+  logic [RtPtrW:0] rt_wptr_q, rt_rptr_q;
+  logic            rt_empty, rt_full;
+  logic [1:0]      rt_head;
+  logic [RtPtrW:0] cnt_lw_q, cnt_mm_q, cnt_act_q;  // completed, not yet retired
+  logic            ev_lw, ev_mm, ev_act;            // unit completion events
+  logic            ret_lw, ret_mm, ret_act;
+
+  assign rt_empty = (rt_wptr_q == rt_rptr_q);
+  assign rt_full  = (rt_wptr_q[RtPtrW] != rt_rptr_q[RtPtrW]) &&
+                    (rt_wptr_q[RtPtrW-1:0] == rt_rptr_q[RtPtrW-1:0]);
+  assign rt_head  = rt_mem[rt_rptr_q[RtPtrW-1:0]];
+
+  always_comb begin
+    case (rt_head)
+      RtLoadw:  cmp_done_o = !rt_empty && (cnt_lw_q != '0);
+      RtMatmul: cmp_done_o = !rt_empty && (cnt_mm_q != '0);
+      RtAct:    cmp_done_o = !rt_empty && (cnt_act_q != '0);
+      default:  cmp_done_o = !rt_empty;
+    endcase
+  end
+  assign ret_lw  = cmp_done_o && (rt_head == RtLoadw);
+  assign ret_mm  = cmp_done_o && (rt_head == RtMatmul);
+  assign ret_act = cmp_done_o && (rt_head == RtAct);
+
+  assign cmp_ready_o = !rt_full && (!head_valid_q || head_go);
+  assign cmp_idle_o  = rt_empty;
+  assign accept      = cmp_valid_i && cmp_ready_o;
+
+  always_ff @(posedge clk_i) begin
+    if (accept) rt_mem[rt_wptr_q[RtPtrW-1:0]] <= kind_of(cmp_instr_i[7:0]);
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      rt_wptr_q    <= '0;
+      rt_rptr_q    <= '0;
+      cnt_lw_q     <= '0;
+      cnt_mm_q     <= '0;
+      cnt_act_q    <= '0;
+      head_valid_q <= 1'b0;
+    end else begin
+      if (accept)     rt_wptr_q <= rt_wptr_q + 1'b1;
+      if (cmp_done_o) rt_rptr_q <= rt_rptr_q + 1'b1;
+      cnt_lw_q  <= cnt_lw_q  + (RtPtrW+1)'(ev_lw)  - (RtPtrW+1)'(ret_lw);
+      cnt_mm_q  <= cnt_mm_q  + (RtPtrW+1)'(ev_mm)  - (RtPtrW+1)'(ret_mm);
+      cnt_act_q <= cnt_act_q + (RtPtrW+1)'(ev_act) - (RtPtrW+1)'(ret_act);
+      if (accept)       head_valid_q <= 1'b1;
+      else if (head_go) head_valid_q <= 1'b0;
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (accept) head_q <= cmp_instr_i;
+  end
+
+  // ---------------------------------------------------------------------------------------------
+  // Shifter (LOADW)
+  // ---------------------------------------------------------------------------------------------
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      lw_busy_q  <= 1'b0;
+      lw_cnt_q   <= '0;
+      wt_valid_q <= 1'b0;
+    end else begin
+      wt_valid_q <= lw_busy_q;
+      if (go_lw) begin
+        lw_busy_q <= 1'b1;
+        lw_cnt_q  <= '0;
+      end else if (lw_busy_q) begin
+        lw_cnt_q <= lw_cnt_q + 1'b1;
+        if (lw_last) lw_busy_q <= 1'b0;
+      end
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (go_lw)          lw_addr_q <= lw_wb_addr + WbAw'(N - 1);  // tile row N-1 goes first
+    else if (lw_busy_q) lw_addr_q <= lw_addr_q - 1'b1;
+  end
+
+  assign wb_rd_en_o   = lw_busy_q;
+  assign wb_rd_addr_o = lw_addr_q;
+  assign ev_lw        = lw_last;  // all WB reads of the tile done
+
+  // ---------------------------------------------------------------------------------------------
+  // Streamer (MATMUL)
+  // ---------------------------------------------------------------------------------------------
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      mm_busy_q   <= 1'b0;
+      iss_valid_q <= 1'b0;
+      iss_swap_q  <= 1'b0;
+      mm_out_q    <= '0;
+    end else begin
+      iss_valid_q <= mm_busy_q;
+      iss_swap_q  <= mm_busy_q && mm_swap_q;
+      mm_out_q    <= mm_out_q + (RtPtrW+1)'(go_mm) - (RtPtrW+1)'(ev_mm);
+      if (go_mm)        mm_busy_q <= 1'b1;
+      else if (mm_last) mm_busy_q <= 1'b0;
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (mm_busy_q) iss_tag_q <= {mm_last, mm_accum_q, mm_acc_q};
+    if (go_mm) begin
+      mm_ub_q    <= mm_f_ub;
+      mm_acc_q   <= mm_f_acc;
+      mm_left_q  <= mm_f_rows;
+      mm_accum_q <= mm_f_accum;
+      mm_swap_q  <= mm_f_swap;
+    end else if (mm_busy_q) begin
+      mm_ub_q   <= mm_ub_q + 1'b1;
+      mm_acc_q  <= mm_acc_q + 1'b1;
+      mm_left_q <= mm_left_q - 16'd1;
+      mm_swap_q <= 1'b0;  // swap travels with the first row only
+    end
+  end
+
+  assign ub_rd_en_o   = mm_busy_q;
+  assign ub_rd_addr_o = mm_ub_q;
+
+  // ---------------------------------------------------------------------------------------------
+  // MXU
+  // ---------------------------------------------------------------------------------------------
+  logic               mxu_out_valid;
+  logic [32*N-1:0]    mxu_out_data;
+  logic [MxuTagW-1:0] mxu_out_tag;
+  logic               mxu_busy;
+
+  tpu_mxu #(
+    .ArrayN (ArrayN),
+    .TagW   (MxuTagW)
+  ) u_mxu (
+    .clk_i,
+    .rst_ni,
+    .act_valid_i (iss_valid_q),
+    .act_swap_i  (iss_swap_q),
+    .act_data_i  (ub_rd_data_i),
+    .act_tag_i   (iss_tag_q),
+    .wt_valid_i  (wt_valid_q),
+    .wt_data_i   (wb_rd_data_i),
+    .out_valid_o (mxu_out_valid),
+    .out_data_o  (mxu_out_data),
+    .out_tag_o   (mxu_out_tag),
+    .busy_o      (mxu_busy)
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // ACC writer: read (accumulate) when the row leaves the MXU, add and write one cycle later.
+  // A write of the previous cycle is not yet in the read data: forward it.
+  // ---------------------------------------------------------------------------------------------
+  logic             o_last, o_accum;
+  logic [AccAw-1:0] o_addr;
+  assign {o_last, o_accum, o_addr} = mxu_out_tag;
+
+  logic             w_valid_q, w_last_q, w_accum_q;
+  logic [AccAw-1:0] w_addr_q;
+  logic [32*N-1:0]  w_data_q;
+  logic             fw_valid_q;
+  logic [AccAw-1:0] fw_addr_q;
+  logic [32*N-1:0]  fw_data_q;
+  logic [32*N-1:0]  w_base, w_sum;
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      w_valid_q  <= 1'b0;
+      fw_valid_q <= 1'b0;
+    end else begin
+      w_valid_q  <= mxu_out_valid;
+      fw_valid_q <= w_valid_q;
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (mxu_out_valid) begin
+      w_last_q  <= o_last;
+      w_accum_q <= o_accum;
+      w_addr_q  <= o_addr;
+      w_data_q  <= mxu_out_data;
+    end
+    if (w_valid_q) begin
+      fw_addr_q <= w_addr_q;
+      fw_data_q <= acc_wr_data_o;
+    end
+  end
+
+  assign w_base = (fw_valid_q && (fw_addr_q == w_addr_q)) ? fw_data_q : acc_rd_data_i;
+  always_comb begin
+    for (int unsigned j = 0; j < N; j++) begin
+      w_sum[32*j +: 32] = w_base[32*j +: 32] + w_data_q[32*j +: 32];
+    end
+  end
+
+  assign acc_wr_en_o   = w_valid_q;
+  assign acc_wr_addr_o = w_addr_q;
+  assign acc_wr_data_o = w_accum_q ? w_sum : w_data_q;
+  assign ev_mm         = w_valid_q && w_last_q;
+
+  // ---------------------------------------------------------------------------------------------
+  // Activation sequencer (ACTIVATE)
+  // ---------------------------------------------------------------------------------------------
+  always_comb begin
+    act_rd_en   = 1'b1;
+    act_rd_addr = act_acc_q;
+    case (act_st_q)
+      ActMult:  act_rd_addr = act_qp_q;
+      ActShift: act_rd_addr = act_qp_q + 1'b1;
+      ActBias:  act_rd_addr = act_bias_addr_q;
+      ActRows:  act_rd_addr = act_acc_q;
+      default:  act_rd_en   = 1'b0;
+    endcase
+  end
+
+  logic act_rows_last;
+  assign act_rows_last = (act_st_q == ActRows) && (act_left_q == 16'd1);
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      act_st_q   <= ActIdle;
+      act_busy_q <= 1'b0;
+      ak_q       <= KNone;
+    end else begin
+      if (go_act)      act_busy_q <= 1'b1;
+      else if (ev_act) act_busy_q <= 1'b0;
+      ak_q <= KNone;
+      case (act_st_q)
+        ActIdle:  if (go_act) act_st_q <= ActMult;
+        ActMult:  begin ak_q <= KMult;  act_st_q <= ActShift; end
+        ActShift: begin ak_q <= KShift; act_st_q <= act_bias_en_q ? ActBias : ActRows; end
+        ActBias:  begin ak_q <= KBias;  act_st_q <= ActRows; end
+        ActRows:  begin ak_q <= KRow;   if (act_rows_last) act_st_q <= ActIdle; end
+        default:  act_st_q <= ActIdle;
+      endcase
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (go_act) begin
+      act_acc_q       <= act_f_acc;
+      act_ub_q        <= act_f_ub;
+      act_left_q      <= act_f_rows;
+      act_bias_en_q   <= act_f_bias;
+      act_relu_q      <= act_f_relu;
+      act_qp_q        <= act_f_qp;
+      act_bias_addr_q <= act_f_bias_addr;
+    end else if (act_st_q == ActRows) begin
+      act_acc_q  <= act_acc_q + 1'b1;
+      act_ub_q   <= act_ub_q + 1'b1;
+      act_left_q <= act_left_q - 16'd1;
+    end
+    if (act_st_q == ActRows) ak_tag_q <= {act_rows_last, act_ub_q};
+    // Parameter rows arrive the cycle after their read.
+    if (go_act) bias_q <= '0;  // stays zero without the bias flag
+    if (ak_q == KMult) mult_q <= acc_rd_data_i;
+    if (ak_q == KBias) bias_q <= acc_rd_data_i;
+    if (ak_q == KShift) begin
+      for (int unsigned j = 0; j < N; j++) shift_q[6*j +: 6] <= acc_rd_data_i[32*j +: 6];
+    end
+  end
+
+  logic               act_out_valid, act_unit_busy;
+  logic [ActTagW-1:0] act_out_tag;
+  logic               act_out_last;
+  logic [UbAw-1:0]    act_out_ub;
+
+  tpu_act_unit #(
+    .ArrayN (ArrayN),
+    .TagW   (ActTagW)
+  ) u_act (
+    .clk_i,
+    .rst_ni,
+    .in_valid_i  (ak_q == KRow),
+    .in_acc_i    (acc_rd_data_i),
+    .in_tag_i    (ak_tag_q),
+    .bias_i      (bias_q),
+    .mult_i      (mult_q),
+    .shift_i     (shift_q),
+    .relu_i      (act_relu_q),
+    .out_valid_o (act_out_valid),
+    .out_data_o  (ub_wr_data_o),
+    .out_tag_o   (act_out_tag),
+    .busy_o      (act_unit_busy)
+  );
+
+  assign {act_out_last, act_out_ub} = act_out_tag;
+  assign ub_wr_en_o   = act_out_valid;
+  assign ub_wr_addr_o = act_out_ub;
+  assign ev_act       = act_out_valid && act_out_last;
+
+  // ACC read port: the ACC writer (accumulate) and the activation sequencer never overlap.
+  logic wr_rd_en;
+  assign wr_rd_en      = mxu_out_valid && o_accum;
+  assign acc_rd_en_o   = act_rd_en || wr_rd_en;
+  assign acc_rd_addr_o = act_rd_en ? act_rd_addr : o_addr;
+
+  // ---------------------------------------------------------------------------------------------
+  // Performance events
+  // ---------------------------------------------------------------------------------------------
+  assign perf_mxu_active_o   = iss_valid_q;
+  assign perf_weight_shift_o = lw_busy_q;
+  assign perf_weight_stall_o = head_valid_q && (head_kind == RtMatmul) && mm_f_swap &&
+                               mm_free && act_idle && !lw_free;
+  assign perf_act_busy_o     = act_busy_q;
+
+  // ---------------------------------------------------------------------------------------------
+  // Assertions
+  // ---------------------------------------------------------------------------------------------
+  `TPU_ASSERT_INIT(ArrayNMin_A, ArrayN >= 2)
+  `TPU_ASSERT_INIT(DepthsHoldTile_A, WbDepth >= ArrayN && AccDepth >= 2 && UbDepth >= 2)
+  // Only compute-queue instructions arrive here.
+  `TPU_ASSERT(ComputeOpcode_A, !accept ||
+              cmp_instr_i[7:0] inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
+                                       tpu_isa_pkg::OpActivate, tpu_isa_pkg::OpNop},
+              clk_i, !rst_ni)
+  `TPU_ASSERT(MatmulRows_A, !go_mm || mm_f_rows != '0, clk_i, !rst_ni)
+  `TPU_ASSERT(ActivateRows_A, !go_act || act_f_rows != '0, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(RetireOverflow_A, accept && rt_full, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(CompletionUnderflow_A,
+                    (ret_lw && cnt_lw_q == '0) || (ret_mm && cnt_mm_q == '0) ||
+                    (ret_act && cnt_act_q == '0), clk_i, !rst_ni)
+  // Every completion belongs to an accepted, not yet retired instruction.
+  `TPU_ASSERT_NEVER(SpuriousCompletion_A, (ev_lw || ev_mm || ev_act) && rt_empty, clk_i, !rst_ni)
+  // The ACC read port has one user at a time; ACTIVATE never overlaps MATMUL results.
+  `TPU_ASSERT_NEVER(AccReadConflict_A, act_rd_en && wr_rd_en, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(ActOverlapsMatmul_A, act_busy_q && (mm_busy_q || iss_valid_q || w_valid_q),
+                    clk_i, !rst_ni)
+  // MATMUL never reads the UB while an ACTIVATE may still write it.
+  `TPU_ASSERT_NEVER(UbReadDuringAct_A, ub_rd_en_o && act_busy_q, clk_i, !rst_ni)
+  // A swap row never enters while a tile is fed (tpu_mxu's contract, checked here at the source).
+  `TPU_ASSERT_NEVER(SwapDuringShift_A, iss_valid_q && iss_swap_q && wt_valid_q, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(ActUnitIdleMismatch_A, act_unit_busy && !act_busy_q, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(MxuBusyWithoutMatmul_A, mxu_out_valid && mm_none, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(DoneKnown_A, cmp_done_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(ReadyKnown_A, cmp_ready_o, clk_i, !rst_ni)
+
+  logic unused_mxu_busy;
+  assign unused_mxu_busy = mxu_busy;
+
+endmodule

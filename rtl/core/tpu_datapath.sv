@@ -1,0 +1,224 @@
+// Datapath: unified buffer (UB), weight buffer (WB), accumulator memory (ACC), and the compute
+// engine (tpu_compute: weight shifter, MXU, activation unit) behind the compute engine interface.
+//
+// Memory ports (tpu_ram_2r2w each):
+//   UB   read 0: MATMUL activations   read 1: DMA   write 0: ACTIVATE results   write 1: DMA
+//   WB   read 0: LOADW                read 1: DMA   write 0: unused             write 1: DMA
+//   ACC  read 0: accumulate/ACTIVATE  read 1: DMA   write 0: MATMUL results     write 1: DMA
+// The DMA has its own ports, so it never takes a cycle from the MXU and vice versa:
+//   dma_wr: always ready; the row is written at the end of the handshake cycle.
+//   dma_rd: always ready; the response (valid + data) follows exactly one cycle after the
+//           request, in request order, without backpressure. UB/WB rows come back in the low
+//           8N bits, the rest zero. A request for mem = 3 answers zeros.
+// Ordering between the DMA engines and the compute engine is the command processor's (tokens).
+`include "tpu_assert.svh"
+
+module tpu_datapath #(
+  parameter int unsigned ArrayN   = 16,
+  parameter int unsigned UbDepth  = 32768,
+  parameter int unsigned WbDepth  = 4096,
+  parameter int unsigned AccDepth = 4096
+) (
+  input  logic                  clk_i,
+  input  logic                  rst_ni,
+  // compute engine interface
+  input  logic                  cmp_valid_i,
+  output logic                  cmp_ready_o,
+  input  logic [127:0]          cmp_instr_i,
+  output logic                  cmp_done_o,
+  output logic                  cmp_idle_o,
+  // DMA -> local memory, one row per handshake
+  input  logic                  dma_wr_valid_i,
+  output logic                  dma_wr_ready_o,
+  input  logic [1:0]            dma_wr_mem_i,
+  input  logic [19:0]           dma_wr_addr_i,
+  input  logic [32*ArrayN-1:0]  dma_wr_data_i,
+  // local memory -> DMA: request, then response in request order, no backpressure
+  input  logic                  dma_rd_req_valid_i,
+  output logic                  dma_rd_req_ready_o,
+  input  logic [1:0]            dma_rd_mem_i,
+  input  logic [19:0]           dma_rd_addr_i,
+  output logic                  dma_rd_rsp_valid_o,
+  output logic [32*ArrayN-1:0]  dma_rd_rsp_data_o,
+  // performance events, one bit per cycle
+  output logic                  perf_mxu_active_o,
+  output logic                  perf_weight_stall_o,
+  output logic                  perf_weight_shift_o,
+  output logic                  perf_act_busy_o
+);
+
+  localparam int unsigned N     = ArrayN;
+  localparam int unsigned UbAw  = $clog2(UbDepth);
+  localparam int unsigned WbAw  = $clog2(WbDepth);
+  localparam int unsigned AccAw = $clog2(AccDepth);
+
+  // ---------------------------------------------------------------------------------------------
+  // Engine-side memory ports
+  // ---------------------------------------------------------------------------------------------
+  logic             ub_rd_en, ub_wr_en, wb_rd_en, acc_rd_en, acc_wr_en;
+  logic [UbAw-1:0]  ub_rd_addr, ub_wr_addr;
+  logic [WbAw-1:0]  wb_rd_addr;
+  logic [AccAw-1:0] acc_rd_addr, acc_wr_addr;
+  logic [8*N-1:0]   ub_rd_data, ub_wr_data, wb_rd_data;
+  logic [32*N-1:0]  acc_rd_data, acc_wr_data;
+
+  tpu_compute #(
+    .ArrayN   (ArrayN),
+    .UbDepth  (UbDepth),
+    .WbDepth  (WbDepth),
+    .AccDepth (AccDepth)
+  ) u_compute (
+    .clk_i,
+    .rst_ni,
+    .cmp_valid_i,
+    .cmp_ready_o,
+    .cmp_instr_i,
+    .cmp_done_o,
+    .cmp_idle_o,
+    .ub_rd_en_o          (ub_rd_en),
+    .ub_rd_addr_o        (ub_rd_addr),
+    .ub_rd_data_i        (ub_rd_data),
+    .ub_wr_en_o          (ub_wr_en),
+    .ub_wr_addr_o        (ub_wr_addr),
+    .ub_wr_data_o        (ub_wr_data),
+    .wb_rd_en_o          (wb_rd_en),
+    .wb_rd_addr_o        (wb_rd_addr),
+    .wb_rd_data_i        (wb_rd_data),
+    .acc_rd_en_o         (acc_rd_en),
+    .acc_rd_addr_o       (acc_rd_addr),
+    .acc_rd_data_i       (acc_rd_data),
+    .acc_wr_en_o         (acc_wr_en),
+    .acc_wr_addr_o       (acc_wr_addr),
+    .acc_wr_data_o       (acc_wr_data),
+    .perf_mxu_active_o,
+    .perf_weight_stall_o,
+    .perf_weight_shift_o,
+    .perf_act_busy_o
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // DMA-side ports
+  // ---------------------------------------------------------------------------------------------
+  logic dma_wr_ub, dma_wr_wb, dma_wr_acc;
+  logic dma_rd_ub, dma_rd_wb, dma_rd_acc;
+
+  assign dma_wr_ready_o     = 1'b1;
+  assign dma_rd_req_ready_o = 1'b1;
+
+  assign dma_wr_ub  = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemUb);
+  assign dma_wr_wb  = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemWb);
+  assign dma_wr_acc = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemAcc);
+  assign dma_rd_ub  = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemUb);
+  assign dma_rd_wb  = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemWb);
+  assign dma_rd_acc = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemAcc);
+
+  logic [8*N-1:0]  ub_dma_rd_data, wb_dma_rd_data;
+  logic [32*N-1:0] acc_dma_rd_data;
+
+  // ---------------------------------------------------------------------------------------------
+  // Memories
+  // ---------------------------------------------------------------------------------------------
+  tpu_ram_2r2w #(
+    .Width (8 * N),
+    .Depth (UbDepth)
+  ) u_ub (
+    .clk_i,
+    .rst_ni,
+    .rd0_en_i   (ub_rd_en),
+    .rd0_addr_i (ub_rd_addr),
+    .rd0_data_o (ub_rd_data),
+    .rd1_en_i   (dma_rd_ub),
+    .rd1_addr_i (dma_rd_addr_i[UbAw-1:0]),
+    .rd1_data_o (ub_dma_rd_data),
+    .wr0_en_i   (ub_wr_en),
+    .wr0_addr_i (ub_wr_addr),
+    .wr0_data_i (ub_wr_data),
+    .wr1_en_i   (dma_wr_ub),
+    .wr1_addr_i (dma_wr_addr_i[UbAw-1:0]),
+    .wr1_data_i (dma_wr_data_i[8*N-1:0])
+  );
+
+  tpu_ram_2r2w #(
+    .Width (8 * N),
+    .Depth (WbDepth)
+  ) u_wb (
+    .clk_i,
+    .rst_ni,
+    .rd0_en_i   (wb_rd_en),
+    .rd0_addr_i (wb_rd_addr),
+    .rd0_data_o (wb_rd_data),
+    .rd1_en_i   (dma_rd_wb),
+    .rd1_addr_i (dma_rd_addr_i[WbAw-1:0]),
+    .rd1_data_o (wb_dma_rd_data),
+    .wr0_en_i   (1'b0),
+    .wr0_addr_i ('0),
+    .wr0_data_i ('0),
+    .wr1_en_i   (dma_wr_wb),
+    .wr1_addr_i (dma_wr_addr_i[WbAw-1:0]),
+    .wr1_data_i (dma_wr_data_i[8*N-1:0])
+  );
+
+  tpu_ram_2r2w #(
+    .Width (32 * N),
+    .Depth (AccDepth)
+  ) u_acc (
+    .clk_i,
+    .rst_ni,
+    .rd0_en_i   (acc_rd_en),
+    .rd0_addr_i (acc_rd_addr),
+    .rd0_data_o (acc_rd_data),
+    .rd1_en_i   (dma_rd_acc),
+    .rd1_addr_i (dma_rd_addr_i[AccAw-1:0]),
+    .rd1_data_o (acc_dma_rd_data),
+    .wr0_en_i   (acc_wr_en),
+    .wr0_addr_i (acc_wr_addr),
+    .wr0_data_i (acc_wr_data),
+    .wr1_en_i   (dma_wr_acc),
+    .wr1_addr_i (dma_wr_addr_i[AccAw-1:0]),
+    .wr1_data_i (dma_wr_data_i)
+  );
+
+  // ---------------------------------------------------------------------------------------------
+  // DMA read response: one cycle after the request.
+  // ---------------------------------------------------------------------------------------------
+  logic       rsp_valid_q;
+  logic [1:0] rsp_mem_q;
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) rsp_valid_q <= 1'b0;
+    else         rsp_valid_q <= dma_rd_req_valid_i;
+  end
+  always_ff @(posedge clk_i) begin
+    if (dma_rd_req_valid_i) rsp_mem_q <= dma_rd_mem_i;
+  end
+
+  always_comb begin
+    case (rsp_mem_q)
+      tpu_isa_pkg::MemUb:  dma_rd_rsp_data_o = {{(24*N){1'b0}}, ub_dma_rd_data};
+      tpu_isa_pkg::MemWb:  dma_rd_rsp_data_o = {{(24*N){1'b0}}, wb_dma_rd_data};
+      tpu_isa_pkg::MemAcc: dma_rd_rsp_data_o = acc_dma_rd_data;
+      default:             dma_rd_rsp_data_o = '0;
+    endcase
+  end
+  assign dma_rd_rsp_valid_o = rsp_valid_q;
+
+  // Row addresses are validated against the depths upstream; the high bits are always zero.
+  logic unused_dma_addr;
+  assign unused_dma_addr = ^{dma_wr_addr_i >> UbAw, dma_wr_addr_i >> WbAw, dma_wr_addr_i >> AccAw,
+                             dma_rd_addr_i >> UbAw, dma_rd_addr_i >> WbAw, dma_rd_addr_i >> AccAw};
+
+  // ---------------------------------------------------------------------------------------------
+  // Assertions
+  // ---------------------------------------------------------------------------------------------
+  `TPU_ASSERT_INIT(DepthsFitAddr_A, UbAw <= 20 && WbAw <= 20 && AccAw <= 20)
+  `TPU_ASSERT_NEVER(DmaWrMem_A, dma_wr_valid_i && dma_wr_mem_i == 2'd3, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(DmaRdMem_A, dma_rd_req_valid_i && dma_rd_mem_i == 2'd3, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(DmaWrRange_A, (dma_wr_ub && dma_wr_addr_i >= 20'(UbDepth)) ||
+                                  (dma_wr_wb && dma_wr_addr_i >= 20'(WbDepth)) ||
+                                  (dma_wr_acc && dma_wr_addr_i >= 20'(AccDepth)), clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(DmaRdRange_A, (dma_rd_ub && dma_rd_addr_i >= 20'(UbDepth)) ||
+                                  (dma_rd_wb && dma_rd_addr_i >= 20'(WbDepth)) ||
+                                  (dma_rd_acc && dma_rd_addr_i >= 20'(AccDepth)), clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(DmaRdRspValidKnown_A, dma_rd_rsp_valid_o, clk_i, !rst_ni)
+
+endmodule
