@@ -13,6 +13,7 @@ enum class SimErrorKind {
   kBusError,         // an AXI4-Lite register access answered SLVERR or DECERR
   kTimeout,          // the device did not answer an AXI4-Lite access in time
   kIo,               // waveform file could not be written
+  kAssertion,        // an RTL assertion (or $stop/$error) fired in the device model
 };
 
 class SimError : public std::runtime_error {
