@@ -1,0 +1,270 @@
+`include "tpu_assert.svh"
+// Instruction decoder and validator (purely combinational). Applies the rules of
+// docs/architecture.md "Validation" in order; the first failing rule decides the cause.
+// Within rule 4 the fields are checked in the order the contract lists them:
+//   LOAD/STORE: mem, rows, row_bytes, host_addr, host_stride;  MATMUL/ACTIVATE: rows;
+//   FENCE: host_addr.
+// Within rule 5 the order is the contract's too (MATMUL: UB then ACC; ACTIVATE: ACC, UB, bias,
+// qparam). FAULT_INFO for a range [a, a+n) that exceeds depth D is the first row out of range,
+// max(a, D).
+module tpu_decode #(
+  parameter int unsigned ArrayN   = 16,
+  parameter int unsigned UbDepth  = 32768,
+  parameter int unsigned WbDepth  = 4096,
+  parameter int unsigned AccDepth = 4096,
+  parameter int unsigned DmaDataW = 128
+) (
+  input  logic [127:0] instr_i,
+  input  logic [31:0]  win_base_i,
+  input  logic [31:0]  win_last_i,
+  output logic         fault_o,
+  output logic [3:0]   cause_o,
+  output logic [31:0]  info_o,
+  output logic [1:0]   queue_o      // tpu_isa_pkg::queue_e
+);
+
+  localparam int unsigned BeatBytes = DmaDataW / 8;
+  localparam int unsigned UbRowB    = ArrayN;
+  localparam int unsigned AccRowB   = 4 * ArrayN;
+  localparam int unsigned LogBeat   = $clog2(BeatBytes);
+  localparam int unsigned LogUbRow  = $clog2(UbRowB);
+  localparam int unsigned LogAccRow = $clog2(AccRowB);
+  // row_bytes must be a multiple of max(row size, beat); both powers of two.
+  localparam int unsigned LogUbAlign  = (LogUbRow > LogBeat) ? LogUbRow : LogBeat;
+  localparam int unsigned LogAccAlign = (LogAccRow > LogBeat) ? LogAccRow : LogBeat;
+
+  localparam logic [1:0] MemUb  = 2'(tpu_isa_pkg::MemUb);
+  localparam logic [1:0] MemWb  = 2'(tpu_isa_pkg::MemWb);
+  localparam logic [1:0] MemAcc = 2'(tpu_isa_pkg::MemAcc);
+
+  localparam logic [3:0] CauseOpcode = 4'(tpu_isa_pkg::FaultIllegalOpcode);
+  localparam logic [3:0] CauseField  = 4'(tpu_isa_pkg::FaultIllegalField);
+  localparam logic [3:0] CauseRange  = 4'(tpu_isa_pkg::FaultLocalRange);
+  localparam logic [3:0] CauseWindow = 4'(tpu_isa_pkg::FaultDmaWindow);
+
+  logic [7:0] opcode;
+  assign opcode = instr_i[tpu_isa_pkg::HDR_OPCODE_LSB +: tpu_isa_pkg::HDR_OPCODE_W];
+
+  logic is_load, is_store, is_loadw, is_matmul, is_act, is_nop, is_fence, is_dma;
+  assign is_load   = (opcode == 8'(tpu_isa_pkg::OpLoad));
+  assign is_store  = (opcode == 8'(tpu_isa_pkg::OpStore));
+  assign is_loadw  = (opcode == 8'(tpu_isa_pkg::OpLoadw));
+  assign is_matmul = (opcode == 8'(tpu_isa_pkg::OpMatmul));
+  assign is_act    = (opcode == 8'(tpu_isa_pkg::OpActivate));
+  assign is_nop    = (opcode == 8'(tpu_isa_pkg::OpNop));
+  assign is_fence  = (opcode == 8'(tpu_isa_pkg::OpFence));
+  assign is_dma    = is_load || is_store;
+
+  // Rule 2: reserved bits.
+  logic [127:0] rsv_mask, rsv_bits;
+  always_comb begin
+    rsv_mask = '0;
+    if (is_load)   rsv_mask = tpu_isa_pkg::LOAD_RESERVED_MASK;
+    if (is_store)  rsv_mask = tpu_isa_pkg::STORE_RESERVED_MASK;
+    if (is_loadw)  rsv_mask = tpu_isa_pkg::LOADW_RESERVED_MASK;
+    if (is_matmul) rsv_mask = tpu_isa_pkg::MATMUL_RESERVED_MASK;
+    if (is_act)    rsv_mask = tpu_isa_pkg::ACTIVATE_RESERVED_MASK;
+    if (is_nop)    rsv_mask = tpu_isa_pkg::NOP_RESERVED_MASK;
+    if (is_fence)  rsv_mask = tpu_isa_pkg::FENCE_RESERVED_MASK;
+  end
+  assign rsv_bits = instr_i & rsv_mask;
+
+  logic [6:0] rsv_lsb;
+  always_comb begin
+    rsv_lsb = '0;
+    for (int i = 127; i >= 0; i--) begin
+      if (rsv_bits[i]) rsv_lsb = 7'(i);
+    end
+  end
+
+  // Rule 3: dependency flags. Bit positions of the header flags.
+  localparam int unsigned PopPrev  = tpu_isa_pkg::HDR_POP_PREV_LSB;
+  localparam int unsigned PopNext  = tpu_isa_pkg::HDR_POP_NEXT_LSB;
+  localparam int unsigned PushPrev = tpu_isa_pkg::HDR_PUSH_PREV_LSB;
+  localparam int unsigned PushNext = tpu_isa_pkg::HDR_PUSH_NEXT_LSB;
+
+  logic [127:0] dep_bad;
+  always_comb begin
+    dep_bad = '0;
+    if (is_load) begin
+      dep_bad[PopPrev]  = instr_i[PopPrev];
+      dep_bad[PushPrev] = instr_i[PushPrev];
+    end
+    if (is_store) begin
+      dep_bad[PopNext]  = instr_i[PopNext];
+      dep_bad[PushNext] = instr_i[PushNext];
+    end
+    if (is_fence) begin
+      dep_bad[PopPrev]  = instr_i[PopPrev];
+      dep_bad[PopNext]  = instr_i[PopNext];
+      dep_bad[PushPrev] = instr_i[PushPrev];
+      dep_bad[PushNext] = instr_i[PushNext];
+    end
+  end
+  logic [6:0] dep_lsb;
+  always_comb begin
+    dep_lsb = '0;
+    for (int i = 15; i >= 0; i--) begin
+      if (dep_bad[i]) dep_lsb = 7'(i);
+    end
+  end
+
+  // LOAD / STORE fields (same layout for both).
+  logic [1:0]  d_mem;
+  logic [19:0] d_local;
+  logic [31:0] d_host;
+  logic [15:0] d_rows;
+  logic [15:0] d_rbytes;
+  logic [23:0] d_stride;
+  assign d_mem    = instr_i[tpu_isa_pkg::LOAD_MEM_LSB +: tpu_isa_pkg::LOAD_MEM_W];
+  assign d_local  = instr_i[tpu_isa_pkg::LOAD_LOCAL_ADDR_LSB +: tpu_isa_pkg::LOAD_LOCAL_ADDR_W];
+  assign d_host   = instr_i[tpu_isa_pkg::LOAD_HOST_ADDR_LSB +: tpu_isa_pkg::LOAD_HOST_ADDR_W];
+  assign d_rows   = instr_i[tpu_isa_pkg::LOAD_ROWS_LSB +: tpu_isa_pkg::LOAD_ROWS_W];
+  assign d_rbytes = instr_i[tpu_isa_pkg::LOAD_ROW_BYTES_LSB +: tpu_isa_pkg::LOAD_ROW_BYTES_W];
+  assign d_stride = instr_i[tpu_isa_pkg::LOAD_HOST_STRIDE_LSB +: tpu_isa_pkg::LOAD_HOST_STRIDE_W];
+
+  logic d_is_acc;
+  assign d_is_acc = (d_mem == MemAcc);
+
+  logic        mem_bad, rbytes_bad, host_bad, stride_bad;
+  logic [15:0] align_mask;
+  assign mem_bad    = is_load ? (d_mem != MemUb && d_mem != MemWb && d_mem != MemAcc)
+                              : (d_mem != MemUb && d_mem != MemAcc);
+  assign align_mask = d_is_acc ? 16'((32'd1 << LogAccAlign) - 1) : 16'((32'd1 << LogUbAlign) - 1);
+  assign rbytes_bad = (d_rbytes == 16'd0) || ((d_rbytes & align_mask) != 16'd0);
+  assign host_bad   = (d_host[LogBeat-1:0] != '0);
+  assign stride_bad = (d_stride[LogBeat-1:0] != '0);
+
+  // local rows touched
+  logic [15:0] rows_per_host_row;
+  logic [31:0] d_nrows;
+  logic [32:0] d_end;
+  logic [31:0] d_depth;
+  assign rows_per_host_row = d_is_acc ? (d_rbytes >> LogAccRow) : (d_rbytes >> LogUbRow);
+  assign d_nrows = d_rows * rows_per_host_row;
+  assign d_end   = {13'd0, d_local} + {1'b0, d_nrows};
+  always_comb begin
+    d_depth = 32'(UbDepth);
+    if (d_mem == MemWb)  d_depth = 32'(WbDepth);
+    if (d_mem == MemAcc) d_depth = 32'(AccDepth);
+  end
+
+  // host byte range
+  logic [40:0] d_span, d_last;
+  assign d_span = ({25'd0, d_rows} - 41'd1) * {17'd0, d_stride};
+  assign d_last = {9'd0, d_host} + d_span + {25'd0, d_rbytes} - 41'd1;
+
+  // COMPUTE fields
+  logic [19:0] w_addr;
+  assign w_addr = instr_i[tpu_isa_pkg::LOADW_WB_ADDR_LSB +: tpu_isa_pkg::LOADW_WB_ADDR_W];
+  logic [19:0] m_ub, m_acc;
+  logic [15:0] m_rows;
+  assign m_ub   = instr_i[tpu_isa_pkg::MATMUL_UB_ADDR_LSB +: tpu_isa_pkg::MATMUL_UB_ADDR_W];
+  assign m_acc  = instr_i[tpu_isa_pkg::MATMUL_ACC_ADDR_LSB +: tpu_isa_pkg::MATMUL_ACC_ADDR_W];
+  assign m_rows = instr_i[tpu_isa_pkg::MATMUL_ROWS_LSB +: tpu_isa_pkg::MATMUL_ROWS_W];
+  logic [19:0] a_acc, a_ub, a_bias, a_qp;
+  logic [15:0] a_rows;
+  logic        a_has_bias;
+  assign a_acc  = instr_i[tpu_isa_pkg::ACTIVATE_ACC_ADDR_LSB +: tpu_isa_pkg::ACTIVATE_ACC_ADDR_W];
+  assign a_ub   = instr_i[tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB +: tpu_isa_pkg::ACTIVATE_UB_ADDR_W];
+  assign a_rows = instr_i[tpu_isa_pkg::ACTIVATE_ROWS_LSB +: tpu_isa_pkg::ACTIVATE_ROWS_W];
+  assign a_bias = instr_i[tpu_isa_pkg::ACTIVATE_BIAS_ADDR_LSB +: tpu_isa_pkg::ACTIVATE_BIAS_ADDR_W];
+  assign a_qp   =
+      instr_i[tpu_isa_pkg::ACTIVATE_QPARAM_ADDR_LSB +: tpu_isa_pkg::ACTIVATE_QPARAM_ADDR_W];
+  assign a_has_bias = instr_i[tpu_isa_pkg::ACTIVATE_BIAS_LSB];
+  logic [31:0] f_host;
+  assign f_host = instr_i[tpu_isa_pkg::FENCE_HOST_ADDR_LSB +: tpu_isa_pkg::FENCE_HOST_ADDR_W];
+  logic [32:0] f_last;
+  assign f_last = {1'b0, f_host} + 33'd3;
+
+  // a + n > depth  ->  first bad row max(a, depth)
+  function automatic logic range_bad(input logic [19:0] a, input logic [16:0] n,
+                                     input logic [31:0] depth);
+    range_bad = ({12'd0, a} + {15'd0, n}) > depth;
+  endfunction
+  function automatic logic [31:0] first_bad(input logic [19:0] a, input logic [31:0] depth);
+    first_bad = ({12'd0, a} > depth) ? {12'd0, a} : depth;
+  endfunction
+
+  localparam logic [31:0] UbD  = 32'(UbDepth);
+  localparam logic [31:0] WbD  = 32'(WbDepth);
+  localparam logic [31:0] AccD = 32'(AccDepth);
+
+  always_comb begin
+    fault_o = 1'b0;
+    cause_o = 4'(tpu_isa_pkg::FaultNone);
+    info_o  = '0;
+    queue_o = 2'(tpu_isa_pkg::QueueCompute);
+    if (is_load)  queue_o = 2'(tpu_isa_pkg::QueueLoad);
+    if (is_store) queue_o = 2'(tpu_isa_pkg::QueueStore);
+    if (is_fence) queue_o = 2'(tpu_isa_pkg::QueueCtrl);
+
+    if (!(is_dma || is_loadw || is_matmul || is_act || is_nop || is_fence)) begin
+      fault_o = 1'b1; cause_o = CauseOpcode; info_o = {24'd0, opcode};
+    end else if (rsv_bits != '0) begin
+      fault_o = 1'b1; cause_o = CauseField; info_o = {25'd0, rsv_lsb};
+    end else if (dep_bad != '0) begin
+      fault_o = 1'b1; cause_o = CauseField; info_o = {25'd0, dep_lsb};
+    end else if (is_dma) begin
+      // rule 4
+      if (mem_bad) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOAD_MEM_LSB);
+      end else if (d_rows == 16'd0) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOAD_ROWS_LSB);
+      end else if (rbytes_bad) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOAD_ROW_BYTES_LSB);
+      end else if (host_bad) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOAD_HOST_ADDR_LSB);
+      end else if (stride_bad) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOAD_HOST_STRIDE_LSB);
+      // rule 5
+      end else if (d_end > {1'b0, d_depth}) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(d_local, d_depth);
+      // rule 6
+      end else if (d_host < win_base_i || d_last > {9'd0, win_last_i}) begin
+        fault_o = 1'b1; cause_o = CauseWindow; info_o = d_host;
+      end
+    end else if (is_loadw) begin
+      if (range_bad(w_addr, 17'(ArrayN), WbD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(w_addr, WbD);
+      end
+    end else if (is_matmul) begin
+      if (m_rows == 16'd0) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::MATMUL_ROWS_LSB);
+      end else if (range_bad(m_ub, {1'b0, m_rows}, UbD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_ub, UbD);
+      end else if (range_bad(m_acc, {1'b0, m_rows}, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_acc, AccD);
+      end
+    end else if (is_act) begin
+      if (a_rows == 16'd0) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_ROWS_LSB);
+      end else if (range_bad(a_acc, {1'b0, a_rows}, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_acc, AccD);
+      end else if (range_bad(a_ub, {1'b0, a_rows}, UbD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_ub, UbD);
+      end else if (a_has_bias && ({12'd0, a_bias} >= AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = {12'd0, a_bias};
+      end else if (range_bad(a_qp, 17'd2, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_qp, AccD);
+      end
+    end else if (is_fence) begin
+      if (f_host[1:0] != 2'b00) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::FENCE_HOST_ADDR_LSB);
+      end else if (f_host < win_base_i || f_last > {1'b0, win_last_i}) begin
+        fault_o = 1'b1; cause_o = CauseWindow; info_o = f_host;
+      end
+    end
+  end
+
+  // STORE uses the LOAD field positions; make sure the spec keeps them identical.
+  `TPU_ASSERT_INIT(StoreLayout_A,
+                   tpu_isa_pkg::STORE_MEM_LSB == tpu_isa_pkg::LOAD_MEM_LSB &&
+                   tpu_isa_pkg::STORE_ROWS_LSB == tpu_isa_pkg::LOAD_ROWS_LSB &&
+                   tpu_isa_pkg::STORE_ROW_BYTES_LSB == tpu_isa_pkg::LOAD_ROW_BYTES_LSB &&
+                   tpu_isa_pkg::STORE_HOST_ADDR_LSB == tpu_isa_pkg::LOAD_HOST_ADDR_LSB &&
+                   tpu_isa_pkg::STORE_HOST_STRIDE_LSB == tpu_isa_pkg::LOAD_HOST_STRIDE_LSB &&
+                   tpu_isa_pkg::STORE_LOCAL_ADDR_LSB == tpu_isa_pkg::LOAD_LOCAL_ADDR_LSB)
+  `TPU_ASSERT_INIT(BeatAtLeastWord_A, DmaDataW >= 32)
+
+endmodule
