@@ -13,4 +13,12 @@ core/tpu_ram_2r2w.sv
 core/tpu_compute.sv
 core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---
-// (system files go here)
+core/tpu_fifo.sv
+core/tpu_decode.sv
+core/tpu_dma_burst_gen.sv
+core/tpu_axi_ar_arb.sv
+core/tpu_reg_block.sv
+core/tpu_cmd_proc.sv
+core/tpu_dma_load.sv
+core/tpu_dma_store.sv
+core/tpu_top.sv
