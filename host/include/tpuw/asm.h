@@ -124,6 +124,15 @@ struct Expect {
   unsigned line = 0;
 };
 
+/// `.expect_fault`: the program must stop on this fault, at instruction `index` (0-based, so
+/// FAULT_PC = ring address of the first instruction + 16 * index).
+struct ExpectFault {
+  spec::Fault cause = spec::Fault::kNone;
+  uint32_t info = 0;
+  uint32_t index = 0;
+  unsigned line = 0;
+};
+
 struct Program {
   std::string filename;
   unsigned array_n = 0;            // `.array_n N`: the MXU size the program is written for (0 = any)
@@ -133,6 +142,7 @@ struct Program {
   std::vector<ZeroRegion> zeros;
   std::vector<Dump> dumps;
   std::vector<Expect> expects;
+  std::optional<ExpectFault> expect_fault;
 
   size_t num_instrs() const { return code.size() / spec::kInstrBytes; }
 };

@@ -356,6 +356,29 @@ class Assembler {
       e.line = d.line;
       for (size_t i = 4; i < toks.size(); ++i) push_value(e.bytes, toks[i], e.type);
       prog_.expects.push_back(std::move(e));
+    } else if (name == ".expect_fault") {
+      expect_args(toks, 3, 3, ".expect_fault CAUSE INFO INDEX");
+      if (prog_.expect_fault) fail(d, "only one .expect_fault per program");
+      ExpectFault f;
+      const std::string cause = upper(toks[1].text);
+      bool found = false;
+      for (unsigned v = 1; v < 256 && !found; ++v) {
+        const auto c = static_cast<spec::Fault>(v);
+        if (spec::to_string(c) == cause) {
+          f.cause = c;
+          found = true;
+        }
+        if (spec::to_string(c) == "?") break;
+      }
+      if (!found) {
+        fail(toks[1], fmt::format("unknown fault cause '{}' (expected a name from the fault table, e.g. "
+                                  "ILLEGAL_OPCODE, ILLEGAL_FIELD, LOCAL_RANGE, DMA_WINDOW, AXI_ERROR)",
+                                  toks[1].text));
+      }
+      f.info = static_cast<uint32_t>(unsigned_number(toks[2], "the fault info", kAddrMax));
+      f.index = static_cast<uint32_t>(unsigned_number(toks[3], "an instruction index", kAddrMax));
+      f.line = d.line;
+      prog_.expect_fault = f;
     } else if (name == ".word") {
       expect_args(toks, 4, 4, ".word W0 W1 W2 W3 (four 32-bit little-endian words of one instruction)");
       Word w{};
@@ -364,7 +387,7 @@ class Assembler {
       prog_.lines.push_back(d.line);
     } else {
       fail(d, fmt::format("unknown directive '{}' (expected .array_n, .data, .int8, .int32, .bytes, .zero, .dump, "
-                          ".expect or .word)",
+                          ".expect, .expect_fault or .word)",
                           d.text));
     }
   }
