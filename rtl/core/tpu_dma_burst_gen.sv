@@ -2,12 +2,13 @@
 // host_addr + i*host_stride. Bursts are at most 256 beats and never cross a 4 KiB boundary.
 // When host_stride == row_bytes the rows are contiguous and are merged into one long run, so a
 // dense transfer uses the longest legal bursts. All sizes are multiples of the beat (validated
-// before dispatch). One burst per cycle: the current burst is offered combinationally on
+// before dispatch). Bursts are also capped at MaxBeats. One burst per cycle: the current burst is offered combinationally on
 // burst_valid_o/addr_o/beats_o; burst_take_i consumes it.
 `include "tpu_assert.svh"
 
 module tpu_dma_burst_gen #(
-  parameter int unsigned DmaDataW = 128
+  parameter int unsigned DmaDataW  = 128,
+  parameter int unsigned MaxBeats  = 256   // longest burst (<= 256)
 ) (
   input  logic        clk_i,
   input  logic        rst_ni,
@@ -26,7 +27,7 @@ module tpu_dma_burst_gen #(
 
   localparam int unsigned BeatBytes = DmaDataW / 8;
   localparam int unsigned LogBeat   = $clog2(BeatBytes);
-  localparam int unsigned MaxBytes  = 256 * BeatBytes;
+  localparam int unsigned MaxBytes  = ((MaxBeats < 256) ? MaxBeats : 256) * BeatBytes;
 
   logic        active_q;
   logic [31:0] addr_q, row_base_q, row_rem_q;
@@ -100,6 +101,7 @@ module tpu_dma_burst_gen #(
   logic unused_b;
   assign unused_b = ^beats32[31:9];
 
+  `TPU_ASSERT_INIT(MaxBeatsRange_A, MaxBeats >= 1 && MaxBeats <= 256)
   `TPU_ASSERT_NEVER(StartBusy_A, start_i && active_q, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(TakeIdle_A, burst_take_i && !active_q, clk_i, !rst_ni)
   `TPU_ASSERT(No4kCross_A, active_q |-> ({20'd0, addr_q[11:0]} + bytes) <= 32'h1000, clk_i, !rst_ni)

@@ -1,7 +1,8 @@
 // LOAD engine: host memory -> UB / WB / ACC over AXI4 reads (ARID set by the top).
 //
 // Front end: tpu_dma_burst_gen splits the instruction into bursts; a burst is put on AR only
-// when the beat buffer has room for all its beats (credits), so R is always accepted
+// when the beat buffer has room for all its beats (credits; bursts are at most MaxBeats
+// long), so R is always accepted
 // (rready = 1) and many bursts may be outstanding (up to BufBeats beats).
 // Back end: beats are converted to local rows (a beat holds several rows, or a row spans several
 // beats; both are powers of two) and written through the datapath's dma_wr port, one row per
@@ -19,7 +20,8 @@
 module tpu_dma_load #(
   parameter int unsigned ArrayN    = 16,
   parameter int unsigned DmaDataW  = 128,
-  parameter int unsigned BufBeats  = 32,
+  parameter int unsigned BufBeats  = 32,   // R beat buffer (credits)
+  parameter int unsigned MaxBeats  = 16,   // longest burst; <= BufBeats so two can overlap
   parameter int unsigned DescDepth = 4
 ) (
   input  logic                  clk_i,
@@ -98,7 +100,7 @@ module tpu_dma_load #(
   logic [31:0] gen_addr;
   logic [8:0]  gen_beats;
 
-  tpu_dma_burst_gen #(.DmaDataW(DmaDataW)) u_gen (
+  tpu_dma_burst_gen #(.DmaDataW(DmaDataW), .MaxBeats(MaxBeats)) u_gen (
     .clk_i, .rst_ni,
     .start_i(accept), .host_addr_i(i_host), .rows_i(i_rows), .row_bytes_i(i_rbytes),
     .host_stride_i(i_stride), .idle_o(gen_idle),
@@ -353,6 +355,6 @@ module tpu_dma_load #(
   `TPU_ASSERT_NEVER(ArCross4k_A, arvalid_o && (({20'd0, araddr_o[11:0]} +
                     ({24'd0, arlen_o} + 32'd1) * 32'(DmaDataW / 8)) > 32'h1000), clk_i, !rst_ni)
   `TPU_ASSERT_INIT(PowerOfTwo_A, (ArrayN & (ArrayN - 1)) == 0 && (DmaDataW & (DmaDataW - 1)) == 0)
-  `TPU_ASSERT_INIT(BufHoldsBurst_A, BufBeats >= 1)
+  `TPU_ASSERT_INIT(BufHoldsBurst_A, MaxBeats >= 1 && MaxBeats <= BufBeats)
 
 endmodule
