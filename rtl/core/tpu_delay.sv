@@ -18,20 +18,18 @@ module tpu_delay #(
     logic unused_clk;
     assign unused_clk = clk_i ^ rst_ni;
   end else begin : g_regs
-    // Stage 0 is the newest (bits [Width-1:0]), stage Depth-1 the oldest.
-    logic [Width*Depth-1:0] pipe_q;
-    if (Depth == 1) begin : g_one
-      always_ff @(posedge clk_i) begin
-        if (Reset && !rst_ni) pipe_q <= '0;
-        else                  pipe_q <= d_i;
-      end
-    end else begin : g_many
-      always_ff @(posedge clk_i) begin
-        if (Reset && !rst_ni) pipe_q <= '0;
-        else                  pipe_q <= {pipe_q[Width*(Depth-1)-1:0], d_i};
+    // One unpacked element per stage: element 0 is the newest, Depth-1 the oldest. (Verilator
+    // copies narrow elements instead of shifting a wide vector; Yosys turns it into flops.)
+    (* mem2reg *) logic [Width-1:0] pipe_q [Depth];
+    always_ff @(posedge clk_i) begin
+      if (Reset && !rst_ni) begin
+        for (int unsigned i = 0; i < Depth; i++) pipe_q[i] <= '0;
+      end else begin
+        pipe_q[0] <= d_i;
+        for (int unsigned i = 1; i < Depth; i++) pipe_q[i] <= pipe_q[i-1];
       end
     end
-    assign q_o = pipe_q[Width*Depth-1 -: Width];
+    assign q_o = pipe_q[Depth-1];
   end
 
 endmodule

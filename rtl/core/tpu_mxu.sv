@@ -52,15 +52,17 @@ module tpu_mxu #(
   localparam int unsigned CntW    = $clog2(ArrayN);
   localparam logic [CntW-1:0] LastCnt = CntW'(ArrayN - 1);
 
-  // Flat link vectors (Yosys 0.23 has no multi-dimensional packed arrays).
+  // Link nets between PEs, one element per link (one-dimensional unpacked arrays: Verilator keeps
+  // every link a narrow variable; wide flat vectors would cost it whole-vector copies per cycle).
   //   act_h/swp_h[k*(N+1)+n]: into PE(k,n) from the left (n = N: out of the last column)
   //   psum_v[k*N+n]:           into PE(k,n) from above   (k = N: out of the bottom row)
   //   wsh_v[k*N+n]:            shift data into PE(k,n)   (k = 0: column feed)
-  logic [8*N*(N+1)-1:0]  act_h;
-  logic [N*(N+1)-1:0]    swp_h;
-  logic [32*N*(N+1)-1:0] psum_v;
-  logic [8*N*(N+1)-1:0]  wsh_v;
-  logic [N*N-1:0]        wen;
+  // (mem2reg: for Yosys these are nets, not memories.)
+  (* mem2reg *) logic [7:0]  act_h  [N*(N+1)];
+  (* mem2reg *) logic        swp_h  [N*(N+1)];
+  (* mem2reg *) logic [31:0] psum_v [N*(N+1)];
+  (* mem2reg *) logic [7:0]  wsh_v  [N*(N+1)];
+  (* mem2reg *) logic        wen    [N*N];
 
   // ---------------------------------------------------------------------------------------------
   // Input skew: row k of the array sees element k (and the swap flag) k cycles late.
@@ -73,7 +75,7 @@ module tpu_mxu #(
       .clk_i,
       .rst_ni,
       .d_i ({act_swap, act_data_i[8*k +: 8]}),
-      .q_o ({swp_h[k*(N+1)], act_h[8*(k*(N+1)) +: 8]})
+      .q_o ({swp_h[k*(N+1)], act_h[k*(N+1)]})
     );
   end
 
@@ -104,7 +106,7 @@ module tpu_mxu #(
       .clk_i,
       .rst_ni,
       .d_i (wt_data_i[8*n +: 8]),
-      .q_o (wsh_v[8*n +: 8])
+      .q_o (wsh_v[n])
     );
     // PE(m,n) shifts once the front of the tile has reached it (col_cnt >= m).
     assign wen[n] = col_valid;
@@ -116,22 +118,24 @@ module tpu_mxu #(
   // ---------------------------------------------------------------------------------------------
   // PE array
   // ---------------------------------------------------------------------------------------------
-  assign psum_v[32*N-1:0] = '0;  // partial sums enter the top row as 0
+  for (genvar n = 0; n < N; n++) begin : g_top
+    assign psum_v[n] = '0;  // partial sums enter the top row as 0
+  end
 
   for (genvar k = 0; k < N; k++) begin : g_row
     for (genvar n = 0; n < N; n++) begin : g_col
       tpu_pe u_pe (
         .clk_i,
         .rst_ni,
-        .act_i       (act_h[8*(k*(N+1)+n) +: 8]),
+        .act_i       (act_h[k*(N+1)+n]),
         .swap_i      (swp_h[k*(N+1)+n]),
-        .act_o       (act_h[8*(k*(N+1)+n+1) +: 8]),
+        .act_o       (act_h[k*(N+1)+n+1]),
         .swap_o      (swp_h[k*(N+1)+n+1]),
-        .psum_i      (psum_v[32*(k*N+n) +: 32]),
-        .psum_o      (psum_v[32*((k+1)*N+n) +: 32]),
+        .psum_i      (psum_v[k*N+n]),
+        .psum_o      (psum_v[(k+1)*N+n]),
         .wshift_en_i (wen[k*N+n]),
-        .wshift_i    (wsh_v[8*(k*N+n) +: 8]),
-        .wshadow_o   (wsh_v[8*((k+1)*N+n) +: 8])
+        .wshift_i    (wsh_v[k*N+n]),
+        .wshadow_o   (wsh_v[(k+1)*N+n])
       );
     end
   end
@@ -141,9 +145,8 @@ module tpu_mxu #(
   always_comb begin
     unused_edge = 1'b0;
     for (int unsigned k = 0; k < N; k++) begin
-      unused_edge = unused_edge ^ (^act_h[8*(k*(N+1)+N) +: 8]) ^ swp_h[k*(N+1)+N];
+      unused_edge = unused_edge ^ (^act_h[k*(N+1)+N]) ^ swp_h[k*(N+1)+N] ^ (^wsh_v[N*N+k]);
     end
-    unused_edge = unused_edge ^ (^wsh_v[8*N*N +: 8*N]);
   end
 
   // ---------------------------------------------------------------------------------------------
@@ -153,7 +156,7 @@ module tpu_mxu #(
     tpu_delay #(.Width(32), .Depth(N - 1 - n), .Reset(1'b0)) u_deskew (
       .clk_i,
       .rst_ni,
-      .d_i (psum_v[32*(N*N+n) +: 32]),
+      .d_i (psum_v[N*N+n]),
       .q_o (out_data_o[32*n +: 32])
     );
   end
