@@ -245,6 +245,31 @@ TEST(SystemFence, WritesOnlyItsWord) {
   EXPECT_EQ(d.perf(reg::kPerfWrBytesLo), 4u);
 }
 
+// The ring wraps: a second submission continues at HEAD and wraps past RING_SIZE - 1.
+TEST(SystemRing, WrapsAround) {
+  Dev d(4);
+  d.wr(reg::kIrqEnable, reg::kIrqEnableFence);
+  d.wr(reg::kRingBase, kRing);
+  d.wr(reg::kRingSize, 4);
+  for (uint32_t i = 0; i < 3; ++i) d.dev.mem_write(kRing + 16 * i, fence(10 + i, kFenceAddr, i == 2).data(), 16);
+  d.wr(reg::kRingTail, 3);
+  d.dev.run(10000);
+  ASSERT_TRUE(d.dev.irq());
+  EXPECT_EQ(d.rd(reg::kFenceValue), 12u);
+  EXPECT_EQ(d.rd(reg::kRingHead), 3u);
+  d.wr(reg::kIrqStatus, reg::kIrqStatusFence);
+  const uint32_t idx[3] = {3, 0, 1};
+  for (uint32_t i = 0; i < 3; ++i)
+    d.dev.mem_write(kRing + 16 * idx[i], fence(20 + i, kFenceAddr, i == 2).data(), 16);
+  d.wr(reg::kRingTail, 2);
+  d.dev.run(10000);
+  ASSERT_TRUE(d.dev.irq());
+  EXPECT_EQ(d.rd(reg::kFenceValue), 22u);
+  EXPECT_EQ(d.rd(reg::kRingHead), 2u);
+  EXPECT_EQ(d.rd(reg::kStatus), 0u);
+  EXPECT_EQ(d.perf(reg::kPerfInstretLo), 6u);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Faults and soft reset
 void expect_fault(Dev& d, spec::Fault cause, uint32_t pc, uint32_t info) {
