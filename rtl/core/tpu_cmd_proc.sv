@@ -552,7 +552,7 @@ module tpu_cmd_proc #(
       cap       = 1'b1;
       cap_cause = d_ferr ? CauseAxi : d_cause;
       cap_pc    = d_pc;
-      cap_info  = d_ferr ? d_faddr : d_info;
+      cap_info  = d_ferr ? d_pc : d_info;   // fetch error: the instruction's address
     end else if (ring_bad) begin
       cap = 1'b1; cap_cause = CauseRing; cap_pc = d_pc; cap_info = ring_tail_i;
     end
@@ -604,7 +604,10 @@ module tpu_cmd_proc #(
   // Deliberately unused: LOAD has no push_prev, STORE no push_next (rejected at decode);
   // OKAY vs EXOKAY is not distinguished.
   logic unused_bits;
-  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0]};
+  // The fetch burst address travels with each instruction for debug visibility only: a fetch
+  // error reports the failing instruction's own address (docs/perf_model.md, AXI_ERROR rule).
+  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0],
+                         d_faddr};
 
   // =============================================================================================
   // Assertions

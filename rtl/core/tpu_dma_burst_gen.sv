@@ -1,8 +1,9 @@
 // Splits one LOAD/STORE host transfer into AXI INCR bursts: `rows` rows of `row_bytes` bytes at
 // host_addr + i*host_stride. Bursts are at most 256 beats and never cross a 4 KiB boundary.
-// When host_stride == row_bytes the rows are contiguous and are merged into one long run, so a
-// dense transfer uses the longest legal bursts. All sizes are multiples of the beat (validated
-// before dispatch). Bursts are also capped at MaxBeats. One burst per cycle: the current burst is offered combinationally on
+// A burst never spans two host rows (even when rows are contiguous), so a failing burst names
+// exactly one row: burst_row_o is the start address of the row the burst belongs to, which is
+// what an AXI error reports as FAULT_INFO (docs/perf_model.md, AXI_ERROR rule). All sizes are
+// multiples of the beat (validated before dispatch). Bursts are also capped at MaxBeats. One burst per cycle: the current burst is offered combinationally on
 // burst_valid_o/addr_o/beats_o; burst_take_i consumes it.
 `include "tpu_assert.svh"
 
@@ -22,6 +23,7 @@ module tpu_dma_burst_gen #(
   output logic [31:0] burst_addr_o,
   output logic [8:0]  burst_beats_o,  // 1..256
   output logic        burst_last_o,   // last burst of the transfer
+  output logic [31:0] burst_row_o,    // host address of the row this burst belongs to
   input  logic        burst_take_i
 );
 
@@ -55,11 +57,8 @@ module tpu_dma_burst_gen #(
   assign burst_beats_o = beats32[8:0];
   assign burst_last_o  = row_end && (rows_rem_q == 16'd1);
   assign idle_o        = !active_q;
+  assign burst_row_o   = row_base_q;
 
-  logic        contig;
-  logic [31:0] total;
-  assign contig = ({8'd0, row_bytes_i} == host_stride_i);
-  assign total  = rows_i * row_bytes_i;
 
   logic [31:0] next_row;
   assign next_row = row_base_q + {8'd0, stride_q};
@@ -77,8 +76,8 @@ module tpu_dma_burst_gen #(
       active_q    <= 1'b1;
       addr_q      <= host_addr_i;
       row_base_q  <= host_addr_i;
-      row_rem_q   <= contig ? total : {16'd0, row_bytes_i};
-      rows_rem_q  <= contig ? 16'd1 : rows_i;
+      row_rem_q   <= {16'd0, row_bytes_i};
+      rows_rem_q  <= rows_i;
       row_bytes_q <= row_bytes_i;
       stride_q    <= host_stride_i;
     end else if (active_q && burst_take_i) begin

@@ -8,7 +8,7 @@
 // beats; both are powers of two) and written through the datapath's dma_wr port, one row per
 // handshake. Beats answered with SLVERR/DECERR are not written; once a beat of an instruction
 // has failed, the rest of that instruction is not written either. The error is reported on
-// err_o (with the failing burst address and the instruction's host address) and the
+// err_o (with the host address of the failing burst's row and the instruction's address) and the
 // instruction still completes (done_o) so the machine drains.
 //
 // Cycle costs: accept -> first AR valid: 1 cycle (gen state) + 1 (AR register) = AR on the
@@ -97,7 +97,7 @@ module tpu_dma_load #(
   assign accept  = valid_i && ready_o;
 
   logic        gen_valid, gen_last, gen_take;
-  logic [31:0] gen_addr;
+  logic [31:0] gen_addr, gen_row;
   logic [8:0]  gen_beats;
 
   tpu_dma_burst_gen #(.DmaDataW(DmaDataW), .MaxBeats(MaxBeats)) u_gen (
@@ -105,7 +105,7 @@ module tpu_dma_load #(
     .start_i(accept), .host_addr_i(i_host), .rows_i(i_rows), .row_bytes_i(i_rbytes),
     .host_stride_i(i_stride), .idle_o(gen_idle),
     .burst_valid_o(gen_valid), .burst_addr_o(gen_addr), .burst_beats_o(gen_beats),
-    .burst_last_o(gen_last), .burst_take_i(gen_take)
+    .burst_last_o(gen_last), .burst_row_o(gen_row), .burst_take_i(gen_take)
   );
 
   // pc of the instruction whose bursts the generator is producing
@@ -132,7 +132,7 @@ module tpu_dma_load #(
   logic [7:0]        ar_len_q;
   logic [CredW-1:0]  credit_q;
   logic              bf_full, bf_empty;
-  logic [63:0]       bf_rdata;        // {addr, pc} of the oldest outstanding burst
+  logic [63:0]       bf_rdata;        // {row addr, pc} of the oldest outstanding burst
   logic              data_pop;
 
   assign gen_take = gen_valid && !stop_i && (!ar_valid_q || arready_i) && !bf_full &&
@@ -168,7 +168,7 @@ module tpu_dma_load #(
 
   tpu_fifo #(.Width(64), .Depth(BufBeats)) u_bursts (
     .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(gen_take), .wdata_i({gen_addr, gen_pc_q}), .pop_i(rvalid_i && rlast_i),
+    .push_i(gen_take), .wdata_i({gen_row, gen_pc_q}), .pop_i(rvalid_i && rlast_i),
     .rdata_o(bf_rdata), .empty_o(bf_empty), .full_o(bf_full), .count_o()
   );
 

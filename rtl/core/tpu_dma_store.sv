@@ -9,7 +9,7 @@
 //    W beat buffer.
 //  * W: beats go out for bursts whose AW has been accepted, in AW order, wlast on the last beat.
 // B responses arrive in order (one AWID); the instruction is done when the B of its last burst
-// arrives. A failing B (SLVERR/DECERR) is reported on err_o with the burst address and the
+// arrives. A failing B (SLVERR/DECERR) is reported on err_o with its row's address and the
 // instruction's host address; the data of the failing burst was still sent in full.
 //
 // Cycle costs: accept -> first AW valid 2 cycles; local read request the cycle after accept;
@@ -100,7 +100,7 @@ module tpu_dma_store #(
   assign accept  = valid_i && ready_o;
 
   logic        gen_valid, gen_last, gen_take;
-  logic [31:0] gen_addr;
+  logic [31:0] gen_addr, gen_row;
   logic [8:0]  gen_beats;
 
   tpu_dma_burst_gen #(.DmaDataW(DmaDataW)) u_gen (
@@ -108,7 +108,7 @@ module tpu_dma_store #(
     .start_i(accept), .host_addr_i(i_host), .rows_i(i_rows), .row_bytes_i(i_rbytes),
     .host_stride_i(i_stride), .idle_o(gen_idle),
     .burst_valid_o(gen_valid), .burst_addr_o(gen_addr), .burst_beats_o(gen_beats),
-    .burst_last_o(gen_last), .burst_take_i(gen_take)
+    .burst_last_o(gen_last), .burst_row_o(gen_row), .burst_take_i(gen_take)
   );
 
   logic [31:0] gen_pc_q;
@@ -121,7 +121,7 @@ module tpu_dma_store #(
   // AW
   // ---------------------------------------------------------------------------------------------
   logic             aw_valid_q, aw_last_q;
-  logic [31:0]      aw_addr_q, aw_pc_q;
+  logic [31:0]      aw_addr_q, aw_pc_q, aw_row_q;
   logic [7:0]       aw_len_q;
   logic [ObW-1:0]   ob_q;        // bursts loaded into AW and not yet answered on B
   logic             aw_fire, b_fire;
@@ -138,6 +138,7 @@ module tpu_dma_store #(
       aw_len_q   <= '0;
       aw_last_q  <= 1'b0;
       aw_pc_q    <= '0;
+      aw_row_q   <= '0;
       ob_q       <= '0;
     end else begin
       if (awready_i) aw_valid_q <= 1'b0;
@@ -147,6 +148,7 @@ module tpu_dma_store #(
         aw_len_q   <= 8'(gen_beats - 9'd1);
         aw_last_q  <= gen_last;
         aw_pc_q    <= gen_pc_q;
+        aw_row_q   <= gen_row;
       end
       ob_q <= ob_q + (gen_take ? ObW'(1) : ObW'(0)) - (b_fire ? ObW'(1) : ObW'(0));
     end
@@ -167,10 +169,10 @@ module tpu_dma_store #(
   );
 
   logic        bt_empty, bt_full;
-  logic [64:0] bt_rdata;      // {last, addr, pc}
+  logic [64:0] bt_rdata;      // {last, row addr, pc}
   tpu_fifo #(.Width(65), .Depth(MaxOutB)) u_btag (
     .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(aw_fire), .wdata_i({aw_last_q, aw_addr_q, aw_pc_q}), .pop_i(b_fire),
+    .push_i(aw_fire), .wdata_i({aw_last_q, aw_row_q, aw_pc_q}), .pop_i(b_fire),
     .rdata_o(bt_rdata), .empty_o(bt_empty), .full_o(bt_full), .count_o()
   );
 

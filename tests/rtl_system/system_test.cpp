@@ -381,6 +381,12 @@ TEST(SystemFault, AxiErrorOnLoadStoreAndFence) {
     EXPECT_EQ(d.rd(reg::kStatus), 0u);
   }
   {
+    // a row that straddles the end of host memory (and a 4 KiB page): FAULT_INFO is the row start
+    Dev d(4, 0.0, 0, 1u << 20);
+    d.run({load({}, spec::Mem::kUb, 0, 0xFFFD0, 2, 32, 32)}, 20000);
+    expect_fault(d, spec::Fault::kAxiError, kRing, 0xFFFF0);
+  }
+  {
     Dev d(4, 0.0, 0, 1u << 20);
     d.run({fence(5, 0x200000, true)}, 20000);
     expect_fault(d, spec::Fault::kAxiError, kRing, 0x200000);
