@@ -63,6 +63,7 @@ class ModelImpl final : public SimDevice::Impl {
     }
     // An RTL assertion must not abort the process: it is reported as SimError(kAssertion).
     ctx_->fatalOnError(false);
+    enter();
     top_ = std::make_unique<Top>(ctx_.get(), "TOP");
     if (!config.wave.path.empty()) set_wave(config.wave.path, config.wave.from, config.wave.to);
     Top& t = *top_;
@@ -76,15 +77,22 @@ class ModelImpl final : public SimDevice::Impl {
   }
 
   ~ModelImpl() override {
+    enter();
     close_wave();
     top_->final();
+    top_.reset();
+    ctx_.reset();
+    // Do not leave Verilator's thread-local context pointing at a deleted context.
+    Verilated::threadContextp(nullptr);
   }
 
   void tick(uint64_t n) override {
+    enter();
     for (uint64_t i = 0; i < n; ++i) step<true>();
   }
 
   uint64_t run(uint64_t max_cycles) override {
+    enter();
     const Top& t = *top_;
     for (uint64_t i = 0; i < max_cycles; ++i) {
       if (t.irq_o) return i;
@@ -94,6 +102,7 @@ class ModelImpl final : public SimDevice::Impl {
   }
 
   bool run_axil(uint64_t timeout) override {
+    enter();
     for (uint64_t i = 0; i < timeout; ++i) {
       step<true>();
       if (!axil_.busy()) return true;
@@ -147,6 +156,11 @@ class ModelImpl final : public SimDevice::Impl {
   }
 
  private:
+  // Verilator's runtime finds "the" context through a thread-local pointer (scope registration,
+  // $stop/assertion reporting, destruction). With several devices per thread it must point at
+  // ours whenever our model runs; set it on entry to every operation (not per cycle).
+  void enter() const noexcept { Verilated::threadContextp(ctx_.get()); }
+
   // Slave and master outputs -> model inputs.
   void drive() noexcept {
     Top& t = *top_;
@@ -253,6 +267,7 @@ class ModelImpl final : public SimDevice::Impl {
   void open_wave() {
 #if TPUW_SIM_TRACE_FST
     wave_pending_ = false;
+    enter();
     ctx_->traceEverOn(true);
     auto fst = std::make_unique<VerilatedFstC>();
     top_->trace(fst.get(), 99);
