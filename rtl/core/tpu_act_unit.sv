@@ -55,11 +55,13 @@ module tpu_act_unit #(
     if (in_valid_i) begin
       tag1_q <= in_tag_i;
       for (int unsigned j = 0; j < N; j++) begin
-        logic [31:0] x;
-        logic [31:0] m;
+        logic [31:0]        x;
+        logic signed [63:0] p;
         x = in_acc_i[32*j +: 32] + bias_i[32*j +: 32];
-        m = mult_i[32*j +: 32];
-        prod1_q[64*j +: 64] <= {{32{x[31]}}, x} * {{32{m[31]}}, m};
+        // Signed multiply in a 64-bit context (both operands sign-extended). Not written as an
+        // unsigned multiply of explicitly sign-extended operands: Yosys 0.23 mis-synthesizes that.
+        p = $signed(x) * $signed(mult_i[32*j +: 32]);
+        prod1_q[64*j +: 64] <= p;
       end
     end
   end

@@ -30,7 +30,7 @@ module tpu_pe (
   logic        sel_q;      // 0: w0 active, 1: w1 active
   logic        sel_eff;    // select seen by the activation of this cycle
   logic [7:0]  w_act;
-  logic [15:0] prod;
+  logic signed [15:0] prod;
   logic [7:0]  act_q;
   logic        swap_q;
   logic [31:0] psum_q;
@@ -38,8 +38,9 @@ module tpu_pe (
   assign sel_eff   = sel_q ^ swap_i;
   assign w_act     = sel_eff ? w1_q : w0_q;
   assign wshadow_o = sel_q ? w0_q : w1_q;
-  // Signed 8x8 product: the low 16 bits of the product of the sign-extended operands.
-  assign prod = {{8{act_i[7]}}, act_i} * {{8{w_act[7]}}, w_act};
+  // Signed 8x8 product. (Not as an unsigned multiply of sign-extended operands: Yosys 0.23
+  // mis-synthesizes that form; tests/rtl/synth checks the netlist against this RTL.)
+  assign prod = $signed(act_i) * $signed(w_act);
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
