@@ -328,6 +328,7 @@ void set_qparams(Model& md, std::mt19937& rng) {
     md.acc[kQpA + 1][n] = static_cast<uint32_t>(std::uniform_int_distribution<int>(8, 24)(rng)) | 0xABCDE00u;  // high bits ignored
     md.acc[kBiasRow][n] = static_cast<uint32_t>(std::uniform_int_distribution<int>(-300000, 300000)(rng));
   }
+  md.acc[kBiasRow][0] = 0x7fffffffu;  // x + bias wraps for any positive x
   // Corners: largest multipliers, shift 0 / 1 / 63 / 62.
   md.acc[kQpB] = {0x7fffffffu, 0x80000000u, 1u, 0xffffffffu};
   md.acc[kQpB + 1] = {63u, 62u, 0u, 1u};
@@ -478,6 +479,18 @@ TEST(Datapath, BackToBackFoldsStreamWithoutBubble) {
     md.exec(in);
     tb.submit(in);
   }
+  // DMA traffic on every cycle of the run, to rows the program does not use: UB writes, WB writes
+  // to a tile no LOADW reads, ACC reads. The MXU must not lose a cycle to it.
+  constexpr uint32_t kSpareUb = kR * kFolds, kSpareTile = kWb - kN;
+  for (uint32_t i = 0; i < 40; ++i) {
+    std::array<int8_t, kN> r{};
+    for (auto& v : r) v = rnd8(rng);
+    const uint32_t row = kSpareUb + i % (kUb - kSpareUb);
+    md.ub[row] = r;
+    tb.dma_write_i8(sp::Mem::kUb, row, r);
+    tb.dma_read_req(sp::Mem::kAcc, kAcc - 1 - i % 8);
+  }
+  static_assert(kSpareTile >= kN * (kFolds % (kWb / kN)), "spare WB tile not used by the program");
   tb.perf = {};
   tb.mxu_active_cycles.clear();
   const uint64_t t0 = tb.now();
@@ -531,6 +544,35 @@ TEST(Datapath, DoneIsInOrderAndAfterTheWrites) {
   // The LOADW (3rd) cannot be reported before the 24-row MATMUL (2nd).
   ASSERT_EQ(tb.done_cycles.size(), prog.size());
   for (size_t i = 1; i < tb.done_cycles.size(); ++i) EXPECT_GT(tb.done_cycles[i], tb.done_cycles[i - 1]);
+  tb.expect_memories(md);
+}
+
+// ACTIVATE timing (the reference model's estimate uses it): dispatch one cycle after acceptance,
+// mult/shift(/bias) rows read in the next 2(3) cycles, then one ACC row per cycle, each written to
+// the UB 3 cycles after its read. act_busy (dispatch+1 .. last UB write) = rows + 5 (+1 with
+// bias); done one cycle after the last UB write, rows + 7 (+1) cycles after acceptance.
+TEST(Datapath, ActivateLatency) {
+  std::mt19937 rng(9);
+  Model md;
+  randomize(md, rng);
+  set_qparams(md, rng);
+  DpTb tb;
+  tb.load(md);
+  for (const bool bias : {false, true}) {
+    for (const uint32_t rows : {1u, 7u}) {
+      const Instr in = activate(3, 9, rows, bias, kBiasRow, kQpA, !bias);
+      md.exec(in);
+      tb.perf = {};
+      const size_t done_before = tb.done_cycles.size();
+      const uint64_t t0 = tb.now();
+      tb.submit(in);
+      tb.run_to_idle();
+      EXPECT_EQ(tb.perf.act_busy, rows + 5 + (bias ? 1 : 0));
+      ASSERT_EQ(tb.done_cycles.size(), done_before + 1);
+      EXPECT_EQ(tb.done_cycles.back(), t0 + rows + 7 + (bias ? 1 : 0));
+      EXPECT_EQ(tb.perf.mxu_active, 0u);
+    }
+  }
   tb.expect_memories(md);
 }
 
