@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "axi_test_master.h"
@@ -276,7 +277,12 @@ TEST_P(AxiSlaveBandwidth, LongBurstsRunAtTheConfiguredRate) {
 
 INSTANTIATE_TEST_SUITE_P(Rates, AxiSlaveBandwidth,
                          ::testing::Values(BwCase{16, 16.0}, BwCase{8, 8.0}, BwCase{4, 4.0},
-                                           BwCase{3, 3.0}, BwCase{0, 16.0}));
+                                           BwCase{3, 3.0}, BwCase{0, 16.0}),
+                         [](const ::testing::TestParamInfo<BwCase>& p) {
+                           return p.param.bytes_per_cycle == 0
+                                      ? std::string("Unlimited")
+                                      : "Bpc" + std::to_string(p.param.bytes_per_cycle);
+                         });
 
 TEST(AxiSlave, LimitsOutstandingBursts) {
   MemoryConfig c = quick_config();

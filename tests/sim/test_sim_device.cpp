@@ -20,19 +20,9 @@
 namespace tpuw::sim {
 namespace {
 
+using namespace testing;  // NOLINT: test helpers
 using testing::Instr;
 namespace reg = spec::reg;
-
-constexpr uint32_t kBase = 0x10000000;  // host memory window used by these tests
-constexpr uint32_t kSize = 1u << 20;
-
-SimDeviceConfig config_for(unsigned n) {
-  SimDeviceConfig c;
-  c.array_n = n;
-  c.memory.base = kBase;
-  c.memory.size = kSize;
-  return c;
-}
 
 std::string param_name(const ::testing::TestParamInfo<unsigned>& info) {
   return fmt::format("N{}", info.param);
@@ -143,78 +133,6 @@ INSTANTIATE_TEST_SUITE_P(Configs, SimDeviceRegs, ::testing::ValuesIn(SimDevice::
 
 // ---------------------------------------------------------------------------------------------
 // Programs
-
-struct Layout {
-  uint32_t ring = kBase;
-  uint32_t a = kBase + 0x1000;
-  uint32_t w = kBase + 0x4000;
-  uint32_t c = kBase + 0x8000;
-  uint32_t fence = kBase + 0xF000;
-};
-
-struct Gemm {
-  unsigned n = 0, m = 0;
-  std::vector<int8_t> a, w;  // A: m x n, W: n x n (row k = weights multiplying element k)
-  std::vector<int32_t> expect;
-};
-
-Gemm make_gemm(unsigned n, unsigned m, uint64_t seed) {
-  Gemm g;
-  g.n = n;
-  g.m = m;
-  std::mt19937_64 rng(seed);
-  g.a.resize(size_t{m} * n);
-  g.w.resize(size_t{n} * n);
-  for (auto& x : g.a) x = static_cast<int8_t>(rng());
-  for (auto& x : g.w) x = static_cast<int8_t>(rng());
-  g.expect.assign(size_t{m} * n, 0);
-  for (unsigned i = 0; i < m; ++i) {
-    for (unsigned j = 0; j < n; ++j) {
-      int32_t s = 0;
-      for (unsigned k = 0; k < n; ++k) s += int32_t{g.a[i * n + k]} * int32_t{g.w[k * n + j]};
-      g.expect[i * n + j] = s;
-    }
-  }
-  return g;
-}
-
-// LOAD W -> WB, LOAD A -> UB, LOADW, MATMUL(swap), STORE ACC, FENCE(irq).
-std::vector<Instr> gemm_program(SimDevice& d, const Gemm& g, const Layout& l, uint32_t fence_value) {
-  const DeviceParams& p = d.params();
-  d.mem_write(l.a, g.a.data(), g.a.size());
-  d.mem_write(l.w, g.w.data(), g.w.size());
-  const uint32_t rb8 = testing::host_row_bytes(p.array_n, p);
-  const uint32_t rb32 = testing::host_row_bytes(4 * p.array_n, p);
-  const auto bytes_a = static_cast<uint32_t>(g.a.size());
-  const auto bytes_w = static_cast<uint32_t>(g.w.size());
-  const uint32_t bytes_c = g.m * 4 * g.n;
-  EXPECT_EQ(bytes_a % rb8, 0u);
-  EXPECT_EQ(bytes_c % rb32, 0u);
-  using spec::Mem;
-  return {
-      testing::load(Mem::kWb, 0, l.w, bytes_w / rb8, rb8, rb8).push_next(),
-      testing::load(Mem::kUb, 0, l.a, bytes_a / rb8, rb8, rb8).push_next(),
-      testing::loadw(0).pop_prev(),
-      testing::matmul(0, 0, g.m, true, false).pop_prev().push_next(),
-      testing::store(Mem::kAcc, 0, l.c, bytes_c / rb32, rb32, rb32).pop_prev(),
-      testing::fence(fence_value, l.fence, true),
-  };
-}
-
-std::vector<int32_t> read_result(SimDevice& d, const Gemm& g, const Layout& l) {
-  std::vector<int32_t> c(size_t{g.m} * g.n);
-  d.mem_read(l.c, c.data(), c.size() * 4);
-  return c;
-}
-
-std::string fault_text(SimDevice& d) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "STATUS=%#x FAULT_CAUSE=%u FAULT_PC=%#x FAULT_INFO=%#x RING_HEAD=%u cycle=%llu",
-                d.read_reg(reg::kStatus), d.read_reg(reg::kFaultCause), d.read_reg(reg::kFaultPc),
-                d.read_reg(reg::kFaultInfo), d.read_reg(reg::kRingHead),
-                static_cast<unsigned long long>(d.cycle()));
-  return buf;
-}
 
 class SimDeviceProgram : public ::testing::TestWithParam<unsigned> {};
 
@@ -403,53 +321,6 @@ TEST(SimDevice, WaveformWindowWritesAnFstOnlyInsideTheWindow) {
   c.wave.path = "/nonexistent-dir/x.fst";
   c.wave.from = 0;
   EXPECT_THROW(SimDevice{c}, SimError);
-}
-
-// Simulation rate of the whole device (tracing off) on the default configuration: a long run of
-// back-to-back MATMULs. Prints the figure; asserts only a generous floor.
-TEST(SimDeviceRate, WholeDeviceCyclesPerSecond) {
-  const unsigned n = SimDevice::available_array_sizes().front();
-  SimDevice d(config_for(n));
-  const DeviceParams& p = d.params();
-  const unsigned m = 256;
-  const Gemm g = make_gemm(n, m, 5);
-  const Layout l;
-  std::vector<Instr> prog = gemm_program(d, g, l, 1);
-  // replace MATMUL + STORE + FENCE by many accumulating MATMULs, then STORE + FENCE
-  Instr st = prog[4], fe = prog[5];
-  prog.resize(3);
-  const unsigned reps = 60;
-  for (unsigned r = 0; r < reps; ++r) {
-    Instr mm = testing::matmul(0, 0, m, r == 0, r != 0);
-    if (r == 0) mm.pop_prev();
-    if (r + 1 == reps) mm.push_next();
-    prog.push_back(mm);
-  }
-  prog.push_back(st);
-  prog.push_back(fe);
-  (void)p;
-  testing::submit(d, l.ring, 128, prog);
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t busy = d.run(10000000);
-  const double busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(d.irq()) << fault_text(d);
-  const std::vector<int32_t> c = read_result(d, g, l);
-  for (size_t i = 0; i < c.size(); ++i) {
-    ASSERT_EQ(c[i], static_cast<int32_t>(static_cast<uint32_t>(g.expect[i]) * reps)) << i;
-  }
-  d.write_reg(reg::kIrqStatus, reg::kIrqStatusFence);
-  const auto t1 = std::chrono::steady_clock::now();
-  d.tick(200000);
-  const double idle_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  const double busy_rate = static_cast<double>(busy) / busy_s;
-  const double idle_rate = 200000.0 / idle_s;
-  std::printf("[ rate ] N=%u whole device, tracing off: busy %.3f Mcycles/s (%llu cycles, %.0f%% MXU "
-              "rows), idle %.3f Mcycles/s\n",
-              n, busy_rate / 1e6, static_cast<unsigned long long>(busy),
-              100.0 * m * reps / static_cast<double>(busy), idle_rate / 1e6);
-  RecordProperty("busy_cycles_per_s", std::to_string(busy_rate));
-  RecordProperty("idle_cycles_per_s", std::to_string(idle_rate));
-  EXPECT_GT(busy_rate, 1e5);
 }
 
 }  // namespace
