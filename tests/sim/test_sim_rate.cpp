@@ -23,14 +23,14 @@ TEST(SimDeviceRate, WholeDeviceCyclesPerSecond) {
   const unsigned n = SimDevice::available_array_sizes().front();
   SimDevice d(config_for(n));
   const DeviceParams& p = d.params();
-  const unsigned m = 512;
+  const unsigned m = 256;  // C (m x 16 int32) must fit below Layout::fence
   const Gemm g = make_gemm(n, m, 5);
   const Layout l;
   std::vector<Instr> prog = gemm_program(d, g, l, 1);
   // replace MATMUL + STORE + FENCE by many accumulating MATMULs, then STORE + FENCE
   Instr st = prog[4], fe = prog[5];
   prog.resize(3);
-  const unsigned reps = 100;
+  const unsigned reps = 200;
   for (unsigned r = 0; r < reps; ++r) {
     Instr mm = testing::matmul(0, 0, m, r == 0, r != 0);
     if (r == 0) mm.pop_prev();
@@ -40,11 +40,13 @@ TEST(SimDeviceRate, WholeDeviceCyclesPerSecond) {
   prog.push_back(st);
   prog.push_back(fe);
   (void)p;
-  testing::submit(d, l.ring, 128, prog);
+  ASSERT_LE(prog.size(), 256u);
+  testing::submit(d, l.ring, 256, prog);  // 256 entries end exactly at Layout::a
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t busy = d.run(10000000);
   const double busy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(d.irq()) << fault_text(d);
+  ASSERT_EQ(d.read_reg(reg::kIrqStatus), reg::kIrqStatusFence) << fault_text(d);
   const std::vector<int32_t> c = read_result(d, g, l);
   for (size_t i = 0; i < c.size(); ++i) {
     ASSERT_EQ(c[i], static_cast<int32_t>(static_cast<uint32_t>(g.expect[i]) * reps)) << i;
