@@ -58,8 +58,7 @@ module tpu_act_unit #(
         logic [31:0]        x;
         logic signed [63:0] p;
         x = in_acc_i[32*j +: 32] + bias_i[32*j +: 32];
-        // Signed multiply in a 64-bit context (both operands sign-extended). Not written as an
-        // unsigned multiply of explicitly sign-extended operands: Yosys 0.23 mis-synthesizes that.
+        // Signed multiply in a 64-bit context (both operands sign-extended).
         p = $signed(x) * $signed(mult_i[32*j +: 32]);
         prod1_q[64*j +: 64] <= p;
       end
