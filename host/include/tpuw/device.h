@@ -8,7 +8,9 @@
 //   tpuw::PerfCounters p = dev.perf();
 //
 // Host memory layout the driver owns: the command ring (ring_entries x 16 bytes) and the fence
-// word at the start of the backend's host memory window; the rest is handed out by alloc().
+// word at the top of the backend's host memory window (below 4 GiB); alloc() hands out the rest,
+// from the bottom up. Programs with fixed host addresses (tpuw exec) should stay below
+// ring_base().
 // The device's DMA window is programmed to the whole host memory window.
 //
 // Errors are tpuw::Error: kDeviceFault (message: cause, fault_doc, ring index, program index,
@@ -177,6 +179,9 @@ class Device {
 
   PerfCounters perf();
   void clear_perf();
+
+  /// Host address of the command ring (the driver owns [ring_base, top of host memory)).
+  uint64_t ring_base() const;
 
   /// Instructions written to the ring so far / fetched by the device so far (monotonic, across
   /// wrap-arounds; reset() sets consumed = submitted).

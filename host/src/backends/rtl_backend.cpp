@@ -20,6 +20,7 @@ ErrorKind map_kind(sim::SimErrorKind kind) {
     case sim::SimErrorKind::kBusError: return ErrorKind::kInvalidArgument;
     case sim::SimErrorKind::kTimeout: return ErrorKind::kTimeout;
     case sim::SimErrorKind::kIo: return ErrorKind::kInvalidArgument;
+    case sim::SimErrorKind::kAssertion: return ErrorKind::kInternal;  // an RTL bug, not the user's
   }
   return ErrorKind::kInternal;
 }

@@ -413,20 +413,23 @@ Device::Device(std::unique_ptr<Backend> backend, const DeviceOptions& options)
                             info.params.array_n, info.params.dma_data_w));
   }
 
-  // Driver-owned region at the start of host memory: ring, then the fence word.
+  // Driver-owned region at the top of host memory (below 4 GiB: addresses are 32 bits): ring, then
+  // the fence word. Hand-written programs use fixed low addresses; they never meet the ring.
   const uint64_t beat = info.dma_beat_bytes();
   d.ring_entries = options.ring_entries;
-  d.ring_base = (info.mem_base + 4095) & ~uint64_t{4095};
-  d.fence_addr = d.ring_base + uint64_t{d.ring_entries} * spec::kInstrBytes;
-  const uint64_t arena_begin = (d.fence_addr + std::max<uint64_t>(beat, 64) + 4095) & ~uint64_t{4095};
   const uint64_t mem_end = std::min<uint64_t>(info.mem_base + info.mem_size, uint64_t{1} << 32);
-  if (d.ring_base + 4 > UINT32_MAX || arena_begin >= mem_end) {
+  const uint64_t ring_bytes = uint64_t{d.ring_entries} * spec::kInstrBytes;
+  const uint64_t region = ring_bytes + std::max<uint64_t>(beat, 64);
+  const uint64_t arena_begin = (info.mem_base + 4095) & ~uint64_t{4095};
+  if (mem_end < arena_begin + region + 4096) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: host memory [0x{:x}, +0x{:x}) has no room below 4 GiB for a ring of {} "
                             "entries and buffers",
                             info.backend, info.mem_base, info.mem_size, d.ring_entries));
   }
-  d.arena = std::make_shared<HostBuffer::Arena>(arena_begin, mem_end);
+  d.ring_base = (mem_end - region) & ~uint64_t{4095};
+  d.fence_addr = d.ring_base + ring_bytes;
+  d.arena = std::make_shared<HostBuffer::Arena>(arena_begin, d.ring_base);
   d.ring_copy.assign(d.ring_entries, isa::Word{});
   d.ring_seq.assign(d.ring_entries, UINT64_MAX);
   d.soft_reset();
@@ -535,6 +538,8 @@ PerfCounters Device::perf() {
 }
 
 void Device::clear_perf() { impl_->wr(spec::reg::kPerfCtrl, spec::reg::kPerfCtrlClear); }
+
+uint64_t Device::ring_base() const { return impl_->ring_base; }
 
 uint64_t Device::instructions_submitted() const { return impl_->submitted; }
 uint64_t Device::instructions_consumed() {

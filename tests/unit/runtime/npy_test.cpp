@@ -1,0 +1,180 @@
+// .npy reader/writer: round trips for every dtype and rank, NumPy-written files, every error case.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include "tpuw/error.h"
+#include "tpuw/runtime/npy.h"
+
+namespace tpuw::npy {
+namespace {
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+// A hand-made .npy image with the given version, header text and data bytes.
+std::vector<uint8_t> make_npy(unsigned major, const std::string& dict, size_t data_bytes) {
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<uint8_t>(major), 0};
+  const std::string header = dict + "\n";
+  const size_t len_bytes = major == 1 ? 2 : 4;
+  for (size_t i = 0; i < len_bytes; ++i) out.push_back(static_cast<uint8_t>(header.size() >> (8 * i)));
+  out.insert(out.end(), header.begin(), header.end());
+  for (size_t i = 0; i < data_bytes; ++i) out.push_back(static_cast<uint8_t>(i));
+  return out;
+}
+
+// Expects parse() to throw kBadFile with a message naming the file and containing `what`.
+void expect_bad(const std::vector<uint8_t>& bytes, const std::string& what) {
+  try {
+    parse(bytes, "x.npy");
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("x.npy: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
+TEST(Npy, RoundTripEveryDtypeAndRank) {
+  for (DType t : {DType::kInt8, DType::kUint8, DType::kInt32, DType::kFloat32}) {
+    for (const std::vector<uint64_t>& shape : std::vector<std::vector<uint64_t>>{
+             {}, {0}, {7}, {3, 5}, {2, 3, 4}, {2, 1, 3, 2}}) {
+      Array a = Array::zeros(t, shape);
+      for (size_t i = 0; i < a.data.size(); ++i) a.data[i] = static_cast<uint8_t>(i * 37 + 11);
+      const std::vector<uint8_t> img = serialize(a);
+      EXPECT_EQ((img.size() - a.data.size()) % 64, 0u) << "header padded to 64 bytes";
+      const Array b = parse(img, "mem");
+      EXPECT_EQ(b.dtype, t);
+      EXPECT_EQ(b.shape, shape);
+      EXPECT_EQ(b.data, a.data);
+    }
+  }
+}
+
+TEST(Npy, TypedViewsAndFrom) {
+  const std::vector<int32_t> v = {-5, 0, 7, 2147483647, -2147483647 - 1, 42};
+  const Array a = Array::from<int32_t>({2, 3}, v);
+  const Array b = parse(serialize(a), "mem");
+  const auto view = b.view<int32_t>();
+  ASSERT_EQ(view.size(), 6u);
+  EXPECT_EQ(view[4], -2147483647 - 1);
+  EXPECT_EQ(view[3], 2147483647);
+  EXPECT_THROW((void)b.view<int8_t>(), Error);
+}
+
+TEST(Npy, FileRoundTripAndHeaderText) {
+  const auto path = std::filesystem::temp_directory_path() / "tpuw_npy_test.npy";
+  const std::vector<int8_t> v = {-128, 127, 0, 1, -1, 5};
+  save(path, Array::from<int8_t>({3, 2}, v));
+  const Array b = load(path);
+  EXPECT_EQ(b.dtype, DType::kInt8);
+  EXPECT_EQ(b.shape, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(b.view<int8_t>()[0], -128);
+  std::ifstream in(path, std::ios::binary);
+  std::string head(128, '\0');
+  in.read(head.data(), 128);
+  EXPECT_NE(head.find("{'descr': '|i1', 'fortran_order': False, 'shape': (3, 2), }"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(Npy, ReadsVersions2And3AndPythonSpellings) {
+  const Array v2 = parse(make_npy(2, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8), "v2");
+  EXPECT_EQ(v2.dtype, DType::kInt32);
+  EXPECT_EQ(v2.shape, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(v2.view<int32_t>()[1], 0x07060504);
+  const Array v3 = parse(make_npy(3, "{\"shape\": (1, 3), \"fortran_order\": False, \"descr\": \"<f4\"}", 12), "v3");
+  EXPECT_EQ(v3.dtype, DType::kFloat32);
+  EXPECT_EQ(v3.shape, (std::vector<uint64_t>{1, 3}));
+  const Array u8 = parse(make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (4L,)}", 4), "u8");
+  EXPECT_EQ(u8.dtype, DType::kUint8);
+  const Array scalar = parse(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': ()}", 4), "s");
+  EXPECT_EQ(scalar.rank(), 0u);
+  EXPECT_EQ(scalar.elements(), 1u);
+}
+
+TEST(Npy, ReadsFilesWrittenByNumPy) {
+  // examples/gemm was written by np.save (scripts: examples/gemm/make_example.py).
+  const Array a = load(std::filesystem::path(TPUW_EXAMPLES_DIR) / "gemm" / "a.npy");
+  EXPECT_EQ(a.dtype, DType::kInt8);
+  ASSERT_EQ(a.rank(), 2u);
+  EXPECT_EQ(a.data.size(), a.shape[0] * a.shape[1]);
+  const Array c = load(std::filesystem::path(TPUW_EXAMPLES_DIR) / "gemm" / "c_expected.npy");
+  EXPECT_EQ(c.dtype, DType::kInt32);
+}
+
+TEST(Npy, NotNpy) {
+  expect_bad(bytes_of("hello world, not numpy"), "not a .npy file");
+  expect_bad({}, "not a .npy file");
+  expect_bad(bytes_of("\x93NUMP"), "not a .npy file");
+}
+
+TEST(Npy, UnsupportedVersion) {
+  expect_bad(make_npy(4, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,)}", 4), "version 4.0");
+  auto img = make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,)}", 4);
+  img[7] = 1;
+  expect_bad(img, "version 1.1");
+}
+
+TEST(Npy, Truncated) {
+  auto img = make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,)}", 12);
+  expect_bad({img.begin(), img.begin() + 9}, "truncated");          // header length cut
+  expect_bad({img.begin(), img.begin() + 20}, "truncated");         // header cut
+  expect_bad({img.begin(), img.end() - 1}, "truncated .npy file: shape (3,) of int32 needs 12 data bytes, the file has 11");
+}
+
+TEST(Npy, TrailingBytes) {
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,)}", 13), "1 unexpected bytes");
+}
+
+TEST(Npy, BadHeader) {
+  expect_bad(make_npy(1, "garbage", 0), "bad .npy header");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False}", 0), "no 'shape' key");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'shape': (1,)}", 4), "no 'fortran_order' key");
+  expect_bad(make_npy(1, "{'fortran_order': False, 'shape': (1,)}", 4), "no 'descr' key");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (1,)}", 4), "expected True or False");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1, x)}", 4), "bad .npy header");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'extra': 1}", 4), "unknown key");
+}
+
+TEST(Npy, UnsupportedDtypeAndOrder) {
+  expect_bad(make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", 8), "dtype '<f8' is not supported");
+  expect_bad(make_npy(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (1,)}", 2), "dtype '<i2' is not supported");
+  expect_bad(make_npy(1, "{'descr': '>i4', 'fortran_order': False, 'shape': (1,)}", 4), "big-endian");
+  expect_bad(make_npy(1, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1,)}", 4), "structured");
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2)}", 16), "fortran_order is True");
+}
+
+TEST(Npy, RequireDtypeAndRank) {
+  const Array a = Array::zeros(DType::kInt32, {2, 3, 4});
+  try {
+    require(a, "a.npy", DType::kInt8, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+    EXPECT_STREQ(e.what(), "a.npy: dtype is int32, expected int8");
+  }
+  try {
+    require(a, "a.npy", DType::kInt32, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "a.npy: rank 3 (shape (2, 3, 4)), expected a rank-2 array");
+  }
+  EXPECT_NO_THROW(require(a, "a.npy", DType::kInt32, 3));
+}
+
+TEST(Npy, MissingFileNamesIt) {
+  try {
+    (void)load("/nonexistent/dir/m.npy");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/m.npy: cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tpuw::npy
