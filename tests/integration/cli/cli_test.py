@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""Integration tests of the tpuw CLI: cli_test.py TPUW CASE FIRMWARE_DIR (exit 77 = skipped)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TPUW, CASE, FIRMWARE = sys.argv[1], sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="tpuw_cli_")
+
+
+def run(*args):
+    p = subprocess.run([TPUW, *args], capture_output=True, text=True, timeout=280)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(cond, msg):
+    if not cond:
+        print("FAIL:", msg)
+        sys.exit(1)
+
+
+def rtl_built():
+    rc, out, err = run("info", "--backend", "rtl", "--json")
+    return rc == 0
+
+
+def bad_input_case(a_path, b_path, needle):
+    """tpuw gemm on bad input: exit 2, a message naming the file and the problem, no output file."""
+    out = os.path.join(TMP, "c.npy")
+    rc, so, se = run("gemm", "--backend", "ref", "--a", a_path, "--b", b_path, "--out", out)
+    expect(rc == 2, f"exit code {rc}, expected 2; stderr: {se}")
+    expect(needle in se, f"'{needle}' not in stderr: {se}")
+    expect(not os.path.exists(out), "output written despite the error")
+
+
+def good(shape, seed):
+    return np.random.default_rng(seed).integers(-128, 128, size=shape, dtype=np.int8)
+
+
+def save(name, arr):
+    p = os.path.join(TMP, name)
+    np.save(p, arr)
+    return p
+
+
+if CASE == "info_json":
+    rc, so, se = run("info", "--backend", "ref", "--json")
+    expect(rc == 0, se)
+    j = json.loads(so)
+    expect(j["array_n"] == 16 and j["ub_depth"] == 32768 and j["id"] == "0x54505557", so)
+    rc, so, se = run("info", "--backend", "ref", "--array-n", "4", "--json")
+    expect(rc == 0 and json.loads(so)["array_n"] == 4, so + se)
+
+elif CASE == "gemm_check_ref":
+    for m, k, n in [(1, 1, 1), (37, 70, 29), (5, 300, 3)]:
+        rc, so, se = run("gemm", "--backend", "ref", "--m", str(m), "--k", str(k), "--n", str(n), "--check", "-q")
+        expect(rc == 0, f"{m}x{k}x{n}: rc {rc} {se}")
+        expect("utilization" in so, so)
+    rc, so, se = run("gemm", "--backend", "ref", "--array-n", "4", "--m", "19", "--k", "23", "--n", "9", "--check")
+    expect(rc == 0, se)
+
+elif CASE == "gemm_check_rtl":
+    if not rtl_built():
+        sys.exit(77)
+    for m, k, n, arr in [(20, 33, 17, "16"), (9, 10, 11, "4")]:
+        rc, so, se = run("gemm", "--backend", "rtl", "--array-n", arr, "--m", str(m), "--k", str(k), "--n", str(n),
+                         "--check", "--json")
+        expect(rc == 0, se)
+        j = json.loads(so)
+        expect(j["check"]["cpu"] == "equal" and j["check"]["ref"] == "equal", so)
+
+elif CASE == "gemm_npy_out":
+    a, b = good((45, 67), 1), good((67, 23), 2)
+    a[0, :] = -128
+    b[:, 0] = -128
+    out = os.path.join(TMP, "c.npy")
+    rc, so, se = run("gemm", "--backend", "ref", "--a", save("a.npy", a), "--b", save("b.npy", b), "--out", out)
+    expect(rc == 0, se)
+    c = np.load(out)
+    expect(c.dtype == np.int32 and c.shape == (45, 23), f"{c.dtype} {c.shape}")
+    expect(np.array_equal(c, a.astype(np.int32) @ b.astype(np.int32)), "C differs from NumPy")
+    ex = os.path.join(os.path.dirname(FIRMWARE), "..", "examples", "gemm")
+    if os.path.exists(os.path.join(ex, "a.npy")):
+        rc, so, se = run("gemm", "--backend", "ref", "--a", os.path.join(ex, "a.npy"), "--b",
+                         os.path.join(ex, "b.npy"), "--out", out)
+        expect(rc == 0, se)
+        expect(np.array_equal(np.load(out), np.load(os.path.join(ex, "c_expected.npy"))), "example differs")
+
+elif CASE == "gemm_json_keys":
+    rc, so, se = run("gemm", "--backend", "ref", "--m", "64", "--k", "64", "--n", "64", "--json")
+    expect(rc == 0, se)
+    j = json.loads(so)
+    for key in ["backend", "array_n", "m", "k", "n", "cycles", "utilization", "wall_s", "sim_hz", "rd_bytes",
+                "wr_bytes", "min_bytes", "perf"]:
+        expect(key in j, f"missing key {key}: {so}")
+    expect(j["backend"] == "ref" and j["array_n"] == 16 and (j["m"], j["k"], j["n"]) == (64, 64, 64), so)
+    expect(j["min_bytes"] == 64 * 64 * 2 + 4 * 64 * 64, so)
+    expect(0 < j["utilization"] <= 1 and j["cycles"] > 0, so)
+    for key in ["mxu_active", "weight_stall", "weight_shift", "dma_wait", "instret", "rd_bytes", "wr_bytes"]:
+        expect(key in j["perf"], f"perf.{key} missing")
+    expect(j["perf"]["mxu_active"] == 64 * 4 * 4, so)  # 64 rows x 4 x 4 folds
+
+elif CASE == "bad_dtype":
+    a = save("a32.npy", good((4, 5), 1).astype(np.int32))
+    bad_input_case(a, save("b.npy", good((5, 3), 2)), "a32.npy: dtype is int32, expected int8")
+
+elif CASE == "bad_rank":
+    a = save("a3.npy", good((2, 4, 5), 1))
+    bad_input_case(a, save("b.npy", good((5, 3), 2)), "a3.npy: rank 3")
+
+elif CASE == "bad_inner_dim":
+    bad_input_case(save("a.npy", good((4, 5), 1)), save("b.npy", good((6, 3), 2)), "inner dimensions differ")
+
+elif CASE == "truncated":
+    p = save("t.npy", good((40, 50), 1))
+    with open(p, "rb") as f:
+        data = f.read()
+    with open(p, "wb") as f:
+        f.write(data[:-100])
+    bad_input_case(save("a.npy", good((4, 40), 1)), p, "t.npy: truncated")
+
+elif CASE == "not_npy":
+    p = os.path.join(TMP, "text.npy")
+    with open(p, "w") as f:
+        f.write("1,2,3\n4,5,6\n")
+    bad_input_case(p, save("b.npy", good((3, 3), 2)), "text.npy: not a .npy file")
+
+elif CASE == "fortran_order":
+    p = save("f.npy", np.asfortranarray(good((4, 5), 1)))
+    bad_input_case(p, save("b.npy", good((5, 3), 2)), "f.npy: fortran_order is True")
+
+elif CASE == "missing_file":
+    bad_input_case(os.path.join(TMP, "nope.npy"), save("b.npy", good((5, 3), 2)), "nope.npy")
+
+elif CASE == "usage_error":
+    rc, so, se = run("gemm", "--backend", "gpu")
+    expect(rc == 2, f"rc {rc}")
+    rc, so, se = run("gemm", "--m", "0", "--backend", "ref")
+    expect(rc == 2 and "must be >= 1" in se, se)
+    rc, so, se = run("gemm", "--help")
+    expect(rc == 0 and "--check" in so and "--array-n" in so, so)
+    rc, so, se = run("frobnicate")
+    expect(rc == 2, f"rc {rc}")
+
+elif CASE == "exec_fault":
+    src = os.path.join(TMP, "bad.s")
+    with open(src, "w") as f:
+        f.write("nop\nnop\n.word 0xee 0 0 0\nnop\n")
+    rc, so, se = run("exec", src, "--backend", "ref")
+    expect(rc == 4, f"rc {rc}: {se}")
+    expect("ILLEGAL_OPCODE" in se and "instruction 2 of the program" in se and "FAULT_INFO = 0xee" in se, se)
+    rc, so, se = run("exec", src, "--backend", "ref", "--json")
+    expect(rc == 4, f"rc {rc}")
+    j = json.loads(so)
+    expect(j["fault"]["cause"] == "ILLEGAL_OPCODE" and j["fault"]["index"] == 2 and j["fault"]["info"] == 0xEE, so)
+
+elif CASE == "exec_expect":
+    for prog in ["gemm_n4.s", "gemm_n16.s", "layer_n4.s", "fault_illegal_opcode.s", "fault_local_range.s"]:
+        rc, so, se = run("exec", os.path.join(FIRMWARE, prog), "--backend", "ref", "--json")
+        expect(rc == 0, f"{prog}: rc {rc} {se}")
+        j = json.loads(so)
+        expect(not j["problems"], f"{prog}: {j['problems']}")
+    # A wrong .expect gives exit 3.
+    src = os.path.join(TMP, "wrong.s")
+    with open(os.path.join(FIRMWARE, "gemm_n4.s")) as f:
+        text = f.read()
+    with open(src, "w") as f:
+        f.write(text.replace(".expect c     0x3000   int32   -3", ".expect c     0x3000   int32   -4"))
+    expect(".expect c     0x3000   int32   -3" in text, "gemm_n4.s changed; update this test")
+    rc, so, se = run("exec", src, "--backend", "ref")
+    expect(rc == 3 and "expected -4" in se, f"rc {rc}: {se}")
+
+elif CASE == "asm_disasm_roundtrip":
+    out = os.path.join(TMP, "g.bin")
+    rc, so, se = run("asm", os.path.join(FIRMWARE, "gemm_n4.s"), "-o", out)
+    expect(rc == 0, se)
+    expect(os.path.getsize(out) == 6 * 16, f"size {os.path.getsize(out)}")
+    rc, so, se = run("disasm", out)
+    expect(rc == 0 and "matmul" in so and "swap" in so, so)
+    src = os.path.join(TMP, "round.s")
+    with open(src, "w") as f:
+        f.write("\n".join(line.split(";")[0] for line in so.splitlines()) + "\n")
+    out2 = os.path.join(TMP, "round.bin")
+    rc, so2, se = run("asm", src, "-o", out2)
+    expect(rc == 0, se)
+    expect(open(out, "rb").read() == open(out2, "rb").read(), "asm(disasm(x)) != x")
+    rc, so, se = run("asm", os.path.join(TMP, "nonexistent.s"))
+    expect(rc == 2, f"rc {rc}")
+
+else:
+    print("unknown case", CASE)
+    sys.exit(1)
+print("ok", CASE)
