@@ -168,3 +168,24 @@ TEST(GemmProgram, StructureAndTokenBalance) {
 
 }  // namespace
 }  // namespace tpuw::runtime
+
+namespace tpuw::runtime {
+namespace {
+
+// The same compiler against the verilated device (small shapes; skipped when rtl is not built).
+TEST(GemmRtl, ShapesMatchCpu) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  for (unsigned an : {16u, 4u}) {
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("rtl", cfg);
+    const std::vector<std::array<uint64_t, 3>> shapes =
+        an == 16 ? std::vector<std::array<uint64_t, 3>>{{1, 1, 1}, {33, 64, 47}, {17, 31, 19}}
+                 : std::vector<std::array<uint64_t, 3>>{{3, 5, 7}, {600, 70, 5}, {9, 8200, 3}};
+    uint32_t seed = 40;
+    for (const auto& [m, k, n] : shapes) check_shape_on(dev, m, k, n, seed += 2);
+  }
+}
+
+}  // namespace
+}  // namespace tpuw::runtime
