@@ -18,7 +18,11 @@ constexpr unsigned kPatternRows = 1024;
 }  // namespace
 
 BareMxuRate run_bare_mxu(uint64_t cycles) {
+  // Verilator keeps a thread-local "current context" (scope registration and teardown use it); point
+  // it at ours for the model's whole life and clear it afterwards, as SimDevice does, so this model
+  // can share a thread with device models.
   auto ctx = std::make_unique<VerilatedContext>();
+  Verilated::threadContextp(ctx.get());
   auto m = std::make_unique<Vtpu_mxu_n16>(ctx.get(), "mxu");
   std::mt19937 rng(1);
   std::vector<uint32_t> pattern(kPatternRows * kWords);
@@ -60,6 +64,9 @@ BareMxuRate run_bare_mxu(uint64_t cycles) {
   }
   const auto t1 = std::chrono::steady_clock::now();
   m->final();
+  m.reset();
+  ctx.reset();
+  Verilated::threadContextp(nullptr);
   volatile uint32_t keep = sink;  // the outputs are consumed
   (void)keep;
 

@@ -687,6 +687,9 @@ struct RefDevice::Impl {
     perf = {};
     perf_hi_latch = {};
     busy_since.reset();
+    // The MXU's weight registers are flops with reset (both banks zero, bank 0 active); the
+    // UB, WB and ACC are RAMs and keep their contents, as in the RTL.
+    for (auto& bank : wbank) std::fill(bank.begin(), bank.end(), int8_t{0});
     wsel = 0;
     cp_time = fetch_data_time = burst_first_use = doorbell_time = now;
     fetch_burst_left = 0;

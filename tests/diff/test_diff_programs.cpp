@@ -1,0 +1,196 @@
+// Random valid programs, and programs with one illegal instruction, on the verilated device and the
+// reference model: host memory must end up bit-identical, and faults must be reported identically.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "random_program.h"
+#include "tpuw/device.h"
+#include "tpuw/error.h"
+
+namespace tpuw::difftest {
+namespace {
+
+constexpr uint64_t kDataBytes = 16 * 1024;
+
+struct Pair {
+  Device rtl;
+  Device ref;
+  HostBuffer rtl_data;
+  HostBuffer ref_data;
+};
+
+Pair open_pair(unsigned array_n) {
+  BackendConfig cfg;
+  cfg.array_n = array_n;
+  Pair p{Device::open("rtl", cfg), Device::open("ref", cfg), {}, {}};
+  p.rtl_data = p.rtl.alloc(kDataBytes, 4096);
+  p.ref_data = p.ref.alloc(kDataBytes, 4096);
+  // Both allocators are deterministic, so the program's host addresses mean the same data.
+  EXPECT_EQ(p.rtl_data.addr(), p.ref_data.addr());
+  return p;
+}
+
+std::vector<uint8_t> fill_random(Pair& p, std::mt19937_64& rng) {
+  std::vector<uint8_t> bytes(kDataBytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  p.rtl.write(p.rtl_data, 0, bytes.data(), bytes.size());
+  p.ref.write(p.ref_data, 0, bytes.data(), bytes.size());
+  return bytes;
+}
+
+void expect_same_memory(Pair& p, const std::string& what) {
+  std::vector<uint8_t> a(kDataBytes), b(kDataBytes);
+  p.rtl.read(p.rtl_data, 0, a.data(), a.size());
+  p.ref.read(p.ref_data, 0, b.data(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) {
+      ADD_FAILURE() << what << ": host memory differs first at data offset " << i << " (rtl 0x" << std::hex
+                    << int{a[i]} << ", ref 0x" << int{b[i]} << ")";
+      return;
+    }
+  }
+}
+
+// What a test ran on a pair, so a failure can be replayed on a fresh pair.
+struct Step {
+  std::vector<uint8_t> fill;
+  std::vector<isa::Word> program;
+};
+
+// Copies UB and ACC rows 0..63 (the random programs' windows) of both devices out through STOREs
+// and returns the first index where they differ, or -1.
+long compare_local_state(Pair& p) {
+  const auto& params = p.rtl.info().params;
+  const uint64_t ub_bytes = 64ull * params.array_n, acc_bytes = 64ull * 4 * params.array_n;
+  std::vector<uint8_t> dumps[2];
+  Device* devs[2] = {&p.rtl, &p.ref};
+  for (int d = 0; d < 2; ++d) {
+    HostBuffer scratch = devs[d]->alloc(ub_bytes + acc_bytes, 4096);
+    isa::Instr ub = isa::make_instr(spec::Opcode::kStore);
+    ub.set("mem", static_cast<uint64_t>(spec::Mem::kUb));
+    ub.set("host_addr", scratch.addr());
+    ub.set("rows", 1);
+    ub.set("row_bytes", ub_bytes);
+    ub.set("host_stride", 0);
+    isa::Instr acc = ub;
+    acc.set("mem", static_cast<uint64_t>(spec::Mem::kAcc));
+    acc.set("host_addr", scratch.addr() + ub_bytes);
+    acc.set("row_bytes", acc_bytes);
+    devs[d]->run(std::vector<isa::Word>{isa::encode(ub), isa::encode(acc)});
+    dumps[d].resize(ub_bytes + acc_bytes);
+    devs[d]->read(scratch, 0, dumps[d].data(), dumps[d].size());
+  }
+  for (size_t i = 0; i < dumps[0].size(); ++i) {
+    if (dumps[0][i] != dumps[1][i]) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+// Replays `history` on a fresh pair, then the failing program instruction by instruction, and
+// names the first instruction after which the devices' UB/ACC contents differ.
+std::string locate_divergence(unsigned array_n, const std::vector<Step>& history, const Step& failing) {
+  for (size_t len = 1; len <= failing.program.size(); ++len) {
+    Pair p = open_pair(array_n);
+    for (const Step& s : history) {
+      p.rtl.write(p.rtl_data, 0, s.fill.data(), s.fill.size());
+      p.ref.write(p.ref_data, 0, s.fill.data(), s.fill.size());
+      p.rtl.run(s.program);
+      p.ref.run(s.program);
+    }
+    p.rtl.write(p.rtl_data, 0, failing.fill.data(), failing.fill.size());
+    p.ref.write(p.ref_data, 0, failing.fill.data(), failing.fill.size());
+    const std::vector<isa::Word> prefix(failing.program.begin(), failing.program.begin() + static_cast<long>(len));
+    p.rtl.run(prefix);
+    p.ref.run(prefix);
+    const long at = compare_local_state(p);
+    if (at >= 0) {
+      const uint64_t ub_bytes = 64ull * array_n;
+      const std::string where = static_cast<uint64_t>(at) < ub_bytes
+                                    ? "UB row " + std::to_string(at / array_n)
+                                    : "ACC row " + std::to_string((at - static_cast<long>(ub_bytes)) / (4 * array_n));
+      return "local state first differs after instruction " + std::to_string(len - 1) + " (" +
+             isa::disassemble_one(failing.program[len - 1]) + "), at " + where;
+    }
+  }
+  return "local state never differs: the difference is in host memory writes only";
+}
+
+std::string listing(const std::vector<isa::Word>& prog) {
+  std::string s;
+  for (size_t i = 0; i < prog.size(); ++i) s += std::to_string(i) + ": " + isa::disassemble_one(prog[i]) + "\n";
+  return s;
+}
+
+class DiffPrograms : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(DiffPrograms, RandomValidProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(1000 + n);
+  const int programs = n == 4 ? 150 : 40;
+  std::vector<Step> history;
+  for (int i = 0; i < programs; ++i) {
+    Step step{fill_random(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40};
+    step.program = random_program(spec, rng);
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
+    p.rtl.run(step.program);
+    p.ref.run(step.program);
+    expect_same_memory(p, "program " + std::to_string(i));
+    if (HasFailure()) {
+      ADD_FAILURE() << locate_divergence(n, history, step);
+      return;
+    }
+    history.push_back(std::move(step));
+  }
+}
+
+TEST_P(DiffPrograms, IllegalInstructionFaultsIdenticallyAndResetRecovers) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(2000 + n);
+  const int programs = n == 4 ? 60 : 20;
+  for (int i = 0; i < programs; ++i) {
+    fill_random(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12};
+    auto prog = random_program(spec, rng);
+    const auto tail = random_program(spec, rng);
+    prog.push_back(random_illegal_instruction(spec, rng));
+    prog.insert(prog.end(), tail.begin(), tail.end());
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
+
+    std::optional<FaultReport> faults[2];
+    Device* devs[2] = {&p.rtl, &p.ref};
+    for (int d = 0; d < 2; ++d) {
+      try {
+        devs[d]->run(prog);
+        ADD_FAILURE() << (d == 0 ? "rtl" : "ref") << " ran an illegal instruction without a fault";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kDeviceFault) << e.what();
+      }
+      faults[d] = devs[d]->fault();
+      ASSERT_TRUE(faults[d].has_value());
+    }
+    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
+    EXPECT_NE(faults[0]->cause, spec::Fault::kNone);
+    expect_same_memory(p, "faulted program " + std::to_string(i));
+    p.rtl.reset();
+    p.ref.reset();
+    // Both work again after the reset: run a valid program and compare.
+    const auto again = random_program(spec, rng);
+    p.rtl.run(again);
+    p.ref.run(again);
+    expect_same_memory(p, "program after reset " + std::to_string(i));
+    if (HasFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ArraySizes, DiffPrograms, ::testing::Values(4u, 16u),
+                         [](const auto& param_info) { return "N" + std::to_string(param_info.param); });
+
+}  // namespace
+}  // namespace tpuw::difftest
