@@ -14,6 +14,8 @@ packages=(
   build-essential cmake ninja-build ccache git
   verilator yosys
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  nextpnr-ice40 fpga-icestorm
   python3
 )
 missing=()

@@ -1,0 +1,52 @@
+// The quantized network: what the model importer and quantizer (tpuw/nn/onnx_import.h,
+// tpuw/nn/quantize.h) hand to the network compiler (tpuw/runtime/network.h).
+//
+// A network is a chain of dense layers y = act(x . W + b) running on the device, followed by
+// optional host-side operators (softmax). Everything on the device is integer; the arithmetic of
+// one layer is exactly the ACTIVATE instruction of docs/isa.md:
+//
+//   acc[j]  = sum_k x_q[k] * w_q[k][j]                         (int8 x int8 -> int32, MATMUL)
+//   y_q[j]  = sat8( relu?( round((acc[j] + bias_q[j]) * mult[j] / 2^shift[j]) ) )   (ACTIVATE)
+//
+// For the last layer (`int32_output`), the device stores acc[j] + bias_q[j] as int32 and the host
+// dequantizes: y[j] = (acc[j] + bias_q[j]) * out_scale[j] as float32.
+//
+// Quantization rules (docs/quantization.md says why):
+//   weights      symmetric int8 per output column j: w_scale[j] = max|W[:,j]| / 127
+//   activations  symmetric int8 per tensor: in_scale = max|x| / 127 over calibration data
+//   bias         int32, bias_q[j] = round(b[j] / (in_scale * w_scale[j]))
+//   requant      mult[j] / 2^shift[j] ~= in_scale * w_scale[j] / out_scale (mult in [2^30, 2^31))
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpuw::nn {
+
+/// One dense layer, quantized. Sizes: w_q has k*n entries row-major [k][n].
+struct QLayer {
+  std::string name;              // ONNX node name(s), for reports and errors
+  uint32_t k = 0;                // input features
+  uint32_t n = 0;                // output features
+  std::vector<int8_t> w_q;       // [k][n]
+  std::vector<int32_t> bias_q;   // [n] (zeros when the model has no bias)
+  bool relu = false;             // ReLU fused after the layer
+  bool int32_output = false;     // last device layer: int32 out, dequantized on the host
+  std::vector<int32_t> mult;     // [n] requantization multiplier (unused when int32_output)
+  std::vector<uint8_t> shift;    // [n] requantization shift 0..63 (unused when int32_output)
+  std::vector<float> out_scale;  // [n] int32_output: float per unit of acc; otherwise 1 entry:
+                                 // the scale of the int8 output tensor
+};
+
+/// Host-side operators after the device layers.
+enum class HostOp { kNone, kSoftmax };
+
+struct QNetwork {
+  uint32_t input_features = 0;   // k of the first layer
+  float input_scale = 1.0f;      // float input x -> x_q = sat8(round(x / input_scale))
+  std::vector<QLayer> layers;    // in order; layers[i].k == layers[i-1].n
+  HostOp host_op = HostOp::kNone;
+};
+
+}  // namespace tpuw::nn
