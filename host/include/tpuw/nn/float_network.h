@@ -1,0 +1,56 @@
+// The float network: what the ONNX importer (tpuw/nn/onnx_import.h) produces and the quantizer
+// (tpuw/nn/quantize.h) consumes. A chain of dense layers y = act(x . W + b), then an optional
+// host-side operator (softmax), exactly the shape the device runs (tpuw/nn/qnetwork.h).
+//
+// forward_float() is the float reference: what the model computes before quantization, used to
+// calibrate activation scales and to measure the accuracy that int8 costs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpuw/nn/qnetwork.h"
+
+namespace tpuw::nn {
+
+/// One dense layer in float. w has k*n entries row-major [k][n] (ONNX MatMul's B layout).
+struct DenseLayer {
+  std::string name;      // ONNX node name(s) the layer came from, e.g. "fc1 (Gemm) + relu1 (Relu)"
+  uint32_t k = 0;        // input features
+  uint32_t n = 0;        // output features
+  std::vector<float> w;  // [k][n]
+  std::vector<float> b;  // [n] (zeros when the model has no bias)
+  bool relu = false;     // ReLU fused after the layer
+};
+
+struct FloatNetwork {
+  std::string source;                // file (or name) the model was read from, for messages
+  std::string input_name;            // the graph input
+  std::vector<int64_t> input_shape;  // as declared; -1 for a symbolic (batch) dimension
+  std::string output_name;           // the graph output
+  uint32_t input_features = 0;       // product of the input's non-batch dimensions == layers[0].k
+  std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
+  HostOp host_op = HostOp::kNone;    // applied on the host after the last layer
+
+  uint32_t output_features() const { return layers.empty() ? input_features : layers.back().n; }
+};
+
+/// Row-wise softmax over `cols` columns, in place (max-subtracted, float32 result).
+void softmax_rows(std::span<float> y, uint32_t cols);
+
+/// The float reference forward pass: x is [batch, input_features] row-major; returns
+/// [batch, output_features]. Accumulates in double, stores float32 after every layer.
+/// Throws Error(kInvalidArgument) when x.size() != batch * input_features.
+std::vector<float> forward_float(const FloatNetwork& net, std::span<const float> x, uint64_t batch);
+
+/// Like forward_float, but returns every layer's float output (after ReLU, before the host op):
+/// result[i] is [batch, layers[i].n]. The quantizer calibrates activation scales from these.
+std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, std::span<const float> x,
+                                                     uint64_t batch);
+
+/// Index of the largest element of each row (the predicted class), [batch].
+std::vector<uint32_t> argmax_rows(std::span<const float> y, uint32_t cols);
+
+}  // namespace tpuw::nn

@@ -1,0 +1,213 @@
+// Post-training int8 quantization and the bit-exact integer forward pass (tpuw/nn/quantize.h).
+// docs/quantization.md explains the rules.
+#include "tpuw/nn/quantize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tpuw/error.h"
+
+namespace tpuw::nn {
+namespace {
+
+int8_t sat8(double v) { return static_cast<int8_t>(std::clamp(v, -128.0, 127.0)); }
+
+int32_t sat32(double v) {
+  return static_cast<int32_t>(std::clamp(v, static_cast<double>(std::numeric_limits<int32_t>::min()),
+                                         static_cast<double>(std::numeric_limits<int32_t>::max())));
+}
+
+float max_abs(std::span<const float> x) {
+  float m = 0;
+  for (const float v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+}  // namespace
+
+Requant quantize_multiplier(double real) {
+  if (!(real > 0) || !std::isfinite(real)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("requantization factor {} is not a positive finite number", real));
+  }
+  int e = 0;
+  const double f = std::frexp(real, &e);  // real = f * 2^e, f in [0.5, 1)
+  auto mult = static_cast<int64_t>(std::llround(std::ldexp(f, 31)));
+  if (mult == (int64_t{1} << 31)) {  // f rounded up to 1.0
+    mult = int64_t{1} << 30;
+    ++e;
+  }
+  int shift = 31 - e;
+  if (shift < 0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("requantization factor {} is too large for a 32-bit multiplier with shift >= 0", real));
+  }
+  if (shift > 63) {
+    shift = 63;
+    mult = static_cast<int64_t>(std::llround(std::ldexp(real, 63)));
+  }
+  return Requant{static_cast<int32_t>(mult), static_cast<uint8_t>(shift)};
+}
+
+float symmetric_scale(std::span<const float> x) {
+  const float m = max_abs(x);
+  return m > 0 && std::isfinite(m) ? m / 127.0f : 1.0f;
+}
+
+int8_t quantize_value(float x, float scale) {
+  const double q = std::round(static_cast<double>(x) / static_cast<double>(scale));
+  if (std::isnan(q)) return 0;
+  return sat8(q);
+}
+
+int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool relu) {
+  const auto x = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(bias));  // wrap
+  __int128 p = static_cast<__int128>(static_cast<int64_t>(x) * static_cast<int64_t>(mult));
+  const unsigned sh = shift & 63u;
+  if (sh > 0) p = (p + (static_cast<__int128>(1) << (sh - 1))) >> sh;
+  if (relu && p < 0) p = 0;
+  if (p > 127) p = 127;
+  if (p < -128) p = -128;
+  return static_cast<int8_t>(p);
+}
+
+QNetwork quantize(const FloatNetwork& net, std::span<const float> calib, uint64_t rows) {
+  if (net.layers.empty()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: the network has no dense layer to run on the device", net.source));
+  }
+  if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
+  if (calib.size() != rows * net.input_features) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("calibration data has {} values, expected {} rows x {} features", calib.size(), rows,
+                            net.input_features));
+  }
+  const std::vector<std::vector<float>> acts = forward_float_layers(net, calib, rows);
+
+  QNetwork q;
+  q.input_features = net.input_features;
+  q.input_scale = symmetric_scale(calib);
+  q.host_op = net.host_op;
+  float in_scale = q.input_scale;
+  for (size_t li = 0; li < net.layers.size(); ++li) {
+    const DenseLayer& l = net.layers[li];
+    const bool last = li + 1 == net.layers.size();
+    QLayer ql;
+    ql.name = l.name;
+    ql.k = l.k;
+    ql.n = l.n;
+    ql.relu = l.relu;
+    ql.int32_output = last;
+    ql.w_q.resize(size_t{l.k} * l.n);
+    ql.bias_q.resize(l.n);
+    std::vector<float> w_scale(l.n);
+    for (uint32_t j = 0; j < l.n; ++j) {
+      float m = 0;
+      for (uint32_t k = 0; k < l.k; ++k) m = std::max(m, std::fabs(l.w[size_t{k} * l.n + j]));
+      if (!std::isfinite(m)) {
+        throw Error(ErrorKind::kUnsupported,
+                    fmt::format("{}: layer '{}' column {} has a non-finite weight", net.source, l.name, j));
+      }
+      w_scale[j] = m > 0 ? m / 127.0f : 1.0f;
+      for (uint32_t k = 0; k < l.k; ++k) {
+        const double v = std::round(static_cast<double>(l.w[size_t{k} * l.n + j]) / static_cast<double>(w_scale[j]));
+        ql.w_q[size_t{k} * l.n + j] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+      }
+      const double acc_scale = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]);
+      const double bq = std::round(static_cast<double>(l.b[j]) / acc_scale);
+      if (std::isnan(bq)) {
+        throw Error(ErrorKind::kUnsupported, fmt::format("{}: layer '{}' bias {} is not finite", net.source, l.name, j));
+      }
+      ql.bias_q[j] = sat32(bq);
+    }
+    if (last) {
+      ql.out_scale.resize(l.n);
+      for (uint32_t j = 0; j < l.n; ++j) ql.out_scale[j] = in_scale * w_scale[j];
+    } else {
+      const float out_scale = symmetric_scale(acts[li]);
+      ql.out_scale = {out_scale};
+      ql.mult.resize(l.n);
+      ql.shift.resize(l.n);
+      for (uint32_t j = 0; j < l.n; ++j) {
+        const double real = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]) /
+                            static_cast<double>(out_scale);
+        try {
+          const Requant r = quantize_multiplier(real);
+          ql.mult[j] = r.mult;
+          ql.shift[j] = r.shift;
+        } catch (const Error& e) {
+          throw Error(ErrorKind::kUnsupported,
+                      fmt::format("{}: layer '{}' column {}: {}", net.source, l.name, j, e.what()));
+        }
+      }
+      in_scale = out_scale;
+    }
+    q.layers.push_back(std::move(ql));
+  }
+  return q;
+}
+
+std::vector<int8_t> quantize_input(const QNetwork& net, std::span<const float> x) {
+  std::vector<int8_t> q(x.size());
+  for (size_t i = 0; i < x.size(); ++i) q[i] = quantize_value(x[i], net.input_scale);
+  return q;
+}
+
+std::vector<int32_t> forward_int_raw(const QNetwork& net, std::span<const int8_t> x_q, uint64_t batch) {
+  if (x_q.size() != batch * net.input_features) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("input has {} values, expected batch {} x {} features",
+                                                         x_q.size(), batch, net.input_features));
+  }
+  std::vector<int8_t> in(x_q.begin(), x_q.end());
+  std::vector<int32_t> raw;
+  for (size_t li = 0; li < net.layers.size(); ++li) {
+    const QLayer& l = net.layers[li];
+    const bool last = li + 1 == net.layers.size();
+    std::vector<uint32_t> acc(l.n);  // unsigned: the device's 32-bit wrap-around
+    std::vector<int8_t> out(last ? 0 : batch * l.n);
+    if (last) raw.assign(batch * l.n, 0);
+    for (uint64_t r = 0; r < batch; ++r) {
+      std::fill(acc.begin(), acc.end(), 0u);
+      for (uint32_t k = 0; k < l.k; ++k) {
+        const int32_t xv = in[r * l.k + k];
+        const int8_t* wrow = l.w_q.data() + size_t{k} * l.n;
+        for (uint32_t j = 0; j < l.n; ++j) acc[j] += static_cast<uint32_t>(xv * int32_t{wrow[j]});
+      }
+      for (uint32_t j = 0; j < l.n; ++j) {
+        if (last) {
+          raw[r * l.n + j] = static_cast<int32_t>(acc[j] + static_cast<uint32_t>(l.bias_q[j]));
+        } else {
+          out[r * l.n + j] = requantize(static_cast<int32_t>(acc[j]), l.bias_q[j], l.mult[j], l.shift[j], l.relu);
+        }
+      }
+    }
+    if (!last) in = std::move(out);
+  }
+  return raw;
+}
+
+std::vector<float> dequantize_output(const QNetwork& net, std::span<const int32_t> raw, uint64_t batch) {
+  if (net.layers.empty()) throw Error(ErrorKind::kInvalidArgument, "the network has no layers");
+  const QLayer& l = net.layers.back();
+  if (raw.size() != batch * l.n) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("output has {} values, expected batch {} x {}", raw.size(), batch, l.n));
+  }
+  std::vector<float> y(raw.size());
+  for (uint64_t r = 0; r < batch; ++r) {
+    for (uint32_t j = 0; j < l.n; ++j) {
+      const float v = static_cast<float>(raw[r * l.n + j]) * l.out_scale[j];
+      y[r * l.n + j] = l.relu ? std::max(v, 0.0f) : v;  // the int32 path skips ACTIVATE: ReLU here
+    }
+  }
+  if (net.host_op == HostOp::kSoftmax) softmax_rows(y, l.n);
+  return y;
+}
+
+std::vector<float> forward_int(const QNetwork& net, std::span<const float> x, uint64_t batch) {
+  return dequantize_output(net, forward_int_raw(net, quantize_input(net, x), batch), batch);
+}
+
+}  // namespace tpuw::nn
