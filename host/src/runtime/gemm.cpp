@@ -1,33 +1,13 @@
 // GEMM tiling and program generation (see tpuw/runtime/gemm.h).
 //
-// How the program is built
-// ------------------------
-// 1. Sequential meaning. The compiler first writes the program as if it ran one instruction at a
-//    time: for each M tile, for each output column strip, for each K block ("fold"):
-//      LOAD  weight tile (k, n)          -> WB slot  (t mod w_slots)
-//      LOAD  A block (m, k) if not there -> UB slot  (resident: k; streaming: ring)
-//      LOADW WB slot
-//      MATMUL UB slot -> ACC buffer (strip mod 2), swap=1, accumulate = k > 0
-//    and after the last fold of a strip: STORE ACC buffer -> C strip.
-//    Each instruction records the buffers (WB slot, UB slot, ACC buffer) it reads and writes.
-//
-// 2. Hazards to tokens. Every cross-queue read-after-write and write-after-read on a buffer becomes
-//    a requirement "instruction X of queue Q may issue only after instruction Y of queue P is done"
-//    (P, Q adjacent: LOAD<->COMPUTE, COMPUTE<->STORE). Queues run in order and tokens are counters,
-//    so the k-th pop of a channel is satisfied by its k-th push: walking the consumer queue, a pop
-//    is placed only where the requirement exceeds what earlier pops already guarantee, and the
-//    matching push on the producer at the required index (strictly increasing, one push per
-//    instruction and channel). For the COMPUTE -> LOAD "buffer free" channel the push may be placed
-//    later than required (but still before the reloaded buffer's first use): this bounds the
-//    tokens in flight well below the 8-bit counters without delaying any load, because a load is
-//    not dispatched earlier than that anyway (see 3).
-//
-// 3. Program order. The three queues are merged into one instruction stream: compute instructions
-//    in order; before each, the loads whose first consumer is at most kLookahead compute
-//    instructions ahead (and whose pop partner is already in the stream); after each, every store
-//    whose pop partner is in the stream. Every pop therefore follows its push in program order,
-//    which makes the program deadlock-free with any queue depth: the earliest unfinished
-//    instruction always has its tokens and is at the head of its queue.
+// How the program is built: program_builder.h (sequential meaning -> hazard-derived tokens -> merge
+// with every pop after its push). The GEMM's sequential meaning: for each M tile, for each output
+// column strip, for each K block ("fold"):
+//   LOAD  weight tile (k, n)          -> WB slot  (t mod w_slots)
+//   LOAD  A block (m, k) if not there -> UB slot  (resident: k; streaming: ring)
+//   LOADW WB slot
+//   MATMUL UB slot -> ACC buffer (strip mod 2), swap=1, accumulate = k > 0
+// and after the last fold of a strip: STORE ACC buffer -> C strip.
 #include "tpuw/runtime/gemm.h"
 
 #include <fmt/format.h>
@@ -37,148 +17,28 @@
 #include <chrono>
 #include <numeric>
 
+#include "program_builder.h"
 #include "tpuw/error.h"
 
 namespace tpuw::runtime {
 namespace {
 
-constexpr uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
-constexpr uint64_t round_down(uint64_t x, uint64_t m) { return x / m * m; }
+using detail::Builder;
+using detail::dma_instr;
+using detail::kC;
+using detail::kL;
+using detail::kMaxRowsField;
+using detail::kS;
+using detail::round_down;
+using detail::round_up;
+using detail::split_transfer;
+using detail::Transfer;
 
 constexpr uint32_t kMaxWSlots = 64;      // WB tiles in the weight ring (prefetch depth is bounded by
                                          // the program order anyway, see kLookahead)
 constexpr uint64_t kLookahead = 8;       // compute instructions a load is placed ahead of its use
-constexpr uint64_t kMaxHostRow = 4096;   // bytes per DMA host row: one 4 KiB page = one burst
-constexpr uint64_t kMaxRowsField = 0xFFFF;
-
-enum Q : int { kL = 0, kC = 1, kS = 2 };
-
-struct Op {
-  isa::Instr instr;
-  std::array<int64_t, 3> req{-1, -1, -1};  // must wait for queue q's instruction req[q] to be done
-  bool is_matmul = false;
-};
-
-struct Resource {
-  int last_writer_q = -1;
-  int64_t last_writer = -1;
-  std::array<int64_t, 3> readers{-1, -1, -1};
-};
-
-class Builder {
- public:
-  explicit Builder(size_t num_resources) : res_(num_resources) {}
-
-  void emit(Q q, isa::Instr instr, std::initializer_list<size_t> reads, std::initializer_list<size_t> writes,
-            bool is_matmul = false) {
-    Op op;
-    op.instr = std::move(instr);
-    op.is_matmul = is_matmul;
-    const auto idx = static_cast<int64_t>(ops_[q].size());
-    for (size_t r : reads) {
-      Resource& s = res_[r];
-      if (s.last_writer_q >= 0 && s.last_writer_q != q) {
-        op.req[s.last_writer_q] = std::max(op.req[s.last_writer_q], s.last_writer);
-      }
-      s.readers[q] = idx;
-    }
-    for (size_t r : writes) {
-      Resource& s = res_[r];
-      for (int p = 0; p < 3; ++p) {
-        if (p != q && s.readers[p] >= 0) op.req[p] = std::max(op.req[p], s.readers[p]);
-      }
-      if (s.last_writer_q >= 0 && s.last_writer_q != q) {
-        op.req[s.last_writer_q] = std::max(op.req[s.last_writer_q], s.last_writer);
-      }
-      s.last_writer_q = q;
-      s.last_writer = idx;
-      s.readers = {-1, -1, -1};
-    }
-    for (int p = 0; p < 3; ++p) {
-      if (op.req[p] >= 0 && std::abs(p - static_cast<int>(q)) != 1) {
-        throw Error(ErrorKind::kInternal, "gemm compiler: dependency between non-adjacent queues");
-      }
-    }
-    ops_[q].push_back(std::move(op));
-  }
-
-  std::array<std::vector<Op>, 3>& ops() { return ops_; }
-
- private:
-  std::vector<Resource> res_;
-  std::array<std::vector<Op>, 3> ops_;
-};
-
-// Token channel between producer queue P and consumer queue Q. Sets pop flags on consumers and
-// push flags on producers; returns for each consumer op the producer index its pop is matched
-// with (-1 = no pop). `latest_push(j, need)` may move the push later than `need`.
-template <typename Later>
-std::vector<int64_t> assign_channel(std::vector<Op>& producers, std::vector<Op>& consumers, Q p,
-                                    const char* pop_flag, const char* push_flag, Later latest_push) {
-  (void)p;
-  std::vector<int64_t> partner(consumers.size(), -1);
-  int64_t guaranteed = -1;
-  int64_t need = -1;
-  for (size_t j = 0; j < consumers.size(); ++j) {
-    need = std::max(need, consumers[j].req[p]);
-    if (need <= guaranteed) continue;
-    int64_t at = std::max(need, latest_push(j, need));
-    at = std::min<int64_t>(at, static_cast<int64_t>(producers.size()) - 1);
-    if (at <= guaranteed) at = need;
-    isa::Instr& c = consumers[j].instr;
-    if (std::string_view(pop_flag) == "pop_prev") c.pop_prev = true; else c.pop_next = true;
-    isa::Instr& pr = producers[static_cast<size_t>(at)].instr;
-    if (std::string_view(push_flag) == "push_prev") pr.push_prev = true; else pr.push_next = true;
-    partner[j] = at;
-    guaranteed = at;
-  }
-  return partner;
-}
 
 uint64_t lcm64(uint64_t a, uint64_t b) { return std::lcm(a, b); }
-
-// One DMA transfer of `bytes` contiguous host bytes into/out of consecutive local rows, split into
-// as few LOAD/STORE instructions as the field widths allow, host rows of at most 4 KiB.
-struct Transfer {
-  uint64_t local_row;
-  uint64_t host_addr;
-  uint64_t rows;
-  uint64_t row_bytes;
-};
-
-std::vector<Transfer> split_transfer(uint64_t local_row, uint64_t host_addr, uint64_t bytes, uint64_t local_row_bytes,
-                                     uint64_t beat) {
-  const uint64_t unit = lcm64(local_row_bytes, beat);
-  if (bytes % unit != 0 || unit > 0xFFFF) {
-    throw Error(ErrorKind::kInternal,
-                fmt::format("gemm compiler: transfer of {} bytes is not a multiple of {}", bytes, unit));
-  }
-  const uint64_t count = bytes / unit;
-  uint64_t d = std::max<uint64_t>(1, std::min(count, kMaxHostRow / unit));
-  while (count % d != 0) --d;
-  const uint64_t row_bytes = unit * d;
-  uint64_t rows_left = count / d;
-  std::vector<Transfer> out;
-  while (rows_left > 0) {
-    const uint64_t rows = std::min(rows_left, kMaxRowsField);
-    out.push_back({local_row, host_addr, rows, row_bytes});
-    local_row += rows * row_bytes / local_row_bytes;
-    host_addr += rows * row_bytes;
-    rows_left -= rows;
-  }
-  return out;
-}
-
-isa::Instr dma_instr(spec::Opcode op, spec::Mem mem, const Transfer& t) {
-  isa::Instr i = isa::make_instr(op);
-  i.set("mem", static_cast<uint64_t>(mem));
-  i.set("local_addr", t.local_row);
-  i.set("host_addr", t.host_addr);
-  i.set("rows", t.rows);
-  i.set("row_bytes", t.row_bytes);
-  i.set("host_stride", t.row_bytes);
-  return i;
-}
 
 void check_shape(const GemmShape& s) {
   if (s.m == 0 || s.k == 0 || s.n == 0) {
@@ -301,65 +161,15 @@ GemmProgram compile_gemm(const GemmPlan& plan, uint64_t a_addr, uint64_t b_addr,
     }
   }
 
-  auto& ops = b.ops();
-  std::vector<Op>& L = ops[kL];
-  std::vector<Op>& C = ops[kC];
-  std::vector<Op>& S = ops[kS];
-
-  // First compute consumer of every load (from the running maximum of the compute requirements).
-  std::vector<int64_t> first_use(L.size(), static_cast<int64_t>(C.size()));
-  {
-    int64_t covered = -1;
-    for (size_t i = 0; i < C.size(); ++i) {
-      while (covered < C[i].req[kL]) first_use[static_cast<size_t>(++covered)] = static_cast<int64_t>(i);
-    }
-  }
-  const auto no_delay = [](size_t, int64_t need) { return need; };
-  // Frees (COMPUTE -> LOAD): push as late as allowed, up to kFreeSlack before the first use.
-  const auto free_slack = static_cast<int64_t>(2 * kLookahead + 24);
-  const std::vector<int64_t> l_pop =
-      assign_channel(C, L, kC, "pop_next", "push_prev", [&](size_t j, int64_t need) {
-        return std::max(need, first_use[j] - free_slack);
-      });
-  const std::vector<int64_t> c_pop_l = assign_channel(L, C, kL, "pop_prev", "push_next", no_delay);
-  const std::vector<int64_t> c_pop_s = assign_channel(S, C, kS, "pop_next", "push_prev", no_delay);
-  const std::vector<int64_t> s_pop = assign_channel(C, S, kC, "pop_prev", "push_next", no_delay);
-
-  // Merge into program order.
+  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
   GemmProgram prog;
   prog.plan = plan;
-  prog.code.reserve(L.size() + C.size() + S.size());
-  int64_t emitted_c = -1, emitted_l = -1, emitted_s = -1;
-  size_t li = 0, si = 0;
-  auto emit_stores = [&] {
-    while (si < S.size() && s_pop[si] <= emitted_c) {
-      prog.code.push_back(isa::encode(S[si].instr));
-      ++prog.stores;
-      emitted_s = static_cast<int64_t>(si++);
-    }
-  };
-  for (size_t i = 0; i < C.size(); ++i) {
-    while (li < L.size() && first_use[li] <= static_cast<int64_t>(i + kLookahead) && l_pop[li] <= emitted_c) {
-      prog.code.push_back(isa::encode(L[li].instr));
-      ++prog.loads;
-      emitted_l = static_cast<int64_t>(li++);
-    }
-    if (c_pop_l[i] > emitted_l || c_pop_s[i] > emitted_s) {
-      throw Error(ErrorKind::kInternal, "gemm compiler: a pop precedes its push in program order");
-    }
-    if (C[i].is_matmul) {
-      prog.fold_index.push_back(prog.code.size());
-      ++prog.matmuls;
-    } else {
-      ++prog.loadws;
-    }
-    prog.code.push_back(isa::encode(C[i].instr));
-    emitted_c = static_cast<int64_t>(i);
-    emit_stores();
-  }
-  if (li != L.size() || si != S.size()) {
-    throw Error(ErrorKind::kInternal, "gemm compiler: instructions left over after the merge");
-  }
+  prog.code = std::move(merged.code);
+  prog.fold_index = std::move(merged.fold_index);
+  prog.loads = merged.loads;
+  prog.loadws = merged.loadws;
+  prog.matmuls = merged.matmuls;
+  prog.stores = merged.stores;
   return prog;
 }
 
