@@ -10,6 +10,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device_configs.h"
 #include "tpuw/error.h"
+#include "tpuw/serial.h"
 
 #if TPUW_HAVE_REF
 #include "tpuw/ref/ref_device.h"
@@ -34,10 +35,11 @@ std::vector<unsigned> configured_sizes() {
 
 }  // namespace
 
-std::vector<std::string> backend_names() { return {"rtl", "ref"}; }
+std::vector<std::string> backend_names() { return {"rtl", "ref", "serial"}; }
 
 std::vector<unsigned> backend_array_sizes(std::string_view name) {
   if (name == "ref") return configured_sizes();
+  if (name == "serial") return {4};  // the board decides; 4 = rtl/fpga/tpu_icebreaker_top.sv
   if (name == "rtl") {
 #if TPUW_HAVE_RTL
     return backends::rtl_array_sizes();
@@ -50,6 +52,15 @@ std::vector<unsigned> backend_array_sizes(std::string_view name) {
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] const BackendConfig& config) {
+  if (name == "serial") {
+    // The board decides its configuration and memory (config.array_n and config.memory are not
+    // used); port and rate come from TPUW_SERIAL_PORT / TPUW_SERIAL_BAUD (tpuw/serial.h).
+    if (!config.wave_path.empty()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  "waveforms (--wave) need the rtl backend; the serial backend talks to a board");
+    }
+    return serial::make_serial_backend_from_env();
+  }
   if (name != "ref" && name != "rtl") {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("unknown backend '{}' (known: {})", name, fmt::join(backend_names(), ", ")));

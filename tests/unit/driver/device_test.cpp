@@ -254,7 +254,7 @@ TEST_P(DeviceTest, TwoDevicesInOneProcess) {
 }
 
 TEST(BackendFactory, NamesAndErrors) {
-  EXPECT_EQ(backend_names(), (std::vector<std::string>{"rtl", "ref"}));
+  EXPECT_EQ(backend_names(), (std::vector<std::string>{"rtl", "ref", "serial"}));
   try {
     (void)make_backend("fpga", {});
     FAIL();
