@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include "cmd_run.h"
 #include "tpuw/asm.h"
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
@@ -570,6 +571,7 @@ int run(int argc, char** argv) {
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
   add_device_options(ge, gemm_o, true);
+  register_run(app);  // tpuw run (cmd_run.cpp): runs from its callback and exits
 
   try {
     app.parse(argc, argv);

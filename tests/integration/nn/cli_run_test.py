@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""Integration tests of `tpuw run`: cli_run_test.py TPUW CASE DIGITS_DIR (exit 77 = skipped).
+
+Uses the committed digits example (model, held-out split, calibration rows); needs only NumPy."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TPUW, CASE, DIGITS = sys.argv[1], sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="tpuw_run_")
+MODEL = os.path.join(DIGITS, "digits_mlp.onnx")
+TEST_X = os.path.join(DIGITS, "test_x.npy")
+TEST_Y = os.path.join(DIGITS, "test_y.npy")
+CALIB = os.path.join(DIGITS, "calib_x.npy")
+
+
+def run(*args):
+    p = subprocess.run([TPUW, *args], capture_output=True, text=True, timeout=280)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(cond, msg):
+    if not cond:
+        print("FAIL:", msg)
+        sys.exit(1)
+
+
+def save(name, arr):
+    p = os.path.join(TMP, name)
+    np.save(p, arr)
+    return p
+
+
+def write(name, data):
+    p = os.path.join(TMP, name)
+    with open(p, "wb") as f:
+        f.write(data)
+    return p
+
+
+def run_ok(*args):
+    rc, so, se = run(*args)
+    expect(rc == 0, f"exit {rc}; stdout: {so} stderr: {se}")
+    return so
+
+
+def bad_input_case(args, needle):
+    """tpuw run on bad input: exit 2, a message naming the problem, no output file."""
+    out = os.path.join(TMP, "y.npy")
+    rc, so, se = run("run", *args, "--output", out, "--backend", "ref", "-q")
+    expect(rc == 2, f"exit code {rc}, expected 2; stdout: {so} stderr: {se}")
+    expect(needle in se, f"'{needle}' not in stderr: {se}")
+    expect("tpuw: error:" in se, f"no error line: {se}")
+    expect(not os.path.exists(out), "output written despite the error")
+
+
+def accuracy_line(so):
+    for line in so.splitlines():
+        if line.startswith("accuracy"):
+            return line
+    expect(False, f"no accuracy line in {so}")
+
+
+if CASE == "digits_ref":
+    out = os.path.join(TMP, "y.npy")
+    so = run_ok("run", MODEL, "--input", TEST_X, "--output", out, "--labels", TEST_Y, "--calibrate", CALIB,
+                "--backend", "ref", "--check")
+    y = np.load(out)
+    labels = np.load(TEST_Y)
+    expect(y.dtype == np.float32 and y.shape == (359, 10), f"{y.dtype} {y.shape}")
+    expect(np.allclose(y.sum(axis=1), 1.0, atol=1e-5), "softmax rows do not sum to 1")
+    acc = float(np.mean(y.argmax(axis=1) == labels))
+    line = accuracy_line(so)
+    expect(f"int8 on ref {100 * acc:.2f}%" in line, f"{line} vs {acc}")
+    expect(acc >= 0.95, f"int8 accuracy {acc}")
+    for needle in ["2 dense layers", "softmax (host)", "cycles went to", "min bytes", "check: device output equals"]:
+        expect(needle in so, f"'{needle}' not in {so}")
+
+elif CASE == "digits_rtl_batches":
+    ref_out, rtl_out = os.path.join(TMP, "ref.npy"), os.path.join(TMP, "rtl.npy")
+    run_ok("run", MODEL, "--input", TEST_X, "--output", ref_out, "--calibrate", CALIB, "--backend", "ref", "-q")
+    so = run_ok("run", MODEL, "--input", TEST_X, "--output", rtl_out, "--calibrate", CALIB, "--backend", "rtl",
+                "--array-n", "16", "--batch", "128", "--labels", TEST_Y, "--check", "-q")
+    expect("in 3 batches of 128" in so, so)
+    a, b = np.load(ref_out), np.load(rtl_out)
+    expect(a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)),
+           "rtl (3 batches) and ref (1 batch) outputs differ")
+
+elif CASE == "json_keys":
+    so = run_ok("run", MODEL, "--input", TEST_X, "--labels", TEST_Y, "--calibrate", CALIB, "--backend", "ref",
+                "--json")
+    j = json.loads(so)
+    for key in ["model", "backend", "array_n", "rows", "batch", "batches", "input_scale", "layers", "cycles",
+                "utilization", "rd_bytes", "wr_bytes", "min_bytes", "perf", "accuracy"]:
+        expect(key in j, f"missing {key}: {so}")
+    expect(j["rows"] == 359 and j["batches"] == 1 and len(j["layers"]) == 2, so)
+    l0, l1 = j["layers"]
+    expect((l0["m"], l0["k"], l0["n"], l0["relu"]) == (359, 64, 32, True), str(l0))
+    expect((l1["m"], l1["k"], l1["n"], l1["int32_output"]) == (359, 32, 10, True), str(l1))
+    expect(l0["cycles"] > 0 and l0["min_bytes"] == 64 * 32 + 359 * 64 + 359 * 32, str(l0))
+    expect(l0["mxu_active"] + l1["mxu_active"] == j["perf"]["mxu_active"], so)
+    acc = j["accuracy"]
+    expect(acc["rows"] == 359 and acc["int8"] >= acc["float"] - 0.01, str(acc))
+
+elif CASE == "image_shape_input":
+    x = np.load(TEST_X)
+    flat, img = os.path.join(TMP, "flat.npy"), os.path.join(TMP, "img.npy")
+    run_ok("run", MODEL, "--input", TEST_X, "--output", flat, "--backend", "ref", "-q")
+    run_ok("run", MODEL, "--input", save("x_img.npy", x.reshape(-1, 1, 8, 8)), "--output", img, "--backend", "ref",
+           "-q")
+    expect(np.array_equal(np.load(flat), np.load(img)), "[rows, 1, 8, 8] input differs from [rows, 64]")
+    f32 = os.path.join(TMP, "f32.npy")
+    run_ok("run", MODEL, "--input", save("x_f32.npy", x.astype(np.float32)), "--output", f32, "--backend", "ref",
+           "-q")
+    expect(np.array_equal(np.load(flat), np.load(f32)), "float32 input differs from uint8 input")
+
+elif CASE == "missing_model":
+    bad_input_case([os.path.join(TMP, "nope.onnx"), "--input", TEST_X], "nope.onnx")
+
+elif CASE == "truncated_model":
+    data = open(MODEL, "rb").read()
+    bad_input_case([write("trunc.onnx", data[: len(data) // 2]), "--input", TEST_X], "trunc.onnx")
+    bad_input_case([write("empty.onnx", b""), "--input", TEST_X], "empty")
+
+elif CASE == "garbage_model":
+    bad_input_case([write("garbage.onnx", bytes(range(256)) * 8), "--input", TEST_X], "garbage.onnx")
+    bad_input_case([TEST_X, "--input", TEST_X], "test_x.npy")  # a .npy is not a model
+
+elif CASE == "unsupported_model":
+    data = open(MODEL, "rb").read()
+    expect(b"Relu" in data, "model has no Relu")
+    # Same-length rename keeps the protobuf valid: the ReLU node becomes a Tanh node.
+    bad_input_case([write("tanh.onnx", data.replace(b"Relu", b"Tanh")), "--input", TEST_X], "(Tanh)")
+
+elif CASE == "bad_input_dtype":
+    x = np.load(TEST_X)
+    bad_input_case([MODEL, "--input", save("x64.npy", x.astype(np.float64))], "x64.npy")
+    bad_input_case([MODEL, "--input", save("x32.npy", x.astype(np.int32))], "dtype is int32")
+    xf = x.astype(np.float32)
+    xf[3, 5] = np.nan
+    bad_input_case([MODEL, "--input", save("xnan.npy", xf)], "finite")
+
+elif CASE == "bad_input_features":
+    x = np.load(TEST_X)
+    bad_input_case([MODEL, "--input", save("x63.npy", x[:, :63])], "x63.npy")
+    bad_input_case([MODEL, "--input", save("x0.npy", x[:0])], "no rows")
+    bad_input_case([MODEL, "--input", TEST_X, "--calibrate", save("c48.npy", x[:, :48])], "c48.npy")
+
+elif CASE == "bad_labels":
+    y = np.load(TEST_Y)
+    bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_short.npy", y[:10])], "y_short.npy")
+    y2 = y.copy()
+    y2[7] = 12
+    bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_range.npy", y2)], "label 12 of row 7")
+    bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_f.npy", y.astype(np.float32))], "y_f.npy")
+
+elif CASE == "missing_output_dir":
+    out = os.path.join(TMP, "nodir", "y.npy")
+    rc, so, se = run("run", MODEL, "--input", TEST_X, "--output", out, "--backend", "ref")
+    expect(rc == 2 and "does not exist" in se, f"{rc} {se}")
+    expect(not os.path.exists(out), "output written")
+
+elif CASE == "usage_error":
+    rc, so, se = run("run", MODEL)  # --input is required
+    expect(rc == 2, f"exit {rc}: {se}")
+    rc, so, se = run("run", MODEL, "--input", TEST_X, "--backend", "gpu")
+    expect(rc == 2, f"exit {rc}: {se}")
+    rc, so, se = run("run", MODEL, "--input", TEST_X, "--backend", "ref", "--array-n", "5")
+    expect(rc == 2 and "--array-n 5" in se, f"exit {rc}: {se}")
+
+else:
+    print("unknown case", CASE)
+    sys.exit(1)
+print("ok")
