@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -179,10 +180,14 @@ class Importer {
                                 d.has_dim_param() ? "'" + d.dim_param() + "'" : std::to_string(v)));
       }
       net_.input_shape.push_back(v);
-      if (i > 0) feat_.push_back(v);
+      if (i > 0) {
+        if (v > std::numeric_limits<uint32_t>::max() || product(feat_) * v > std::numeric_limits<uint32_t>::max()) {
+          unsupported("has more than 2^32 features per row");
+        }
+        feat_.push_back(v);
+      }
     }
     const int64_t f = product(feat_);
-    if (f > std::numeric_limits<uint32_t>::max()) unsupported("has too many features");
     net_.input_features = static_cast<uint32_t>(f);
     net_.input_name = in.name();
     act_ = {in.name()};
@@ -498,7 +503,10 @@ class Importer {
       if (is_act(n.input(1))) unsupported("a shape computed from the activation is not supported (use a constant shape)");
       const Tensor& s = constant(n.input(1), "shape");
       if (s.dims.size() != 1) bad_node(fmt::format("shape '{}' is not a 1-D tensor", n.input(1)));
-      for (const double v : s.data) shape.push_back(static_cast<int64_t>(v));
+      for (const double v : s.data) {
+        // Shape entries beyond +-2^53 cannot be a valid size here; clamp before converting.
+        shape.push_back(static_cast<int64_t>(std::clamp(v, -9.0e15, 9.0e15)));
+      }
     }
     require_activation_input(n, 0);
     const bool allowzero = attr_int(n, "allowzero", 0) != 0;
@@ -524,9 +532,12 @@ class Importer {
           unsupported(fmt::format("reshape to {}: the batch dimension is ambiguous", shape_str));
         }
         infer = static_cast<int>(out.size());
-      } else if (v <= 0) {
-        unsupported(fmt::format("reshape to {}: dimension {} is {}", shape_str, i, v));
+      } else if (v <= 0 || v > total) {
+        unsupported(fmt::format("reshape of [batch, {} features] to {}: dimension {} is {}", total, shape_str, i, v));
       } else {
+        if (known > total / v) {
+          unsupported(fmt::format("reshape of [batch, {} features] to {} changes the batch dimension", total, shape_str));
+        }
         known *= v;
       }
       out.push_back(v);

@@ -429,3 +429,42 @@ TEST(OnnxImportMalformed, FileErrorsNameTheFile) {
 
 }  // namespace
 }  // namespace tpuw::nn
+
+namespace tpuw::nn {
+namespace {
+
+// Random byte mutations of a valid model: every result either imports or throws tpuw::Error with
+// kBadFile or kUnsupported (never another exception, never a crash).
+TEST(OnnxImportMalformed, RandomMutationsNeverCrash) {
+  const std::string s = good_mlp().bytes();
+  const std::vector<uint8_t> full(s.begin(), s.end());
+  std::mt19937 rng(11);
+  int errors = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::vector<uint8_t> b = full;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && b.size() > 1; ++e) {
+      const size_t pos = rng() % b.size();
+      switch (rng() % 3) {
+        case 0: b[pos] = static_cast<uint8_t>(rng()); break;
+        case 1: b[pos] = static_cast<uint8_t>(b[pos] ^ (1u << (rng() % 8))); break;
+        default: {
+          const size_t len = std::min<size_t>(1 + rng() % 8, b.size() - pos);
+          b.erase(b.begin() + static_cast<std::ptrdiff_t>(pos), b.begin() + static_cast<std::ptrdiff_t>(pos + len));
+          break;
+        }
+      }
+    }
+    try {
+      const FloatNetwork net = import_onnx_bytes(b, "fuzz");
+      ASSERT_EQ(net.layers.empty() ? net.input_features : net.layers[0].k, net.input_features);
+    } catch (const Error& e) {
+      ++errors;
+      ASSERT_TRUE(e.kind() == ErrorKind::kBadFile || e.kind() == ErrorKind::kUnsupported) << e.what();
+    }
+  }
+  EXPECT_GT(errors, 1000);
+}
+
+}  // namespace
+}  // namespace tpuw::nn
