@@ -10,6 +10,7 @@ core/tpu_pe.sv
 core/tpu_mxu.sv
 core/tpu_act_unit.sv
 core/tpu_ram_2r2w.sv
+core/tpu_ram_1r1w.sv   // FPGA builds (TPU_FPGA_RAM): one read + one write port, maps to block RAM
 core/tpu_compute.sv
 core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---

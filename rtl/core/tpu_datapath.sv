@@ -1,7 +1,7 @@
 // Datapath: unified buffer (UB), weight buffer (WB), accumulator memory (ACC), and the compute
 // engine (tpu_compute: weight shifter, MXU, activation unit) behind the compute engine interface.
 //
-// Memory ports (tpu_ram_2r2w each):
+// Memory ports (default build: tpu_ram_2r2w each; see "FPGA memories" below):
 //   UB   read 0: MATMUL activations   read 1: DMA   write 0: ACTIVATE results   write 1: DMA
 //   WB   read 0: LOADW                read 1: DMA   write 0: unused             write 1: DMA
 //   ACC  read 0: accumulate/ACTIVATE  read 1: DMA   write 0: MATMUL results     write 1: DMA
@@ -11,13 +11,31 @@
 //           request, in request order, without backpressure. UB/WB rows come back in the low
 //           8N bits, the rest zero. A request for mem = 3 answers zeros.
 // Ordering between the DMA engines and the compute engine is the command processor's (tokens).
+//
+// FPGA memories (FpgaRam = 1, default when the macro TPU_FPGA_RAM is defined, as the FPGA flows
+// in scripts/fpga/ do): no FPGA block RAM has two read and two write ports, so each memory is
+// instead one tpu_ram_1r1w (one read port, one write port: maps to iCE40/ECP5/Xilinx block RAM)
+// and the compute engine and the DMA share its ports, the compute engine first:
+//   dma_wr: not ready in a cycle where the compute engine writes the addressed memory
+//           (UB: ACTIVATE results, ACC: MATMUL results; WB is written by the DMA only).
+//   dma_rd: not ready in a cycle where the compute engine reads the addressed memory; an
+//           accepted request is answered exactly one cycle later, as above.
+// The compute engine consumes its read data the cycle after each read, so sharing the read
+// register is safe. The MXU streams exactly as in the default build; only DMA rows wait. The
+// compute engine never waits for the DMA while it holds a port, so this cannot deadlock.
+// FpgaRam = 0 (simulation default) keeps the 2R2W memories and the always-ready DMA ports.
 `include "tpu_assert.svh"
 
 module tpu_datapath #(
   parameter int unsigned ArrayN   = 16,
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned WbDepth  = 4096,
-  parameter int unsigned AccDepth = 4096
+  parameter int unsigned AccDepth = 4096,
+`ifdef TPU_FPGA_RAM
+  parameter bit          FpgaRam  = 1'b1
+`else
+  parameter bit          FpgaRam  = 1'b0
+`endif
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -101,16 +119,16 @@ module tpu_datapath #(
   // ---------------------------------------------------------------------------------------------
   logic dma_wr_ub, dma_wr_wb, dma_wr_acc;
   logic dma_rd_ub, dma_rd_wb, dma_rd_acc;
+  logic dma_rd_go;
 
-  assign dma_wr_ready_o     = 1'b1;
-  assign dma_rd_req_ready_o = 1'b1;
-
-  assign dma_wr_ub  = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemUb);
-  assign dma_wr_wb  = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemWb);
-  assign dma_wr_acc = dma_wr_valid_i && (dma_wr_mem_i == tpu_isa_pkg::MemAcc);
-  assign dma_rd_ub  = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemUb);
-  assign dma_rd_wb  = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemWb);
-  assign dma_rd_acc = dma_rd_req_valid_i && (dma_rd_mem_i == tpu_isa_pkg::MemAcc);
+  // Accepted DMA accesses per memory (valid, addressed memory and, for FPGA RAMs, port free).
+  assign dma_wr_ub  = dma_wr_valid_i && dma_wr_ready_o && (dma_wr_mem_i == tpu_isa_pkg::MemUb);
+  assign dma_wr_wb  = dma_wr_valid_i && dma_wr_ready_o && (dma_wr_mem_i == tpu_isa_pkg::MemWb);
+  assign dma_wr_acc = dma_wr_valid_i && dma_wr_ready_o && (dma_wr_mem_i == tpu_isa_pkg::MemAcc);
+  assign dma_rd_go  = dma_rd_req_valid_i && dma_rd_req_ready_o;
+  assign dma_rd_ub  = dma_rd_go && (dma_rd_mem_i == tpu_isa_pkg::MemUb);
+  assign dma_rd_wb  = dma_rd_go && (dma_rd_mem_i == tpu_isa_pkg::MemWb);
+  assign dma_rd_acc = dma_rd_go && (dma_rd_mem_i == tpu_isa_pkg::MemAcc);
 
   logic [8*N-1:0]  ub_dma_rd_data, wb_dma_rd_data;
   logic [32*N-1:0] acc_dma_rd_data;
@@ -118,65 +136,131 @@ module tpu_datapath #(
   // ---------------------------------------------------------------------------------------------
   // Memories
   // ---------------------------------------------------------------------------------------------
-  tpu_ram_2r2w #(
-    .Width (8 * N),
-    .Depth (UbDepth)
-  ) u_ub (
-    .clk_i,
-    .rst_ni,
-    .rd0_en_i   (ub_rd_en),
-    .rd0_addr_i (ub_rd_addr),
-    .rd0_data_o (ub_rd_data),
-    .rd1_en_i   (dma_rd_ub),
-    .rd1_addr_i (dma_rd_addr_i[UbAw-1:0]),
-    .rd1_data_o (ub_dma_rd_data),
-    .wr0_en_i   (ub_wr_en),
-    .wr0_addr_i (ub_wr_addr),
-    .wr0_data_i (ub_wr_data),
-    .wr1_en_i   (dma_wr_ub),
-    .wr1_addr_i (dma_wr_addr_i[UbAw-1:0]),
-    .wr1_data_i (dma_wr_data_i[8*N-1:0])
-  );
+  if (FpgaRam) begin : g_fpga_ram
+    // One read and one write port per memory, compute engine first (see the header).
+    assign dma_wr_ready_o     = !((dma_wr_mem_i == tpu_isa_pkg::MemUb)  && ub_wr_en) &&
+                                !((dma_wr_mem_i == tpu_isa_pkg::MemAcc) && acc_wr_en);
+    assign dma_rd_req_ready_o = !((dma_rd_mem_i == tpu_isa_pkg::MemUb)  && ub_rd_en) &&
+                                !((dma_rd_mem_i == tpu_isa_pkg::MemWb)  && wb_rd_en) &&
+                                !((dma_rd_mem_i == tpu_isa_pkg::MemAcc) && acc_rd_en);
 
-  tpu_ram_2r2w #(
-    .Width (8 * N),
-    .Depth (WbDepth)
-  ) u_wb (
-    .clk_i,
-    .rst_ni,
-    .rd0_en_i   (wb_rd_en),
-    .rd0_addr_i (wb_rd_addr),
-    .rd0_data_o (wb_rd_data),
-    .rd1_en_i   (dma_rd_wb),
-    .rd1_addr_i (dma_rd_addr_i[WbAw-1:0]),
-    .rd1_data_o (wb_dma_rd_data),
-    .wr0_en_i   (1'b0),
-    .wr0_addr_i ('0),
-    .wr0_data_i ('0),
-    .wr1_en_i   (dma_wr_wb),
-    .wr1_addr_i (dma_wr_addr_i[WbAw-1:0]),
-    .wr1_data_i (dma_wr_data_i[8*N-1:0])
-  );
+    logic [8*N-1:0]  ub_q, wb_q;
+    logic [32*N-1:0] acc_q;
 
-  tpu_ram_2r2w #(
-    .Width (32 * N),
-    .Depth (AccDepth)
-  ) u_acc (
-    .clk_i,
-    .rst_ni,
-    .rd0_en_i   (acc_rd_en),
-    .rd0_addr_i (acc_rd_addr),
-    .rd0_data_o (acc_rd_data),
-    .rd1_en_i   (dma_rd_acc),
-    .rd1_addr_i (dma_rd_addr_i[AccAw-1:0]),
-    .rd1_data_o (acc_dma_rd_data),
-    .wr0_en_i   (acc_wr_en),
-    .wr0_addr_i (acc_wr_addr),
-    .wr0_data_i (acc_wr_data),
-    .wr1_en_i   (dma_wr_acc),
-    .wr1_addr_i (dma_wr_addr_i[AccAw-1:0]),
-    .wr1_data_i (dma_wr_data_i)
-  );
+    tpu_ram_1r1w #(
+      .Width (8 * N),
+      .Depth (UbDepth)
+    ) u_ub (
+      .clk_i,
+      .rst_ni,
+      .rd_en_i   (ub_rd_en || dma_rd_ub),
+      .rd_addr_i (ub_rd_en ? ub_rd_addr : dma_rd_addr_i[UbAw-1:0]),
+      .rd_data_o (ub_q),
+      .wr_en_i   (ub_wr_en || dma_wr_ub),
+      .wr_addr_i (ub_wr_en ? ub_wr_addr : dma_wr_addr_i[UbAw-1:0]),
+      .wr_data_i (ub_wr_en ? ub_wr_data : dma_wr_data_i[8*N-1:0])
+    );
+
+    tpu_ram_1r1w #(
+      .Width (8 * N),
+      .Depth (WbDepth)
+    ) u_wb (
+      .clk_i,
+      .rst_ni,
+      .rd_en_i   (wb_rd_en || dma_rd_wb),
+      .rd_addr_i (wb_rd_en ? wb_rd_addr : dma_rd_addr_i[WbAw-1:0]),
+      .rd_data_o (wb_q),
+      .wr_en_i   (dma_wr_wb),
+      .wr_addr_i (dma_wr_addr_i[WbAw-1:0]),
+      .wr_data_i (dma_wr_data_i[8*N-1:0])
+    );
+
+    tpu_ram_1r1w #(
+      .Width (32 * N),
+      .Depth (AccDepth)
+    ) u_acc (
+      .clk_i,
+      .rst_ni,
+      .rd_en_i   (acc_rd_en || dma_rd_acc),
+      .rd_addr_i (acc_rd_en ? acc_rd_addr : dma_rd_addr_i[AccAw-1:0]),
+      .rd_data_o (acc_q),
+      .wr_en_i   (acc_wr_en || dma_wr_acc),
+      .wr_addr_i (acc_wr_en ? acc_wr_addr : dma_wr_addr_i[AccAw-1:0]),
+      .wr_data_i (acc_wr_en ? acc_wr_data : dma_wr_data_i)
+    );
+
+    // Each consumer looks at its read data only the cycle after its own read.
+    assign ub_rd_data      = ub_q;
+    assign ub_dma_rd_data  = ub_q;
+    assign wb_rd_data      = wb_q;
+    assign wb_dma_rd_data  = wb_q;
+    assign acc_rd_data     = acc_q;
+    assign acc_dma_rd_data = acc_q;
+  end else begin : g_sim_ram
+    // The DMA has its own ports: always ready.
+    assign dma_wr_ready_o     = 1'b1;
+    assign dma_rd_req_ready_o = 1'b1;
+
+    tpu_ram_2r2w #(
+      .Width (8 * N),
+      .Depth (UbDepth)
+    ) u_ub (
+      .clk_i,
+      .rst_ni,
+      .rd0_en_i   (ub_rd_en),
+      .rd0_addr_i (ub_rd_addr),
+      .rd0_data_o (ub_rd_data),
+      .rd1_en_i   (dma_rd_ub),
+      .rd1_addr_i (dma_rd_addr_i[UbAw-1:0]),
+      .rd1_data_o (ub_dma_rd_data),
+      .wr0_en_i   (ub_wr_en),
+      .wr0_addr_i (ub_wr_addr),
+      .wr0_data_i (ub_wr_data),
+      .wr1_en_i   (dma_wr_ub),
+      .wr1_addr_i (dma_wr_addr_i[UbAw-1:0]),
+      .wr1_data_i (dma_wr_data_i[8*N-1:0])
+    );
+
+    tpu_ram_2r2w #(
+      .Width (8 * N),
+      .Depth (WbDepth)
+    ) u_wb (
+      .clk_i,
+      .rst_ni,
+      .rd0_en_i   (wb_rd_en),
+      .rd0_addr_i (wb_rd_addr),
+      .rd0_data_o (wb_rd_data),
+      .rd1_en_i   (dma_rd_wb),
+      .rd1_addr_i (dma_rd_addr_i[WbAw-1:0]),
+      .rd1_data_o (wb_dma_rd_data),
+      .wr0_en_i   (1'b0),
+      .wr0_addr_i ('0),
+      .wr0_data_i ('0),
+      .wr1_en_i   (dma_wr_wb),
+      .wr1_addr_i (dma_wr_addr_i[WbAw-1:0]),
+      .wr1_data_i (dma_wr_data_i[8*N-1:0])
+    );
+
+    tpu_ram_2r2w #(
+      .Width (32 * N),
+      .Depth (AccDepth)
+    ) u_acc (
+      .clk_i,
+      .rst_ni,
+      .rd0_en_i   (acc_rd_en),
+      .rd0_addr_i (acc_rd_addr),
+      .rd0_data_o (acc_rd_data),
+      .rd1_en_i   (dma_rd_acc),
+      .rd1_addr_i (dma_rd_addr_i[AccAw-1:0]),
+      .rd1_data_o (acc_dma_rd_data),
+      .wr0_en_i   (acc_wr_en),
+      .wr0_addr_i (acc_wr_addr),
+      .wr0_data_i (acc_wr_data),
+      .wr1_en_i   (dma_wr_acc),
+      .wr1_addr_i (dma_wr_addr_i[AccAw-1:0]),
+      .wr1_data_i (dma_wr_data_i)
+    );
+  end
 
   // ---------------------------------------------------------------------------------------------
   // DMA read response: one cycle after the request.
@@ -186,10 +270,10 @@ module tpu_datapath #(
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) rsp_valid_q <= 1'b0;
-    else         rsp_valid_q <= dma_rd_req_valid_i;
+    else         rsp_valid_q <= dma_rd_go;
   end
   always_ff @(posedge clk_i) begin
-    if (dma_rd_req_valid_i) rsp_mem_q <= dma_rd_mem_i;
+    if (dma_rd_go) rsp_mem_q <= dma_rd_mem_i;
   end
 
   always_comb begin
