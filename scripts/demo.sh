@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The README's first command: set up, build, and multiply two int8 matrices on the verilated TPU,
-# checked bit for bit against the reference model and a plain CPU product.
+# The README's first command: set up, build, then on the verilated TPU
+#   1. multiply two int8 matrices, checked bit for bit against the reference model and the CPU;
+#   2. classify the held-out handwritten digits with an int8-quantized MLP (ONNX), printing the
+#      device's accuracy next to the float model's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
+tpuw=build/host/tools/tpuw/tpuw
 echo
-echo "== tpuw info (registers of the simulated device)"
-build/host/tools/tpuw/tpuw info --backend rtl
+echo "== tpuw info (configuration read from the simulated device's registers)"
+"$tpuw" info --backend rtl
 echo
 echo "== tpuw gemm: examples/gemm/a.npy (int8 100x70) x b.npy (int8 70x50) on the rtl backend, --check"
-build/host/tools/tpuw/tpuw gemm --a examples/gemm/a.npy --b examples/gemm/b.npy --out build/c.npy \
-  --backend rtl --check
+"$tpuw" gemm --a examples/gemm/a.npy --b examples/gemm/b.npy --out build/c.npy --backend rtl --check
 echo
 echo "== tpuw gemm: random 256x256x256 on the rtl backend, --check"
-build/host/tools/tpuw/tpuw gemm --m 256 --k 256 --n 256 --seed 1 --backend rtl --check
+"$tpuw" gemm --m 256 --k 256 --n 256 --seed 1 --backend rtl --check
+echo
+echo "== tpuw run: digits classifier (64-32-10 MLP, int8) on the rtl backend, 359 held-out images"
+"$tpuw" run examples/digits/digits_mlp.onnx --input examples/digits/test_x.npy \
+  --labels examples/digits/test_y.npy --calibrate examples/digits/calib_x.npy \
+  --output build/digits_probs.npy --backend rtl
