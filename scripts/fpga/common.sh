@@ -1,0 +1,42 @@
+# Shared by the FPGA flow scripts (sourced, not run). Turns the ordered file lists into Yosys
+# arguments and provides the log/fail helpers.
+#   fpga_sources <file list>...   sets the arrays FPGA_INCS (-I...) and FPGA_FILES (absolute
+#                                 paths) from rtl/tpu.f-style lists (paths relative to rtl/).
+# The device is always read with -DTPU_FPGA_RAM: tpu_datapath then builds its UB/WB/ACC from
+# one-read-one-write RAMs that Yosys maps to block RAM (see rtl/core/tpu_datapath.sv).
+FPGA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FPGA_RTL="${FPGA_ROOT}/rtl"
+YOSYS="${YOSYS:-yosys}"
+
+fpga_sources() {
+  FPGA_INCS=()
+  FPGA_FILES=()
+  local list line
+  for list in "$@"; do
+    while IFS= read -r line; do
+      line="${line%%//*}"
+      line="$(echo "${line}" | xargs)"
+      [[ -z "${line}" ]] && continue
+      if [[ "${line}" == +incdir+* ]]; then
+        FPGA_INCS+=("-I${FPGA_RTL}/${line#+incdir+}")
+      else
+        FPGA_FILES+=("${FPGA_RTL}/${line}")
+      fi
+    done < "${list}"
+  done
+}
+
+fpga_fail() {
+  echo "$1: FAILED ($2)" >&2
+  exit 1
+}
+
+# fpga_yosys <tag> <out dir> <script file>: runs Yosys quietly with a log, fails loudly.
+fpga_yosys() {
+  local tag="$1" out="$2" script="$3"
+  echo "${tag}: yosys $("${YOSYS}" -V | awk '{print $2}'), log in ${out}/yosys.log"
+  if ! "${YOSYS}" -q -l "${out}/yosys.log" -s "${script}" > /dev/null; then
+    grep -E "ERROR" "${out}/yosys.log" | head -20 >&2 || true
+    fpga_fail "${tag}" "yosys"
+  fi
+}

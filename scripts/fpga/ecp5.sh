@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Lattice ECP5 synthesis with Yosys 0.23 (synth_ecp5) and a resource report.
+#   usage: scripts/fpga/ecp5.sh [device|ulx3s] [output-dir]
+#     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA
+#             (what the LFE5U-85F holds comfortably; the array size to compare with other targets)
+#     ulx3s   rtl/fpga/tpu_ulx3s_top.sv: the device + UART bridge + 128 KiB host memory in EBR,
+#             with the parameters of that top (constraints/ulx3s.lpf for pins)
+# Debian 12 ships no nextpnr-ecp5 (nor prjtrellis' ecppack): this stops after synthesis, so there
+# is no placed design, bitstream or Fmax here. The JSON netlist (synth.json) is what
+#   nextpnr-ecp5 --85k --package CABGA381 --lpf constraints/ulx3s.lpf --json synth.json ...
+# would take on a machine that has it.
+# Writes <out>/stat.txt (Yosys stat) and <out>/resources.txt (key=value). Exits non-zero on error.
+# Environment: YOSYS, ECP5_PARAMS (override the chparam list of the device variant).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+variant="${1:-device}"
+out="${2:-$(mktemp -d /tmp/tpuw_ecp5.XXXXXX)}"
+mkdir -p "${out}"
+tag="ecp5(${variant})"
+
+case "${variant}" in
+  device)
+    fpga_sources "${FPGA_RTL}/tpu.f"
+    top=tpu_top
+    params="${ECP5_PARAMS:--set ArrayN 16 -set UbDepth 4096 -set WbDepth 1024 -set AccDepth 1024 -set DmaDataW 128 -set QueueDepth 8 -set AxiIdW 4}"
+    chparam="chparam ${params} tpu_top"
+    ;;
+  ulx3s)
+    fpga_sources "${FPGA_RTL}/tpu.f" "${FPGA_RTL}/fpga/fpga.f"
+    FPGA_FILES+=("${FPGA_ROOT}/fpga/generic/SB_SPRAM256KA.v" "${FPGA_RTL}/fpga/tpu_ulx3s_top.sv")
+    top=tpu_ulx3s_top
+    chparam=""
+    ;;
+  *) echo "usage: $0 [device|ulx3s] [output-dir]" >&2; exit 2 ;;
+esac
+
+{
+  echo "read_verilog -sv -DSYNTHESIS -DTPU_FPGA_RAM ${FPGA_INCS[*]} ${FPGA_FILES[*]}"
+  [[ -n "${chparam}" ]] && echo "${chparam}"
+  echo "synth_ecp5 -top ${top} -json ${out}/synth.json"
+  echo "tee -o ${out}/stat.txt stat"
+} > "${out}/synth.ys"
+
+fpga_yosys "${tag}" "${out}" "${out}/synth.ys"
+
+# LUT4 (TRELLIS_COMB/LUT4), flip-flops (TRELLIS_FF), 18x18 multipliers, 18 kbit EBR, LUT RAM.
+cell() { awk -v c="$1" '$1 == c { n = $2 } END { print n + 0 }' "${out}/stat.txt"; }
+luts=$(( $(cell LUT4) + $(cell TRELLIS_COMB) ))
+ffs=$(( $(cell TRELLIS_FF) + $(cell FD1S3AX) + $(cell FD1S3BX) + $(cell FD1P3AX) + $(cell FD1P3BX) + $(cell FD1P3DX) + $(cell FD1P3IX) + $(cell FD1S3DX) + $(cell FD1S3IX) ))
+dsp=$(( $(cell MULT18X18D) + $(cell ALU54B) ))
+bram=$(cell DP16KD)
+lutram=$(cell TRELLIS_DPR16X4)
+ccu2=$(cell CCU2C)
+{
+  echo "target=ecp5 variant=${variant} top=${top}"
+  echo "luts=${luts} ffs=${ffs} dsp=${dsp} bram=${bram} lutram=${lutram} carry=${ccu2}"
+} | tee "${out}/resources.txt"
+[[ "${luts}" -gt 0 ]] || fpga_fail "${tag}" "no LUTs in the netlist"
+echo "${tag}: ok (synthesis only: Debian has no nextpnr-ecp5, so no Fmax)"
