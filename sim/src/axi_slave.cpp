@@ -67,7 +67,7 @@ uint64_t AxiSlave::latency(unsigned base) noexcept {
 uint8_t AxiSlave::check_burst(uint64_t addr, uint8_t len, uint8_t size, uint8_t burst) const noexcept {
   if (burst != kAxiIncr || size > 7 || (1u << size) > bus_bytes_) return kAxiSlvErr;
   const uint64_t end = align_down(addr, size) + ((uint64_t{len} + 1) << size);  // exclusive
-  if (end <= addr || !mem_.contains(addr, end - addr)) return kAxiDecErr;
+  if (fail_all_ || end <= addr || !mem_.contains(addr, end - addr)) return kAxiDecErr;
   return kAxiOkay;
 }
 

@@ -123,6 +123,11 @@ void SimDevice::tick(uint64_t n) {
 
 uint64_t SimDevice::cycle() const noexcept { return impl_->cycle_; }
 
+void SimDevice::inject_memory_fault(bool on) noexcept { impl_->slave_.set_fail_all(on); }
+void SimDevice::inject_hang(bool on) noexcept { impl_->hang_ = on; }
+bool SimDevice::memory_fault_injected() const noexcept { return impl_->slave_.fail_all(); }
+bool SimDevice::hang_injected() const noexcept { return impl_->hang_; }
+
 void SimDevice::start_wave(const std::string& path, uint64_t from, uint64_t to) {
   impl_->set_wave(path, from, to);
 }

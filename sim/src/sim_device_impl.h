@@ -41,6 +41,7 @@ class SimDevice::Impl {
   AxiSlave slave_;
   AxilMaster axil_;
   uint64_t cycle_ = 0;
+  bool hang_ = false;  // fault injection: the clock keeps counting, the model is not evaluated
 };
 
 namespace detail {

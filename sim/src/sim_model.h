@@ -87,11 +87,19 @@ class ModelImpl final : public SimDevice::Impl {
   }
 
   void tick(uint64_t n) override {
+    if (hang_) [[unlikely]] {
+      cycle_ += n;
+      return;
+    }
     enter();
     for (uint64_t i = 0; i < n; ++i) step<true>();
   }
 
   uint64_t run(uint64_t max_cycles) override {
+    if (hang_) [[unlikely]] {
+      cycle_ += max_cycles;
+      return max_cycles;
+    }
     enter();
     const Top& t = *top_;
     for (uint64_t i = 0; i < max_cycles; ++i) {
@@ -102,6 +110,10 @@ class ModelImpl final : public SimDevice::Impl {
   }
 
   bool run_axil(uint64_t timeout) override {
+    if (hang_) [[unlikely]] {
+      cycle_ += timeout;
+      return false;
+    }
     enter();
     for (uint64_t i = 0; i < timeout; ++i) {
       step<true>();

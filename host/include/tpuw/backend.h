@@ -34,6 +34,21 @@ struct BackendConfig {
   uint64_t wave_to = UINT64_MAX;       // last cycle traced
 };
 
+/// Optional test hook: makes a device misbehave the way failing hardware does, so the layers
+/// above (driver timeouts, the worker's reset and retry) can be tested. Backends that cannot do it
+/// return nullptr from Backend::fault_injection(). Both are off when the backend is created; a
+/// re-created backend starts healthy.
+class FaultInjection {
+ public:
+  virtual ~FaultInjection() = default;
+  /// While on, every host-memory access the device makes (fetch, LOAD, STORE, FENCE) is refused
+  /// (rtl: answered DECERR), so the device faults with AXI_ERROR. CPU-side mem_read/mem_write work.
+  virtual void inject_memory_fault(bool on) = 0;
+  /// While on, the device stops answering: run() lets time pass without progress, register
+  /// accesses fail with Error(kTimeout). The driver's wait() and reset() then time out.
+  virtual void inject_hang(bool on) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -59,6 +74,9 @@ class Backend {
 
   /// Device clock cycles since the backend was created.
   virtual uint64_t cycles() const = 0;
+
+  /// The fault-injection hook, or nullptr when this backend has none.
+  virtual FaultInjection* fault_injection() { return nullptr; }
 };
 
 /// Names accepted by make_backend, e.g. {"rtl", "ref"}.

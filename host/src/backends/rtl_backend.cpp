@@ -51,7 +51,7 @@ sim::SimDeviceConfig to_sim_config(const BackendConfig& config) {
   return c;
 }
 
-class RtlBackend final : public Backend {
+class RtlBackend final : public Backend, public FaultInjection {
  public:
   explicit RtlBackend(const BackendConfig& config)
       : sim_(translate([&] { return sim::SimDevice(to_sim_config(config)); })) {}
@@ -79,6 +79,10 @@ class RtlBackend final : public Backend {
     return translate([&] { return sim_.run(max_cycles); });
   }
   uint64_t cycles() const override { return sim_.cycle(); }
+
+  FaultInjection* fault_injection() override { return this; }
+  void inject_memory_fault(bool on) override { sim_.inject_memory_fault(on); }
+  void inject_hang(bool on) override { sim_.inject_hang(on); }
 
  private:
   sim::SimDevice sim_;

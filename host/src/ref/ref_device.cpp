@@ -169,6 +169,18 @@ struct RefDevice::Impl {
     return addr >= mc.base && len <= mc.size && addr - mc.base <= mc.size - len;
   }
   uint8_t* hptr(uint64_t addr) { return host.data() + (addr - mc.base); }
+  // The device's own accesses (fetch, DMA, FENCE): refused while a memory fault is injected.
+  bool dev_in_host(uint64_t addr, uint64_t len) const { return !mem_fault && in_host(addr, len); }
+
+  // Fault injection (RefDevice::inject_*).
+  bool mem_fault = false;
+  bool hang = false;
+  void check_hang(std::string_view what, uint32_t offset) const {
+    if (hang) {
+      throw Error(ErrorKind::kTimeout,
+                  fmt::format("ref: register {} at offset {:#05x} not answered (the device hangs)", what, offset));
+    }
+  }
 
   // ------------------------------------------------------------------------------------------
   // Validation (docs/architecture.md, "Validation"), in the contract's order.
@@ -269,7 +281,7 @@ struct RefDevice::Impl {
     h.avail = std::max(cp_time, fetch_data_time) + pm.decode_cycles;
     if (burst_first_use == kNever) burst_first_use = h.avail;
 
-    if (!in_host(h.pc, spec::kInstrBytes)) {
+    if (!dev_in_host(h.pc, spec::kInstrBytes)) {
       h.fault = FaultRec{Fault::kAxiError, h.pc};
     } else {
       std::memcpy(h.w.data(), hptr(h.pc), spec::kInstrBytes);
@@ -386,7 +398,7 @@ struct RefDevice::Impl {
     const uint64_t addr = h.in.fields[2];
     perf[kPerfWrBytes] += 4;
     wr_chan_free = std::max(wr_chan_free, t - mc.write_latency);
-    if (!in_host(addr, 4)) {
+    if (!dev_in_host(addr, 4)) {
       raise_pending(t, FaultRec{Fault::kAxiError, static_cast<uint32_t>(addr)}, h.pc);
       return;
     }
@@ -460,7 +472,7 @@ struct RefDevice::Impl {
     uint64_t bursts = 0, bytes = 0;
     for (uint64_t i = 0; i < rows; ++i) {
       const uint64_t a = haddr + i * stride;
-      if (!in_host(a, rbytes)) {
+      if (!dev_in_host(a, rbytes)) {
         raise_pending(t, FaultRec{Fault::kAxiError, static_cast<uint32_t>(a)}, e.pc);
         break;
       }
@@ -498,7 +510,7 @@ struct RefDevice::Impl {
       const uint64_t a = haddr + i * stride;
       bursts += bursts_of(a, rbytes);
       bytes += rbytes;  // a failing burst is still completed on the bus
-      if (!in_host(a, rbytes)) {
+      if (!dev_in_host(a, rbytes)) {
         raise_pending(t, FaultRec{Fault::kAxiError, static_cast<uint32_t>(a)}, e.pc);
         break;
       }
@@ -643,6 +655,11 @@ struct RefDevice::Impl {
   }
 
   uint64_t run(uint64_t max_cycles) {
+    if (hang) {  // time passes, nothing happens
+      const uint64_t idle = std::min(max_cycles, kNever - now);
+      now += idle;
+      return idle;
+    }
     if (irq_line()) return 0;
     const uint64_t start = now;
     const uint64_t horizon = max_cycles > kNever - now ? kNever : now + max_cycles;
@@ -813,8 +830,16 @@ RefDevice::RefDevice(const DeviceParams& params, const HostMemoryConfig& memory,
 
 RefDevice::~RefDevice() = default;
 
-uint32_t RefDevice::read_reg(uint32_t offset) { return impl_->read_reg(offset); }
-void RefDevice::write_reg(uint32_t offset, uint32_t value) { impl_->write_reg(offset, value); }
+uint32_t RefDevice::read_reg(uint32_t offset) {
+  impl_->check_hang("read", offset);
+  return impl_->read_reg(offset);
+}
+void RefDevice::write_reg(uint32_t offset, uint32_t value) {
+  impl_->check_hang("write", offset);
+  impl_->write_reg(offset, value);
+}
+void RefDevice::inject_memory_fault(bool on) { impl_->mem_fault = on; }
+void RefDevice::inject_hang(bool on) { impl_->hang = on; }
 
 uint64_t RefDevice::mem_base() const { return impl_->mc.base; }
 uint64_t RefDevice::mem_size() const { return impl_->mc.size; }

@@ -49,7 +49,7 @@ struct PerfModel {
   unsigned fence_overhead = 2;        // drain detected -> AW issued; plus 1 beat + write latency
 };
 
-class RefDevice final : public Backend {
+class RefDevice final : public Backend, public FaultInjection {
  public:
   /// Any array_n >= 1 is accepted; the depths must be >= 1 and dma_data_w a power of two >= 8.
   /// Throws Error(kInvalidArgument) otherwise.
@@ -75,6 +75,12 @@ class RefDevice final : public Backend {
   bool irq() override;
   uint64_t run(uint64_t max_cycles) override;
   uint64_t cycles() const override;
+
+  /// Fault injection: a memory fault refuses every device access to host memory (AXI_ERROR
+  /// fault); a hang lets run() pass time without progress and fails register accesses (kTimeout).
+  FaultInjection* fault_injection() override { return this; }
+  void inject_memory_fault(bool on) override;
+  void inject_hang(bool on) override;
 
   const DeviceParams& params() const;
   const PerfModel& perf_model() const;

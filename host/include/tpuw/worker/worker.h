@@ -60,6 +60,10 @@ struct WorkerOptions {
   DeviceOptions device_options;
   unsigned max_attempts = 3;      // runs of one task in total (first run included), >= 1
   bool self_test = true;          // run a one-fence program after each reset / re-creation
+  /// Creates the backend of device `index` (at opening and at every re-creation), from the device's
+  /// own thread; must be safe to call from several threads at once. Default (empty):
+  /// tpuw::make_backend(backend, config). Tests use it to build devices that fail.
+  std::function<std::unique_ptr<Backend>(unsigned index)> make_backend;
 };
 
 /// What a task gets: the device it runs on (driven only from this thread) and a per-device cache
@@ -73,8 +77,8 @@ struct DeviceSlot {
 };
 
 struct TaskOptions {
-  std::optional<unsigned> device;  // pin to this device (retries stay on it); unset = any device
-  std::string name;                // for events and error messages; default "task <n>"
+  std::optional<unsigned> device = std::nullopt;  // pin to this device (retries stay on it); unset = any
+  std::string name = {};  // for events and error messages; default "task <n>" (n counts submissions from 1)
 };
 
 struct DeviceStats {
@@ -98,7 +102,8 @@ class Cancelled : public Error {
 
 namespace detail {
 struct Job {
-  std::function<void(DeviceSlot&)> run;          // runs the task once, sets the promise on success
+  std::function<void(DeviceSlot&)> run;          // runs the task once, keeps its value
+  std::function<void()> deliver;                 // hands the kept value to the future
   std::function<void(std::exception_ptr)> fail;  // sets the promise's exception
   TaskOptions options;
   uint64_t id = 0;
@@ -129,22 +134,37 @@ class Worker {
   template <class F>
   auto submit(F&& task, TaskOptions options = {}) -> std::future<std::invoke_result_t<F&, DeviceSlot&>> {
     using R = std::invoke_result_t<F&, DeviceSlot&>;
-    auto promise = std::make_shared<std::promise<R>>();
-    std::future<R> future = promise->get_future();
+    struct Shared {
+      std::promise<R> promise;
+      std::optional<std::conditional_t<std::is_void_v<R>, bool, R>> value;
+    };
+    auto shared = std::make_shared<Shared>();
+    std::future<R> future = shared->promise.get_future();
     auto job = std::make_unique<detail::Job>();
-    job->run = [promise, fn = std::forward<F>(task)](DeviceSlot& slot) mutable {
+    job->run = [shared, fn = std::forward<F>(task)](DeviceSlot& slot) mutable {
       if constexpr (std::is_void_v<R>) {
         fn(slot);
-        promise->set_value();
+        shared->value.emplace(true);
       } else {
-        promise->set_value(fn(slot));
+        shared->value.emplace(fn(slot));
       }
     };
-    job->fail = [promise](std::exception_ptr e) { promise->set_exception(std::move(e)); };
+    job->deliver = [shared] {
+      if constexpr (std::is_void_v<R>) {
+        shared->promise.set_value();
+      } else {
+        shared->promise.set_value(std::move(*shared->value));
+      }
+    };
+    job->fail = [shared](std::exception_ptr e) { shared->promise.set_exception(std::move(e)); };
     job->options = std::move(options);
     enqueue(std::move(job));
     return future;
   }
+
+  /// Blocks until every queue is empty and every device is idle (failed devices recovered or out
+  /// of rotation), so stats() and events() are final for the work submitted so far.
+  void wait_idle() const;
 
   /// Stops accepting tasks; cancel_pending: queued tasks fail with Cancelled, otherwise they run
   /// first. Returns when every device thread has finished (running tasks complete). Idempotent.

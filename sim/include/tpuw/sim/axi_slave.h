@@ -105,6 +105,11 @@ class AxiSlave {
   const AxiSlaveStats& stats() const noexcept { return stats_; }
   unsigned bus_bytes() const noexcept { return bus_bytes_; }
 
+  /// Fault injection (tests): while on, every burst accepted from now on is answered DECERR as if
+  /// it fell outside the window (memory untouched). Costs nothing per cycle: checked per burst.
+  void set_fail_all(bool on) noexcept { fail_all_ = on; }
+  bool fail_all() const noexcept { return fail_all_; }
+
  private:
   struct Burst {
     uint64_t addr = 0;      // address of the next beat
@@ -139,6 +144,7 @@ class AxiSlave {
   uint64_t bp_threshold_;  // backpressure probability scaled to 2^64; 0 = off
   uint64_t rng_;
   uint64_t now_ = 0;
+  bool fail_all_ = false;
 
   AxiSlaveSignals out_;
   AxiSlaveStats stats_;

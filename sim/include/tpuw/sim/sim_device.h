@@ -93,6 +93,18 @@ class SimDevice {
   void stop_wave();
   bool wave_active() const noexcept;
 
+  /// Fault injection, for tests of the layers above (both off by default; checked once per call or
+  /// per AXI burst, never per cycle, so the simulation costs the same when they are off).
+  ///   memory fault: while on, every host-memory burst the device starts is answered DECERR (memory
+  ///     is not touched): the device faults with AXI_ERROR on its next fetch, LOAD, STORE or FENCE.
+  ///   hang: while on, the device stops answering: cycles pass (cycle() advances) but the model is
+  ///     not clocked, so no instruction, fence or interrupt ever comes and every register access
+  ///     times out (SimError kTimeout). Turning it off resumes the model where it stopped.
+  void inject_memory_fault(bool on) noexcept;
+  void inject_hang(bool on) noexcept;
+  bool memory_fault_injected() const noexcept;
+  bool hang_injected() const noexcept;
+
   /// Counters of the host-memory AXI4 slave (bytes, beats, bursts, error responses).
   const AxiSlaveStats& axi_stats() const noexcept;
 
