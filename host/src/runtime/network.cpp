@@ -510,28 +510,100 @@ std::vector<int32_t> pack_network_params(const NetworkPlan& p, const nn::QNetwor
   return out;
 }
 
+NetworkWeights upload_network_weights(Device& device, const nn::QNetwork& net) {
+  // The weight and param layouts depend on the layers and ArrayN only: any batch gives them.
+  const NetworkPlan p = plan_network(device.info().params, net, 1);
+  NetworkWeights w;
+  w.array_n = p.array_n;
+  w.weight_bytes = p.weight_bytes;
+  w.param_bytes = p.param_bytes;
+  w.weights = device.alloc(std::max<uint64_t>(p.weight_bytes, 1), kPageAlign);
+  w.params = device.alloc(std::max<uint64_t>(p.param_bytes, 1), kPageAlign);
+  const std::vector<int8_t> wi = pack_network_weights(p, net);
+  const std::vector<int32_t> pi = pack_network_params(p, net);
+  device.write(w.weights, 0, wi.data(), wi.size());
+  device.write(w.params, 0, pi.data(), pi.size() * 4);
+  return w;
+}
+
+NetworkBuffers alloc_network_buffers(Device& device, const NetworkPlan& p, bool keep_intermediate) {
+  auto alloc = [&](uint64_t bytes) { return device.alloc(std::max<uint64_t>(bytes, 1), kPageAlign); };
+  NetworkBuffers b;
+  b.input_bytes = p.input_bytes;
+  b.spill_bytes = p.spill_bytes;
+  b.output_bytes = p.output_bytes;
+  b.debug_bytes = keep_intermediate ? p.debug_bytes : 0;
+  b.input = alloc(b.input_bytes);
+  b.spill = alloc(b.spill_bytes);
+  b.output = alloc(b.output_bytes);
+  b.debug = alloc(b.debug_bytes);
+  return b;
+}
+
+NetworkAddresses network_addresses(const NetworkWeights& w, const NetworkBuffers& b) {
+  return NetworkAddresses{b.input.addr(), w.weights.addr(), w.params.addr(),
+                          b.spill.addr(), b.output.addr(),  b.debug.addr()};
+}
+
+namespace {
+void check_buffers(const CompiledNetwork& prog, const NetworkBuffers& b) {
+  const NetworkPlan& p = prog.plan;
+  const uint64_t debug = prog.keep_intermediate ? p.debug_bytes : 0;
+  if (b.input_bytes < p.input_bytes || b.spill_bytes < p.spill_bytes || b.output_bytes < p.output_bytes ||
+      b.debug_bytes < debug) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("network buffers (input {} spill {} output {} debug {} bytes) are smaller than the "
+                            "program's batch {} needs (input {} spill {} output {} debug {})",
+                            b.input_bytes, b.spill_bytes, b.output_bytes, b.debug_bytes, p.batch, p.input_bytes,
+                            p.spill_bytes, p.output_bytes, debug));
+  }
+}
+}  // namespace
+
+uint32_t submit_network(Device& device, const CompiledNetwork& prog, const NetworkBuffers& buffers,
+                        std::span<const int8_t> input_q, const ProgressFn& progress) {
+  check_buffers(prog, buffers);
+  const std::vector<int8_t> in_img = pack_network_input(prog.plan, input_q);
+  device.write(buffers.input, 0, in_img.data(), in_img.size());
+  return device.submit(prog.code, progress);
+}
+
+void read_network_output(Device& device, const CompiledNetwork& prog, const NetworkBuffers& buffers,
+                         NetworkRunResult& r) {
+  check_buffers(prog, buffers);
+  const NetworkPlan& p = prog.plan;
+  r.plan = p;
+  if (p.layers.back().final_int32) {
+    std::vector<int32_t> img(p.output_bytes / 4);
+    device.read(buffers.output, 0, img.data(), p.output_bytes);
+    r.output_i32 = unpack_network_output(p, img);
+  } else {
+    std::vector<int8_t> img(p.output_bytes);
+    device.read(buffers.output, 0, img.data(), p.output_bytes);
+    r.output_q = unpack_network_tensor(p, img, p.layers.back().n);
+  }
+  r.layer_outputs.clear();
+  if (prog.keep_intermediate) {
+    for (size_t t = 1; t < p.layers.size(); ++t) {
+      std::vector<int8_t> img(p.mp * p.layers[t].k_blocks * p.array_n);
+      device.read(buffers.debug, p.debug_offset[t], img.data(), img.size());
+      r.layer_outputs.push_back(unpack_network_tensor(p, img, p.layers[t].k));
+    }
+  }
+}
+
 NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<const int8_t> input_q,
                              uint64_t batch, const NetworkOptions& options) {
   NetworkRunResult r;
   r.plan = plan_network(device.info().params, net, batch, options.plan);
   const NetworkPlan& p = r.plan;
-  const std::vector<int8_t> in_img = pack_network_input(p, input_q);
-  auto alloc = [&](uint64_t bytes) { return device.alloc(std::max<uint64_t>(bytes, 1), kPageAlign); };
-  HostBuffer ibuf = alloc(p.input_bytes);
-  HostBuffer wbuf = alloc(p.weight_bytes);
-  HostBuffer pbuf = alloc(p.param_bytes);
-  HostBuffer sbuf = alloc(p.spill_bytes);
-  HostBuffer obuf = alloc(p.output_bytes);
-  HostBuffer dbuf = alloc(options.keep_intermediate ? p.debug_bytes : 1);
-  device.write(ibuf, 0, in_img.data(), in_img.size());
-  {
-    const std::vector<int8_t> w = pack_network_weights(p, net);
-    const std::vector<int32_t> prm = pack_network_params(p, net);
-    device.write(wbuf, 0, w.data(), w.size());
-    device.write(pbuf, 0, prm.data(), prm.size() * 4);
+  if (input_q.size() != p.batch * p.layers[0].k) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("network input has {} elements, expected batch*k = {}*{}",
+                                                         input_q.size(), p.batch, p.layers[0].k));
   }
-  const NetworkAddresses addr{ibuf.addr(), wbuf.addr(), pbuf.addr(), sbuf.addr(), obuf.addr(), dbuf.addr()};
-  const CompiledNetwork prog = compile_network(p, addr, options.keep_intermediate);
+  const NetworkBuffers buffers = alloc_network_buffers(device, p, options.keep_intermediate);
+  const NetworkWeights weights = upload_network_weights(device, net);
+  const CompiledNetwork prog = compile_network(p, network_addresses(weights, buffers), options.keep_intermediate);
   r.instructions = prog.code.size() + 1;
 
   device.clear_perf();
@@ -548,7 +620,7 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
   }
   const uint64_t cyc0 = device.backend().cycles();
   const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t fence = device.submit(prog.code, progress);
+  const uint32_t fence = submit_network(device, prog, buffers, input_q, progress);
   device.wait(fence, progress);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.sim_cycles = device.backend().cycles() - cyc0;
@@ -556,22 +628,7 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
   if (options.progress) options.progress(1.0);
 
   const size_t nl = p.layers.size();
-  if (p.layers.back().final_int32) {
-    std::vector<int32_t> img(p.output_bytes / 4);
-    device.read(obuf, 0, img.data(), p.output_bytes);
-    r.output_i32 = unpack_network_output(p, img);
-  } else {
-    std::vector<int8_t> img(p.output_bytes);
-    device.read(obuf, 0, img.data(), p.output_bytes);
-    r.output_q = unpack_network_tensor(p, img, p.layers.back().n);
-  }
-  if (options.keep_intermediate) {
-    for (size_t t = 1; t < nl; ++t) {
-      std::vector<int8_t> img(p.mp * p.layers[t].k_blocks * p.array_n);
-      device.read(dbuf, p.debug_offset[t], img.data(), img.size());
-      r.layer_outputs.push_back(unpack_network_tensor(p, img, p.layers[t].k));
-    }
-  }
+  read_network_output(device, prog, buffers, r);
 
   r.perf = device.perf();
   r.cycles = r.perf.cycles;

@@ -8,6 +8,9 @@
 //   5. report per layer: shape, cycles, utilization, bytes moved vs minimum, and where the cycles
 //      went (PERF counters: MXU active, weight stall, weight shift, DMA wait, activation busy);
 //      with --labels, the accuracy of the device (int8) and of the float model.
+//   With --devices K / --strategy data|pipeline the rows run on K devices (tpuw/worker/strategies.h,
+//   --batch is then the micro-batch) and the report gives each device's share, busy time and the
+//   overlap instead of the per-layer table.
 #include "cmd_run.h"
 
 #include <CLI/CLI.hpp>
@@ -30,24 +33,26 @@
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/worker/strategies.h"
+#include "cli_common.h"
 
 namespace tpuw::cli {
-namespace {
-
-using json = nlohmann::ordered_json;
-namespace fs = std::filesystem;
-
-enum Exit : int { kOk = 0, kOther = 1, kBadInput = 2, kMismatchExit = 3, kDeviceExit = 4 };
 
 struct RunOpts {
   std::string model, input, output, labels, calibrate;
   std::string backend = "rtl";
   unsigned array_n = 16;
-  uint64_t batch = 0;  // 0: the whole input in one run
+  uint64_t batch = 0;  // 0: the whole input in one run (several devices: automatic micro-batch)
   bool json = false;
   bool quiet = false;
   bool check = false;
+  MultiOpts multi;
 };
+
+namespace {
+
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
 
 int exit_code(ErrorKind k) {
   switch (k) {
@@ -193,6 +198,118 @@ std::string pct(uint64_t part, uint64_t whole) {
   return whole == 0 ? "-" : fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
+// The device's int32 output against the CPU integer model (--check).
+void check_raw(const RunOpts& o, const nn::QNetwork& q, const std::vector<int8_t>& x_q, uint64_t rows,
+               const std::vector<int32_t>& raw, uint32_t classes) {
+  const std::vector<int32_t> golden = nn::forward_int_raw(q, x_q, rows);
+  for (size_t i = 0; i < golden.size(); ++i) {
+    if (golden[i] != raw[i]) {
+      throw Error(ErrorKind::kMismatch, fmt::format("mismatch: output[{}, {}] (int32 before dequantization): {} = {}, cpu = {}",
+                                                    i / classes, i % classes, o.backend, raw[i], golden[i]));
+    }
+  }
+}
+
+// --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
+int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const std::vector<int8_t>& x_q,
+              const Rows& in, const std::vector<int64_t>& labels, const Rows& cal) {
+  const uint32_t classes = net.output_features();
+  const worker::Strategy strategy = worker::parse_strategy(o.multi.strategy.empty() ? "data" : o.multi.strategy).value();
+  const DeviceParams* params = find_device_config(o.array_n);
+  // Host memory per device: the weights plus two micro-batches' images (the default micro-batch is
+  // at most 256 rows).
+  const uint64_t mb = std::min<uint64_t>(o.batch == 0 ? 256 : o.batch, in.rows);
+  const runtime::NetworkPlan plan = runtime::plan_network(*params, q, mb);
+  const uint64_t need = plan.weight_bytes + plan.param_bytes +
+                        2 * (plan.input_bytes + plan.spill_bytes + plan.output_bytes + 4 * 4096) + (8ull << 20);
+  const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  if (mem > (4ull << 30)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("a micro-batch of {} rows needs {} MiB of host memory; use a smaller --batch", mb, need >> 20));
+  }
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config.array_n = o.array_n;
+  wo.config.memory.size = mem;
+  wo.devices = o.multi.devices;
+  worker::Worker w(wo);
+  worker::NetworkStrategyOptions so;
+  so.strategy = strategy;
+  so.micro_batch = o.batch;
+  const worker::NetworkStrategyResult r = worker::run_network_parallel(w, q, x_q, in.rows, so);
+  const std::vector<int32_t>& raw = r.output_i32;
+  if (raw.size() != in.rows * classes) {
+    throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}", raw.size(), in.rows * classes));
+  }
+  const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
+  json check_json = nullptr;
+  if (o.check) {
+    check_raw(o, q, x_q, in.rows, raw, classes);
+    check_json = json{{"cpu", "equal"}};
+  }
+  double acc_int8 = 0, acc_float = 0;
+  if (!labels.empty()) {
+    acc_int8 = accuracy(y, classes, labels);
+    acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
+  }
+  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+
+  const worker::StrategyReport& rep = r.report;
+  uint64_t cycles = 0;
+  for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
+  const double rows_per_s = rep.wall_s > 0 ? static_cast<double>(in.rows) / rep.wall_s : 0.0;
+  if (o.json) {
+    json j;
+    j["model"] = o.model;
+    j["input"] = o.input;
+    j["backend"] = o.backend;
+    j["array_n"] = o.array_n;
+    j["rows"] = in.rows;
+    j["batch"] = rep.micro_batch;
+    j["batches"] = rep.micro_batches;
+    j["input_features"] = q.input_features;
+    j["output_features"] = classes;
+    j["host_op"] = q.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
+    j["input_scale"] = q.input_scale;
+    j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
+    j["calibration_rows"] = cal.rows;
+    j["cycles"] = cycles;
+    j["macs"] = r.macs;
+    j["rows_per_s"] = rows_per_s;
+    const json report = strategy_report_json(rep, o.array_n);
+    for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = it.value();
+    if (!labels.empty()) {
+      j["accuracy"] = {{"labels", o.labels}, {"rows", labels.size()}, {"int8", acc_int8}, {"float", acc_float}};
+    } else {
+      j["accuracy"] = nullptr;
+    }
+    j["check"] = check_json;
+    j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
+             model_shape_string(net.input_shape), q.layers.size(), q.layers.size() == 1 ? "" : "s",
+             q.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
+  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
+             o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
+  fmt::print("{} rows on {} (N={}) x {} device{}, strategy {}: {} micro-batch{} of {} rows, wall {:.3f} s, {:.0f} "
+             "rows/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
+             in.rows, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s", rep.strategy, rep.micro_batches,
+             rep.micro_batches == 1 ? "" : "es", rep.micro_batch, rep.wall_s, rows_per_s, rep.overlap);
+  if (strategy == worker::Strategy::kPipeline && o.multi.devices > rep.devices) {
+    fmt::print("  ({} of the {} devices used: one pipeline stage per layer at most)\n", rep.devices, o.multi.devices);
+  }
+  print_strategy_report(rep, o.array_n);
+  if (!labels.empty()) {
+    fmt::print("accuracy on {} ({} rows): int8 on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
+               labels.size(), o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
+  }
+  if (o.check) fmt::print("check: device output equals the CPU integer model bit for bit\n");
+  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, in.rows, classes);
+  return kOk;
+}
+
 int run_command(const RunOpts& o) {
   // ---- inputs (everything checked before the device is opened) --------------------------------
   const nn::FloatNetwork net = nn::import_onnx(o.model);
@@ -224,6 +341,7 @@ int run_command(const RunOpts& o) {
   }
   const nn::QNetwork q = nn::quantize(net, cal.x, cal.rows);
   const std::vector<int8_t> x_q = nn::quantize_input(q, in.x);
+  if (multi_selected(o.multi)) return run_multi(o, net, q, x_q, in, labels, cal);
   const uint64_t chunk = o.batch == 0 ? in.rows : std::min<uint64_t>(o.batch, in.rows);
   const uint64_t chunks = (in.rows + chunk - 1) / chunk;
 
@@ -303,14 +421,7 @@ int run_command(const RunOpts& o) {
   const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
   json check_json = nullptr;
   if (o.check) {
-    const std::vector<int32_t> golden = nn::forward_int_raw(q, x_q, in.rows);
-    for (size_t i = 0; i < golden.size(); ++i) {
-      if (golden[i] != raw[i]) {
-        throw Error(ErrorKind::kMismatch,
-                    fmt::format("mismatch: output[{}, {}] (int32 before dequantization): {} = {}, cpu = {}",
-                                i / classes, i % classes, o.backend, raw[i], golden[i]));
-      }
-    }
+    check_raw(o, q, x_q, in.rows, raw, classes);
     check_json = json{{"cpu", "equal"}};
   }
   double acc_int8 = 0, acc_float = 0;
@@ -407,10 +518,11 @@ int run_command(const RunOpts& o) {
 
 }  // namespace
 
-void register_run(CLI::App& app) {
-  auto o = std::make_shared<RunOpts>();
+RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
+  RunOpts* o = opts_.get();
   auto* sub = app.add_subcommand(
       "run", "run an ONNX model (dense layers, ReLU, softmax) on the device in int8; float32 in and out");
+  sub_ = sub;
   sub->add_option("MODEL", o->model, "ONNX model (.onnx)")->required();
   sub->add_option("-i,--input", o->input,
                   "input rows as .npy: float32, uint8 or int8, [rows, features] or the model input's shape")
@@ -421,32 +533,36 @@ void register_run(CLI::App& app) {
                   "the float model");
   sub->add_option("--calibrate", o->calibrate,
                   "rows that set the int8 activation scales (.npy like --input); default: the input itself");
-  sub->add_option("--batch", o->batch, "rows per device run (0: all rows in one run)")->capture_default_str();
-  sub->add_option("--backend", o->backend,
-                  "device backend: rtl (verilated RTL, cycle-accurate) or ref (C++ reference model)")
-      ->check(CLI::IsMember({"rtl", "ref"}))
+  sub->add_option("--batch", o->batch,
+                  "rows per device run (0: all rows in one run; with --devices/--strategy: the micro-batch, 0 = "
+                  "automatic)")
       ->capture_default_str();
+  add_backend_option(sub, o->backend);
   sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (N x N array)")
       ->capture_default_str();
+  add_multi_options(sub, o->multi, {"data", "pipeline"},
+                    "how the rows use several devices: data (micro-batches spread over the devices, weights "
+                    "mirrored) or pipeline (layers split into stages, one device each); default data");
   sub->add_flag("--check", o->check,
                 "compare the device's int32 output with the CPU integer model bit for bit; exit 3 on a difference");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("-q,--quiet", o->quiet, "no progress on stderr");
-  sub->callback([o] {
-    int rc = kOther;
-    try {
-      rc = run_command(*o);
-    } catch (const Error& e) {
-      fmt::print(stderr, "tpuw: error: {}\n", e.what());
-      rc = exit_code(e.kind());
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "tpuw: error: {}\n", e.what());
-      rc = kOther;
-    }
-    std::cout.flush();
-    std::fflush(nullptr);
-    std::exit(rc);  // main() dispatches on its own subcommands only; this one ends here
-  });
+}
+
+bool RunCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }
+
+int RunCommand::execute() const {
+  int rc = kOther;
+  try {
+    rc = run_command(*opts_);
+  } catch (const Error& e) {
+    fmt::print(stderr, "tpuw: error: {}\n", e.what());
+    rc = exit_code(e.kind());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tpuw: error: {}\n", e.what());
+    rc = kOther;
+  }
+  return rc;
 }
 
 }  // namespace tpuw::cli

@@ -1,4 +1,6 @@
-// tpuw: the command-line tool of TPU Worker (device info, assembler, program runner, GEMM).
+// tpuw: the command-line tool of TPU Worker (device info, assembler, program runner, GEMM, models).
+// info, gemm and run take --devices K (and gemm/run --strategy): K devices behind one runtime
+// (tpuw/worker/strategies.h), with each device's busy time and the overlap in the report.
 //
 // Exit codes: 0 ok, 2 bad input or usage, 3 result mismatch (--check, .expect), 4 device fault
 // or timeout, 1 anything else.
@@ -12,11 +14,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
+#include "cli_common.h"
 #include "cmd_run.h"
 #include "tpuw/asm.h"
 #include "tpuw/backend.h"
@@ -24,14 +28,14 @@
 #include "tpuw/error.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/worker/strategies.h"
+#include "tpuw/worker/worker.h"
 
 namespace tpuw::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
-
-enum Exit : int { kOk = 0, kOther = 1, kBadInput = 2, kMismatchExit = 3, kDeviceExit = 4 };
 
 int exit_code(ErrorKind k) {
   switch (k) {
@@ -56,12 +60,11 @@ struct DeviceOpts {
   uint64_t wave_from = 0;
   uint64_t wave_to = UINT64_MAX;
   CLI::Option* array_n_opt = nullptr;
+  MultiOpts multi;
 };
 
 void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave) {
-  sub->add_option("--backend", o.backend, "device backend: rtl (verilated RTL, cycle-accurate) or ref (C++ reference model)")
-      ->check(CLI::IsMember({"rtl", "ref"}))
-      ->capture_default_str();
+  add_backend_option(sub, o.backend);
   o.array_n_opt = sub->add_option("--array-n", o.array_n, "MXU size N of the device configuration (N x N array)")
                       ->capture_default_str();
   sub->add_flag("--json", o.json, "print one JSON object instead of the human-readable report");
@@ -79,6 +82,9 @@ BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes = 64ull << 
   c.wave_path = o.wave;
   c.wave_from = o.wave_from;
   c.wave_to = o.wave_to;
+  if (!o.wave.empty() && o.multi.devices > 1) {
+    throw Error(ErrorKind::kInvalidArgument, "--wave traces one device: it cannot be combined with --devices > 1");
+  }
   if (!o.wave.empty() && o.backend != "rtl") {
     throw Error(ErrorKind::kInvalidArgument, "--wave needs --backend rtl (the ref model has no signals)");
   }
@@ -107,7 +113,50 @@ json perf_json(const PerfCounters& p) {
 // ------------------------------------------------------------------------------------------------
 // info
 // ------------------------------------------------------------------------------------------------
+// info --devices K: opens K devices through a Worker and lists what each one says about itself.
+int cmd_info_devices(const DeviceOpts& o) {
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config = backend_config(o);
+  wo.devices = o.multi.devices;
+  worker::Worker w(wo);
+  std::vector<std::future<DeviceInfo>> futures;
+  for (unsigned i = 0; i < w.size(); ++i) {
+    futures.push_back(w.submit([](worker::DeviceSlot& s) { return s.device.info(); },
+                               worker::TaskOptions{i, fmt::format("info {}", i)}));
+  }
+  std::vector<DeviceInfo> infos;
+  for (auto& f : futures) infos.push_back(f.get());
+  if (o.json) {
+    json j;
+    j["backend"] = o.backend;
+    j["array_n"] = o.array_n;
+    j["devices"] = json::array();
+    for (size_t i = 0; i < infos.size(); ++i) {
+      const DeviceInfo& d = infos[i];
+      j["devices"].push_back({{"index", i}, {"backend", d.backend}, {"id", fmt::format("0x{:08x}", d.id)},
+                              {"version", fmt::format("{}.{}", d.version_major(), d.version_minor())},
+                              {"array_n", d.params.array_n}, {"ub_depth", d.params.ub_depth},
+                              {"wb_depth", d.params.wb_depth}, {"acc_depth", d.params.acc_depth},
+                              {"features", d.features}, {"mem_base", d.mem_base}, {"mem_size", d.mem_size}});
+    }
+    j["healthy"] = w.healthy();
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  fmt::print("{} devices on {} (each on its own thread, own host memory)\n", infos.size(), o.backend);
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const DeviceInfo& d = infos[i];
+    fmt::print("  device {}: ID 0x{:08x} VERSION {}.{} ARRAY_N {} UB {} WB {} ACC {} rows, features {}, host memory "
+               "0x{:x} + {} MiB\n",
+               i, d.id, d.version_major(), d.version_minor(), d.params.array_n, d.params.ub_depth, d.params.wb_depth,
+               d.params.acc_depth, features_string(d.features), d.mem_base, d.mem_size >> 20);
+  }
+  return kOk;
+}
+
 int cmd_info(const DeviceOpts& o) {
+  if (o.multi.devices_opt != nullptr && o.multi.devices_opt->count() > 0) return cmd_info_devices(o);
   Device dev = Device::open(o.backend, backend_config(o));
   const DeviceInfo& i = dev.info();
   const auto& p = i.params;
@@ -442,7 +491,66 @@ void compare(const std::vector<int32_t>& got, const std::vector<int32_t>& want, 
   }
 }
 
+// gemm --devices K --strategy data: B's columns split over K devices (tpuw/worker/strategies.h).
+int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op, uint64_t mem) {
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config = backend_config(o, mem);
+  wo.devices = o.multi.devices;
+  worker::Worker w(wo);
+  const worker::GemmStrategyResult r = worker::gemm_parallel(w, op.a, op.b, op.shape);
+  json check_json = nullptr;
+  if (g.check) {
+    // The same GEMM on one device of the same backend, and on the CPU.
+    compare(r.c, runtime::gemm_cpu(op.a, op.b, op.shape), op.shape, fmt::format("{} x{}", o.backend, w.size()), "cpu");
+    check_json = json{{"cpu", "equal"}};
+    DeviceOpts oo = o;
+    oo.wave.clear();
+    Device dev1 = Device::open(o.backend, backend_config(oo, mem));
+    compare(r.c, runtime::gemm(dev1, op.a, op.b, op.shape).c, op.shape, fmt::format("{} x{}", o.backend, w.size()),
+            fmt::format("{} x1", o.backend));
+    check_json["one_device"] = "equal";
+  }
+  if (!g.out.empty()) npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  const worker::StrategyReport& rep = r.report;
+  uint64_t cycles = 0;
+  for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
+  const uint64_t macs = op.shape.m * op.shape.k * op.shape.n;
+  const double macs_per_s = rep.wall_s > 0 ? static_cast<double>(macs) / rep.wall_s : 0.0;
+  if (o.json) {
+    json j;
+    j["backend"] = o.backend;
+    j["array_n"] = o.array_n;
+    j["m"] = op.shape.m;
+    j["k"] = op.shape.k;
+    j["n"] = op.shape.n;
+    j["cycles"] = cycles;
+    j["macs"] = macs;
+    j["macs_per_s"] = macs_per_s;
+    const json report = strategy_report_json(rep, o.array_n);
+    for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = it.value();
+    j["strategy"] = "data";
+    j["split"] = "columns";
+    j["check"] = check_json;
+    if (!g.out.empty()) j["out"] = g.out;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("gemm {}x{}x{} on {} (N={}) x {} device{}, strategy data (B's columns split): wall {:.3f} s, {:.3g} "
+               "MAC/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
+               op.shape.m, op.shape.k, op.shape.n, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s",
+               rep.wall_s, macs_per_s, rep.overlap);
+    print_strategy_report(rep, o.array_n);
+    if (g.check) fmt::print("  check: {}\n", check_json.dump());
+  }
+  return kOk;
+}
+
 int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
+  if (o.multi.strategy == "pipeline") {
+    throw Error(ErrorKind::kInvalidArgument,
+                "tpuw gemm --strategy pipeline: a single GEMM has no layers to pipeline; use --strategy data (B's "
+                "columns split over the devices)");
+  }
   const Operands op = load_operands(g);
   if (!g.out.empty()) {
     const fs::path parent = fs::path(g.out).parent_path();
@@ -458,6 +566,7 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                             fmt::join(backend_array_sizes("ref"), ", ")));
   }
   const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
+  if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);
   Device dev = Device::open(o.backend, backend_config(o, mem));
 
   const bool show_progress = !g.quiet && isatty(fileno(stderr)) != 0;
@@ -534,7 +643,7 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm).\n"
+  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run).\n"
                "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other."};
   app.require_subcommand(1);
 
@@ -542,6 +651,8 @@ int run(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "print the device configuration read from its registers");
   info_o.backend = "rtl";
   add_device_options(info, info_o, false);
+  info_o.multi.devices_opt = info->add_option("--devices", info_o.multi.devices, "open K devices and list each one")
+                                 ->check(CLI::Range(1u, 64u));
 
   std::string asm_in, asm_out;
   auto* as = app.add_subcommand("asm", "assemble a program (.s) into raw 16-byte instructions");
@@ -571,7 +682,10 @@ int run(int argc, char** argv) {
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
   add_device_options(ge, gemm_o, true);
-  register_run(app);  // tpuw run (cmd_run.cpp): runs from its callback and exits
+  add_multi_options(ge, gemm_o.multi, {"data", "pipeline"},
+                    "how the GEMM uses several devices: data (B's columns split, A to every device; the default); "
+                    "pipeline is for tpuw run");
+  const RunCommand run_cmd(app);  // tpuw run (cmd_run.cpp)
 
   try {
     app.parse(argc, argv);
@@ -589,6 +703,7 @@ int run(int argc, char** argv) {
   if (*dis) return cmd_disasm(dis_in);
   if (*ex) return cmd_exec(exec_o, exec_in);
   if (*ge) return cmd_gemm(gemm_o, g);
+  if (run_cmd.selected()) return run_cmd.execute();
   return kBadInput;
 }
 

@@ -183,7 +183,60 @@ struct NetworkRunResult {
 
 /// Packs, compiles, runs and unpacks. Throws Error(kInvalidArgument) for a bad network or an
 /// input of the wrong size (batch * input_features), and whatever the driver throws.
+/// It is the steps below with one set of buffers, uploading the weights on every call.
 NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<const int8_t> input_q,
                              uint64_t batch, const NetworkOptions& options = {});
+
+// ---- Many batches of one network on one device ---------------------------------------------------
+// run_network() uploads the weights on every call. A server (tpuw/worker/strategies.h) splits it so
+// the weights stay in the device's host memory and batch i+1 is uploaded and queued while batch i
+// runs (two sets of NetworkBuffers, asynchronous submission):
+//
+//   NetworkWeights w = upload_network_weights(dev, net);           // once per device and model
+//   NetworkPlan plan = plan_network(dev.info().params, net, rows);
+//   NetworkBuffers b[2] = {alloc_network_buffers(dev, plan), alloc_network_buffers(dev, plan)};
+//   CompiledNetwork prog[2] = {compile_network(plan, network_addresses(w, b[0])), ...[1]};
+//   uint32_t f0 = submit_network(dev, prog[0], b[0], x0);          // pack + write input, submit
+//   uint32_t f1 = submit_network(dev, prog[1], b[1], x1);          // queued behind batch 0
+//   dev.wait(f0);  read_network_output(dev, prog[0], b[0], r0);    // b[0] is free again
+//
+// The weight and param images depend only on the layers and ArrayN, never on the batch, so one
+// upload serves programs of any batch size. Programs are separated by their FENCEs (a fence drains
+// the device), so batches in flight may share the spill and debug images but not input/output.
+
+/// A network's weight and param images in one device's host memory (4 KiB-aligned). The buffers
+/// must not outlive the Device.
+struct NetworkWeights {
+  uint32_t array_n = 0;
+  uint64_t weight_bytes = 0, param_bytes = 0;
+  HostBuffer weights, params;
+};
+
+/// Checks the network, packs and writes its weights and params. Throws like plan_network.
+NetworkWeights upload_network_weights(Device& device, const nn::QNetwork& net);
+
+/// The per-batch images of one plan: input, spill, output (and debug when keep_intermediate).
+struct NetworkBuffers {
+  uint64_t input_bytes = 0, spill_bytes = 0, output_bytes = 0, debug_bytes = 0;  // capacities
+  HostBuffer input, spill, output, debug;
+};
+
+/// Allocates the buffers `plan` needs (4 KiB-aligned; at least 1 byte each).
+NetworkBuffers alloc_network_buffers(Device& device, const NetworkPlan& plan, bool keep_intermediate = false);
+
+/// The addresses compile_network needs for these weights and buffers.
+NetworkAddresses network_addresses(const NetworkWeights& weights, const NetworkBuffers& buffers);
+
+/// Packs `input_q` ([plan.batch][k0] int8) into buffers.input and submits `program` (compiled for
+/// these buffers): returns the fence to Device::wait for. Does not wait and does not touch the PERF
+/// counters. Throws Error(kInvalidArgument) for an input of the wrong size or buffers smaller than
+/// the program's plan, and whatever Device::submit throws.
+uint32_t submit_network(Device& device, const CompiledNetwork& program, const NetworkBuffers& buffers,
+                        std::span<const int8_t> input_q, const ProgressFn& progress = {});
+
+/// After the program's fence: reads and unpacks the output into result.output_i32 / output_q (and
+/// result.layer_outputs when the program keeps the intermediates); sets result.plan.
+void read_network_output(Device& device, const CompiledNetwork& program, const NetworkBuffers& buffers,
+                         NetworkRunResult& result);
 
 }  // namespace tpuw::runtime

@@ -1,0 +1,97 @@
+// Shared tpuw options and the strategy report (cli_common.h).
+#include "cli_common.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tpuw/backend.h"
+
+namespace tpuw::cli {
+namespace {
+
+std::string describe_backend(const std::string& name) {
+  if (name == "rtl") return "rtl (verilated RTL, cycle-accurate)";
+  if (name == "ref") return "ref (C++ reference model)";
+  if (name == "serial") return "serial (UART link to an FPGA board, or the in-process simulated board)";
+  return name;
+}
+
+double utilization(uint64_t macs, uint32_t n, uint64_t cycles) {
+  return cycles == 0 ? 0.0 : static_cast<double>(macs) / (static_cast<double>(n) * n * static_cast<double>(cycles));
+}
+
+}  // namespace
+
+CLI::Option* add_backend_option(CLI::App* sub, std::string& backend) {
+  const std::vector<std::string> names = backend_names();
+  std::vector<std::string> described;
+  for (const std::string& n : names) described.push_back(describe_backend(n));
+  return sub->add_option("--backend", backend, fmt::format("device backend: {}", fmt::join(described, ", ")))
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+}
+
+void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::string>& strategies, const std::string& help) {
+  m.devices_opt = sub->add_option("--devices", m.devices, "number of devices (each on its own thread)")
+                      ->check(CLI::Range(1u, 64u))
+                      ->capture_default_str();
+  sub->add_option("--strategy", m.strategy, help)->check(CLI::IsMember(strategies));
+}
+
+bool multi_selected(const MultiOpts& m) { return m.devices > 1 || !m.strategy.empty(); }
+
+void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n) {
+  for (const worker::DeviceUse& d : r.per_device) {
+    fmt::print("  device {}: {}: {} {}, busy {:.3f} s ({:.0f}% of wall), {} cycles, utilization {:.3f}{}\n", d.index,
+               d.role, d.items, r.strategy == "columns" ? (d.items == 1 ? "block" : "blocks")
+                                                        : (d.items == 1 ? "micro-batch" : "micro-batches"),
+               d.busy_s, 100.0 * d.busy_fraction, d.perf.cycles, utilization(d.macs, array_n, d.perf.cycles),
+               d.uploaded ? ", weights uploaded" : "");
+  }
+  if (r.strategy == "pipeline") {
+    std::vector<std::string> f;
+    for (const worker::DeviceUse& d : r.per_device) f.push_back(fmt::format("{:.0f}%", 100.0 * d.steady_busy_fraction));
+    fmt::print("  steady state {:.3f} s (last stage started .. first stage done): busy {}\n", r.steady_s,
+               fmt::join(f, " / "));
+  }
+}
+
+nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uint32_t array_n) {
+  nlohmann::ordered_json j;
+  j["devices"] = r.devices;
+  j["strategy"] = r.strategy;
+  j["wall_s"] = r.wall_s;
+  j["overlap"] = r.overlap;
+  j["micro_batch"] = r.micro_batch;
+  j["micro_batches"] = r.micro_batches;
+  nlohmann::ordered_json per = nlohmann::ordered_json::array();
+  for (const worker::DeviceUse& d : r.per_device) {
+    nlohmann::ordered_json pd;
+    pd["index"] = d.index;
+    pd["role"] = d.role;
+    pd["items"] = d.items;
+    pd["rows"] = d.rows;
+    pd["macs"] = d.macs;
+    pd["busy_s"] = d.busy_s;
+    pd["busy_fraction"] = d.busy_fraction;
+    pd["cycles"] = d.perf.cycles;
+    pd["utilization"] = utilization(d.macs, array_n, d.perf.cycles);
+    pd["uploaded"] = d.uploaded;
+    if (r.strategy == "pipeline") pd["steady_busy_fraction"] = d.steady_busy_fraction;
+    nlohmann::ordered_json perf = nlohmann::ordered_json::object();
+    for (const auto& [name, v] : d.perf.items()) perf[std::string(name)] = v;
+    pd["perf"] = perf;
+    per.push_back(pd);
+  }
+  j["per_device"] = per;
+  if (r.strategy == "pipeline") {
+    nlohmann::ordered_json st = nlohmann::ordered_json::array();
+    for (const auto& [a, b] : r.stages) st.push_back({{"first_layer", a}, {"last_layer", b}});
+    j["stages"] = st;
+    j["steady_s"] = r.steady_s;
+  }
+  return j;
+}
+
+}  // namespace tpuw::cli

@@ -1,0 +1,44 @@
+// Pieces shared by the tpuw subcommands: the backend option (every name tpuw::backend_names()
+// knows), the multi-device options (--devices, --strategy) and the report of a strategy run
+// (tpuw/worker/strategies.h) as text and JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tpuw/worker/strategies.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace tpuw::cli {
+
+/// Exit codes of tpuw (main.cpp's header explains them).
+enum Exit : int { kOk = 0, kOther = 1, kBadInput = 2, kMismatchExit = 3, kDeviceExit = 4 };
+
+/// --backend: one of tpuw::backend_names(), described.
+CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);
+
+struct MultiOpts {
+  unsigned devices = 1;      // --devices K
+  std::string strategy;      // --strategy (empty: not given)
+  CLI::Option* devices_opt = nullptr;
+};
+
+/// --devices K and --strategy NAME (one of `strategies`; the first is the default).
+void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::string>& strategies, const std::string& help);
+
+/// The multi-device path is taken when --devices or --strategy is given.
+bool multi_selected(const MultiOpts& m);
+
+/// Per-device report lines ("  device i: ..."), with utilization = macs / (N^2 * cycles).
+void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n);
+
+/// {"devices", "strategy", "wall_s", "overlap", "micro_batch", "micro_batches", "per_device": [...],
+///  "stages" and "steady_s" (pipeline)}.
+nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uint32_t array_n);
+
+}  // namespace tpuw::cli
