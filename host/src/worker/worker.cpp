@@ -268,7 +268,7 @@ struct Worker::State {
       lk.unlock();
       // Booked first, delivered after: a ready future sees its run in stats().
       if (own_error) {
-        fail(std::move(job), own_error);
+        fail(std::move(job), std::move(own_error));  // no reference stays behind on this thread
       } else {
         job->deliver();
       }
