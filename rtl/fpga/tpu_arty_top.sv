@@ -1,4 +1,4 @@
-// Digilent Arty A7-35T (Xilinx XC7A35T) board top: tpu_top with an 8x8 array, 128 KiB of block
+// Digilent Arty A7-35T (Xilinx XC7A35T) board top: tpu_top with a 4x4 array, 128 KiB of block
 // RAM that plays the host memory, and the UART bridge (rtl/fpga/tpu_uart_bridge.sv: the same
 // protocol and host backend as the iCEBreaker build) on the FT2232's UART. Pins and clock:
 // constraints/arty_a7_35t.xdc.
@@ -15,14 +15,15 @@
 // The FPGA flows define TPU_FPGA_RAM, so the device's UB/WB/ACC are one-read-one-write RAMs that
 // map to block RAM. tpu_axi_sram instantiates the iCE40's SB_SPRAM256KA under SYNTHESIS; the
 // Xilinx flow supplies a synthesizable model of it (fpga/generic/SB_SPRAM256KA.v).
-// Sizing for the XC7A35T (20800 LUT6, 90 DSP48E1, 50 RAMB36): N=8 keeps the 64 PE multipliers
-// and the activation unit in DSPs; the 128 KiB host memory takes 32 of the 50 RAMB36.
+// Sizing for the XC7A35T (20800 LUT6, 90 DSP48E1, 50 RAMB36): N=8 synthesizes to 103 DSP48E1
+// (64 PEs + 8 activation lanes of 32x32 multiplies), more than the part has, so N=4; the 128 KiB
+// host memory takes 32 of the 50 RAMB36.
 // scripts/fpga/xilinx.sh arty synthesizes this top; place-and-route needs Vivado.
 module tpu_arty_top #(
-  parameter int unsigned ArrayN     = 8,
-  parameter int unsigned UbDepth    = 1024,
-  parameter int unsigned WbDepth    = 256,
-  parameter int unsigned AccDepth   = 512,
+  parameter int unsigned ArrayN     = 4,
+  parameter int unsigned UbDepth    = 2048,
+  parameter int unsigned WbDepth    = 512,
+  parameter int unsigned AccDepth   = 1024,
   parameter int unsigned QueueDepth = 4,
   parameter int unsigned ClkHz      = 50000000,
   parameter int unsigned Baud       = 115200,
@@ -43,17 +44,19 @@ module tpu_arty_top #(
   logic clk, locked, btn_n, uart_rx, uart_tx;
 
 `ifdef SYNTHESIS
-  // 100 MHz -> VCO 1000 MHz -> 50 MHz.
+  // 100 MHz -> VCO 1000 MHz -> ClkHz on CLKOUT1 (integer divider; 1000 MHz / ClkHz must be a
+  // whole number from 1 to 128).
+  localparam int unsigned MmcmDiv = 1000000000 / ClkHz;
   logic clk_mmcm, clk_fb;
   MMCME2_BASE #(
-    .CLKIN1_PERIOD    (10.0),
-    .CLKFBOUT_MULT_F  (10.0),
-    .DIVCLK_DIVIDE    (1),
-    .CLKOUT0_DIVIDE_F (real'(1000000000 / ClkHz))
+    .CLKIN1_PERIOD   (10.0),
+    .CLKFBOUT_MULT_F (10.0),
+    .DIVCLK_DIVIDE   (1),
+    .CLKOUT1_DIVIDE  (MmcmDiv)
   ) u_mmcm (
-    .CLKIN1(clk100mhz_i), .CLKFBIN(clk_fb), .CLKFBOUT(clk_fb), .CLKOUT0(clk_mmcm),
+    .CLKIN1(clk100mhz_i), .CLKFBIN(clk_fb), .CLKFBOUT(clk_fb), .CLKOUT1(clk_mmcm),
     .LOCKED(locked), .RST(1'b0), .PWRDWN(1'b0),
-    .CLKFBOUTB(), .CLKOUT0B(), .CLKOUT1(), .CLKOUT1B(), .CLKOUT2(), .CLKOUT2B(), .CLKOUT3(),
+    .CLKFBOUTB(), .CLKOUT0(), .CLKOUT0B(), .CLKOUT1B(), .CLKOUT2(), .CLKOUT2B(), .CLKOUT3(),
     .CLKOUT3B(), .CLKOUT4(), .CLKOUT5(), .CLKOUT6()
   );
   BUFG u_bufg (.I(clk_mmcm), .O(clk));

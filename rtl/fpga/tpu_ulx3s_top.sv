@@ -1,4 +1,4 @@
-// ULX3S (Lattice ECP5 LFE5U-85F) board top: tpu_top with a 16x16 array, 128 KiB of block RAM that
+// ULX3S (Lattice ECP5 LFE5U-85F) board top: tpu_top with an 8x8 array, 128 KiB of block RAM that
 // plays the host memory, and the UART bridge (rtl/fpga/tpu_uart_bridge.sv: the same protocol and
 // host backend as the iCEBreaker build) on the FT231X's UART. Pins: constraints/ulx3s.lpf.
 //
@@ -7,6 +7,9 @@
 //                         v
 //              tpu_axi_sram (EBR) <--AXI4-- tpu_top DMA master (32-bit)
 //
+// Sizing for the LFE5U-85F (84k LUT4, 156 MULT18X18D, 208 DP16KD): N=16 needs about 330
+// multipliers (256 PEs + 16 activation lanes of 32x32) with DSPs, or about 119k LUT4 without;
+// N=8 takes about 100 MULT18X18D.
 // One 25 MHz clock straight from the oscillator (no PLL). Reset: a power-on counter and the PWR
 // button btn[0] (low when pressed). led[0] shows irq, led[7] is a heartbeat while out of reset.
 // The FPGA flows define TPU_FPGA_RAM, so the device's UB/WB/ACC are one-read-one-write RAMs that
@@ -15,10 +18,10 @@
 // DP16KD. Place-and-route needs nextpnr-ecp5 and ecppack (prjtrellis), which Debian 12 does not
 // ship: scripts/fpga/ecp5.sh ulx3s synthesizes this top and reports its resources.
 module tpu_ulx3s_top #(
-  parameter int unsigned ArrayN     = 16,
-  parameter int unsigned UbDepth    = 2048,
-  parameter int unsigned WbDepth    = 512,
-  parameter int unsigned AccDepth   = 512,
+  parameter int unsigned ArrayN     = 8,
+  parameter int unsigned UbDepth    = 4096,
+  parameter int unsigned WbDepth    = 1024,
+  parameter int unsigned AccDepth   = 1024,
   parameter int unsigned QueueDepth = 8,
   parameter int unsigned ClkHz      = 25000000,
   parameter int unsigned Baud       = 115200,

@@ -35,8 +35,9 @@ fpga_fail() {
 fpga_yosys() {
   local tag="$1" out="$2" script="$3"
   echo "${tag}: yosys $("${YOSYS}" -V | awk '{print $2}'), log in ${out}/yosys.log"
-  if ! "${YOSYS}" -q -l "${out}/yosys.log" -s "${script}" > /dev/null; then
+  if ! "${YOSYS}" -q -l "${out}/yosys.log" -s "${script}" > /dev/null 2>&1; then
     grep -E "ERROR" "${out}/yosys.log" | head -20 >&2 || true
     fpga_fail "${tag}" "yosys"
   fi
+  echo "${tag}: $(grep -c '^Warning:' "${out}/yosys.log" || true) Yosys warnings (see the log)"
 }

@@ -2,7 +2,7 @@
 # Xilinx 7-series synthesis with Yosys 0.23 (synth_xilinx -family xc7) and a resource report.
 #   usage: scripts/fpga/xilinx.sh [device|arty] [output-dir]
 #     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA
-#             (a core: no I/O buffers; sized for an Artix-7 100T / Kintex-7 class part)
+#             (a core: no I/O buffers; about 330 DSP48E1: a Kintex-7-class part)
 #     arty    rtl/fpga/tpu_arty_top.sv: the device + UART bridge + 128 KiB host memory in block
 #             RAM, with the parameters of that top (constraints/arty_a7_35t.xdc for pins)
 # There is no Vivado here and the open 7-series place-and-route (nextpnr-xilinx / F4PGA) is not
@@ -12,6 +12,7 @@
 # Writes <out>/stat.txt (Yosys stat) and <out>/resources.txt (key=value). Exits non-zero on error.
 # Environment: YOSYS, XILINX_PARAMS (override the chparam list of the device variant).
 set -euo pipefail
+cap_lut=""  # board variants: the part's capacity, checked after synthesis
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 variant="${1:-device}"
@@ -31,6 +32,7 @@ case "${variant}" in
     fpga_sources "${FPGA_RTL}/tpu.f" "${FPGA_RTL}/fpga/fpga.f"
     FPGA_FILES+=("${FPGA_ROOT}/fpga/generic/SB_SPRAM256KA.v" "${FPGA_RTL}/fpga/tpu_arty_top.sv")
     top=tpu_arty_top
+    cap_lut=20800 cap_dsp=90 cap_bram=50  # XC7A35T
     chparam=""
     iopad=""
     ;;
@@ -47,7 +49,10 @@ esac
 fpga_yosys "${tag}" "${out}" "${out}/synth.ys"
 
 sum() {  # sum of the counts of all cells whose name matches the regex $1
-  awk -v re="$1" '$1 ~ re && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' "${out}/stat.txt"
+  # Yosys prints one block per module and, for a hierarchical design, a "design hierarchy"
+  # block with the totals last: count only the last block.
+  awk -v re="$1" '/^=== / { n = 0 } $1 ~ re && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' \
+    "${out}/stat.txt"
 }
 luts=$(sum '^LUT[1-6]$')
 ffs=$(sum '^FD(RE|SE|CE|PE)$')
@@ -61,6 +66,11 @@ bram=$(awk -v a="${b36}" -v b="${b18}" 'BEGIN { printf "%g", a + b / 2 }')
 {
   echo "target=xc7 variant=${variant} top=${top}"
   echo "luts=${luts} ffs=${ffs} dsp=${dsp} bram=${bram} ramb36=${b36} ramb18=${b18} lutram=${lutram} carry=${carry}"
+  if [[ -n "${cap_lut}" ]]; then echo "capacity: luts=${cap_lut} dsp=${cap_dsp} bram=${cap_bram}"; fi
 } | tee "${out}/resources.txt"
 [[ "${luts}" -gt 0 ]] || fpga_fail "${tag}" "no LUTs in the netlist"
+if [[ -n "${cap_lut}" ]] && ! awk -v l="${luts}" -v d="${dsp}" -v b="${bram}" \
+     -v cl="${cap_lut}" -v cd="${cap_dsp}" -v cb="${cap_bram}" 'BEGIN { exit !(l <= cl && d <= cd && b <= cb) }'; then
+  fpga_fail "${tag}" "exceeds the board's part (LUT ${luts}/${cap_lut}, DSP ${dsp}/${cap_dsp}, BRAM ${bram}/${cap_bram})"
+fi
 echo "${tag}: ok (synthesis only: no Vivado / open 7-series place-and-route here, so no Fmax)"
