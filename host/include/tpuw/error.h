@@ -14,7 +14,8 @@ enum class ErrorKind {
   kDeviceFault,      // the device stopped on a fault (cause, PC, info in the message)
   kTimeout,          // the device did not answer in time
   kMismatch,         // --check found a difference between backends
-  kUnsupported,      // valid request the implementation cannot do
+  kUnsupported,      // valid request the implementation cannot do (CLI exit 2)
+  kCancelled,        // queued work dropped by a shutdown before it ran
   kInternal,         // a bug: an invariant did not hold
 };
 

@@ -8,6 +8,21 @@
 #include "tpuw/backend.h"
 
 namespace tpuw::cli {
+
+int exit_code(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+    case ErrorKind::kBadFile:
+    case ErrorKind::kAsmSyntax:
+    case ErrorKind::kUnsupported: return kBadInput;
+    case ErrorKind::kMismatch: return kMismatchExit;
+    case ErrorKind::kDeviceFault:
+    case ErrorKind::kTimeout: return kDeviceExit;
+    case ErrorKind::kCancelled:
+    case ErrorKind::kInternal: return kOther;
+  }
+  return kOther;
+}
 namespace {
 
 std::string describe_backend(const std::string& name) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tpuw/error.h"
 #include "tpuw/worker/strategies.h"
 
 namespace CLI {
@@ -18,6 +19,10 @@ namespace tpuw::cli {
 
 /// Exit codes of tpuw (main.cpp's header explains them).
 enum Exit : int { kOk = 0, kOther = 1, kBadInput = 2, kMismatchExit = 3, kDeviceExit = 4 };
+
+/// The exit code for an error of this kind (a model, tensor or shape the device cannot run is bad
+/// input, like a malformed file).
+int exit_code(ErrorKind kind);
 
 /// --backend: one of tpuw::backend_names(), described.
 CLI::Option* add_backend_option(CLI::App* sub, std::string& backend);

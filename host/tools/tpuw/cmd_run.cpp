@@ -54,20 +54,6 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-int exit_code(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::kInvalidArgument:
-    case ErrorKind::kBadFile:
-    case ErrorKind::kAsmSyntax:
-    case ErrorKind::kUnsupported: return kBadInput;  // a model or tensor we cannot run is bad input
-    case ErrorKind::kMismatch: return kMismatchExit;
-    case ErrorKind::kDeviceFault:
-    case ErrorKind::kTimeout: return kDeviceExit;
-    case ErrorKind::kInternal: return kOther;
-  }
-  return kOther;
-}
-
 // A float tensor [rows, features] read from .npy (float32, uint8 or int8).
 struct Rows {
   std::vector<float> x;

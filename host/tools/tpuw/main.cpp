@@ -37,20 +37,6 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-int exit_code(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::kInvalidArgument:
-    case ErrorKind::kBadFile:
-    case ErrorKind::kAsmSyntax: return kBadInput;
-    case ErrorKind::kMismatch: return kMismatchExit;
-    case ErrorKind::kDeviceFault:
-    case ErrorKind::kTimeout: return kDeviceExit;
-    case ErrorKind::kUnsupported:
-    case ErrorKind::kInternal: return kOther;
-  }
-  return kOther;
-}
-
 // Options shared by the subcommands that open a device.
 struct DeviceOpts {
   std::string backend = "rtl";

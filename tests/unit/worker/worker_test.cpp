@@ -443,7 +443,7 @@ TEST(WorkerShutdown, CancelWithTasksInFlight) {
       ++done;
     } catch (const Cancelled& e) {
       EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos);
-      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      EXPECT_EQ(e.kind(), ErrorKind::kCancelled);
       ++cancelled;
     }
   }

@@ -97,7 +97,7 @@ struct DeviceStats {
 /// valid, the worker can no longer run it).
 class Cancelled : public Error {
  public:
-  explicit Cancelled(const std::string& message) : Error(ErrorKind::kUnsupported, message) {}
+  explicit Cancelled(const std::string& message) : Error(ErrorKind::kCancelled, message) {}
 };
 
 namespace detail {
