@@ -197,6 +197,39 @@ void check_raw(const RunOpts& o, const nn::QNetwork& q, const std::vector<int8_t
 }
 
 // --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
+// The model lines both the one-device and the several-device reports start with.
+void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const Rows& cal) {
+  const uint32_t classes = net.output_features();
+  fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
+             model_shape_string(net.input_shape), q.layers.size(), q.layers.size() == 1 ? "" : "s",
+             q.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
+  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
+             o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
+}
+
+// The accuracy, check and output keys both JSON reports end with.
+void add_result_json(json& j, const RunOpts& o, size_t label_rows, double acc_int8, double acc_float,
+                     const json& check_json) {
+  if (label_rows > 0) {
+    j["accuracy"] = {{"labels", o.labels}, {"rows", label_rows}, {"int8", acc_int8}, {"float", acc_float}};
+  } else {
+    j["accuracy"] = nullptr;
+  }
+  j["check"] = check_json;
+  j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
+}
+
+// The accuracy, check and output lines both human reports end with.
+void print_result_tail(const RunOpts& o, size_t label_rows, double acc_int8, double acc_float, uint64_t rows,
+                       uint32_t classes) {
+  if (label_rows > 0) {
+    fmt::print("accuracy on {} ({} rows): int8 on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
+               label_rows, o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
+  }
+  if (o.check) fmt::print("check: device output equals the CPU integer model bit for bit\n");
+  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, rows, classes);
+}
+
 int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const std::vector<int8_t>& x_q,
               const Rows& in, const std::vector<int64_t>& labels, const Rows& cal) {
   const uint32_t classes = net.output_features();
@@ -264,21 +297,11 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
     j["rows_per_s"] = rows_per_s;
     const json report = strategy_report_json(rep, o.array_n);
     for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = it.value();
-    if (!labels.empty()) {
-      j["accuracy"] = {{"labels", o.labels}, {"rows", labels.size()}, {"int8", acc_int8}, {"float", acc_float}};
-    } else {
-      j["accuracy"] = nullptr;
-    }
-    j["check"] = check_json;
-    j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
+    add_result_json(j, o, labels.size(), acc_int8, acc_float, check_json);
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
-             model_shape_string(net.input_shape), q.layers.size(), q.layers.size() == 1 ? "" : "s",
-             q.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
-  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
-             o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
+  print_model_header(o, net, q, cal);
   fmt::print("{} rows on {} (N={}) x {} device{}, strategy {}: {} micro-batch{} of {} rows, wall {:.3f} s, {:.0f} "
              "rows/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
              in.rows, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s", rep.strategy, rep.micro_batches,
@@ -287,12 +310,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
     fmt::print("  ({} of the {} devices used: one pipeline stage per layer at most)\n", rep.devices, o.multi.devices);
   }
   print_strategy_report(rep, o.array_n);
-  if (!labels.empty()) {
-    fmt::print("accuracy on {} ({} rows): int8 on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
-               labels.size(), o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
-  }
-  if (o.check) fmt::print("check: device output equals the CPU integer model bit for bit\n");
-  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, in.rows, classes);
+  print_result_tail(o, labels.size(), acc_int8, acc_float, in.rows, classes);
   return kOk;
 }
 
@@ -459,21 +477,11 @@ int run_command(const RunOpts& o) {
     json pj = json::object();
     for (const auto& [name, v] : perf.items()) pj[std::string(name)] = v;
     j["perf"] = pj;
-    if (!labels.empty()) {
-      j["accuracy"] = {{"labels", o.labels}, {"rows", labels.size()}, {"int8", acc_int8}, {"float", acc_float}};
-    } else {
-      j["accuracy"] = nullptr;
-    }
-    j["check"] = check_json;
-    j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
+    add_result_json(j, o, labels.size(), acc_int8, acc_float, check_json);
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
-             model_shape_string(net.input_shape), q.layers.size(), q.layers.size() == 1 ? "" : "s",
-             q.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
-  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
-             o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
+  print_model_header(o, net, q, cal);
   fmt::print("{} rows on {} (N={}) in {} batch{} of {}: {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M "
              "simulated cycles/s\n",
              in.rows, o.backend, o.array_n, chunks, chunks == 1 ? "" : "es", chunk, perf.cycles, utilization, wall,
@@ -493,12 +501,7 @@ int run_command(const RunOpts& o) {
              "bytes read {} written {} (minimum {})\n",
              perf.cycles, perf.mxu_active, perf.weight_stall, perf.weight_shift, perf.dma_wait, perf.act_busy,
              perf.instret, rd_bytes, wr_bytes, min_bytes);
-  if (!labels.empty()) {
-    fmt::print("accuracy on {} ({} rows): int8 on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
-               labels.size(), o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
-  }
-  if (o.check) fmt::print("check: device output equals the CPU integer model bit for bit\n");
-  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, in.rows, classes);
+  print_result_tail(o, labels.size(), acc_int8, acc_float, in.rows, classes);
   return kOk;
 }
 
