@@ -6,4 +6,5 @@ fpga/tpu_uart_rx.sv
 fpga/tpu_uart_tx.sv
 fpga/tpu_uart_bridge.sv
 fpga/tpu_axi_sram.sv
+fpga/tpu_fpga_system.sv
 fpga/tpu_icebreaker_top.sv
