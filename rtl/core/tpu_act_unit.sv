@@ -9,9 +9,12 @@
 // floor((p + 2^(s-1)) / 2^s) exactly and never overflows 64 bits (|p| <= 2^62).
 // Two pipeline stages: the product is registered, then the rounded, saturated result.
 // bias_i, mult_i, shift_i and relu_i must stay stable while rows are in flight (busy_o).
+`include "tpu_assert.svh"
+
 module tpu_act_unit #(
-  parameter int unsigned ArrayN = 16,
-  parameter int unsigned TagW   = 1
+  parameter int unsigned ArrayN   = 16,
+  parameter int unsigned ActLanes = ArrayN,
+  parameter int unsigned TagW     = 1
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -90,5 +93,7 @@ module tpu_act_unit #(
   assign out_data_o  = res2_q;
   assign out_tag_o   = tag2_q;
   assign busy_o      = valid1_q | valid2_q;
+
+  `TPU_ASSERT_INIT(ActLanesFull_A, ActLanes == ArrayN)  // time-shared lanes: not yet
 
 endmodule

@@ -149,7 +149,7 @@ module tpu_cmd_proc #(
   // =============================================================================================
   logic              pf_push, pf_pop, pf_empty, pf_full;
   logic [FifoCntW-1:0] pf_count;
-  logic [160:0]      pf_wdata, pf_rdata;   // {err, burst addr, instr}
+  logic [128:0]      pf_wdata, pf_rdata;   // {fetch error, instr}
   logic [FCntW-1:0]  f_inflight_q;         // instructions requested, not yet in the buffer
 
   logic              far_valid_q;
@@ -175,10 +175,8 @@ module tpu_cmd_proc #(
     if (f_free < f_n) f_n = f_free;
   end
 
-  // burst FIFO: address of each outstanding fetch burst (for FAULT_INFO)
-  logic        fb_push, fb_pop, fb_empty, fb_full;
-  logic [31:0] fb_addr;
-
+  // outstanding fetch bursts (each carries at least one instruction, so FetchDepth bound them)
+  logic fb_push, fb_pop, fb_empty, fb_full;
   assign f_issue = !halt && (fptr_q != ring_tail_i) && (f_n != 32'd0) && !fb_full &&
                    (!far_valid_q || f_arready_i) &&
                    ((f_n == f_avail) || (f_n >= 32'(FetchDepth / 2)));
@@ -208,11 +206,16 @@ module tpu_cmd_proc #(
   assign fb_push = f_issue;
   assign fb_pop  = f_rvalid_i && f_rlast_i;
 
-  tpu_fifo #(.Width(32), .Depth(FetchDepth)) u_fetch_bursts (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(fb_push), .wdata_i(f_addr), .pop_i(fb_pop), .rdata_o(fb_addr),
-    .empty_o(fb_empty), .full_o(fb_full), .count_o()
-  );
+  logic [FCntW-1:0] fb_cnt_q;
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      fb_cnt_q <= '0;
+    end else begin
+      fb_cnt_q <= fb_cnt_q + (fb_push ? FCntW'(1) : FCntW'(0)) - (fb_pop ? FCntW'(1) : FCntW'(0));
+    end
+  end
+  assign fb_empty = (fb_cnt_q == '0);
+  assign fb_full  = (fb_cnt_q == FCntW'(FetchDepth));
 
   // beat assembly
   logic [127:0]  asm_q;
@@ -257,7 +260,7 @@ module tpu_cmd_proc #(
   end
 
   assign pf_push  = f_rvalid_i && asm_last;
-  assign pf_wdata = {asm_err_q || beat_err, fb_addr, asm_full};
+  assign pf_wdata = {asm_err_q || beat_err, asm_full};
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
@@ -268,7 +271,7 @@ module tpu_cmd_proc #(
     end
   end
 
-  tpu_fifo #(.Width(161), .Depth(FetchDepth)) u_prefetch (
+  tpu_fifo #(.Width(129), .Depth(FetchDepth)) u_prefetch (
     .clk_i, .rst_ni, .flush_i(1'b0),
     .push_i(pf_push), .wdata_i(pf_wdata), .pop_i(pf_pop), .rdata_o(pf_rdata),
     .empty_o(pf_empty), .full_o(pf_full), .count_o(pf_count)
@@ -279,7 +282,6 @@ module tpu_cmd_proc #(
   // =============================================================================================
   logic [127:0] d_instr;
   logic         d_ferr;
-  logic [31:0]  d_faddr;
   logic [31:0]  d_pc;
   logic         d_fault;
   logic [3:0]   d_cause;
@@ -287,8 +289,7 @@ module tpu_cmd_proc #(
   logic [1:0]   d_queue;
 
   assign d_instr = pf_rdata[127:0];
-  assign d_faddr = pf_rdata[159:128];
-  assign d_ferr  = pf_rdata[160];
+  assign d_ferr  = pf_rdata[128];
   assign d_pc    = ring_base_i + {head_q[27:0], 4'b0000};
 
   tpu_decode #(
@@ -604,10 +605,9 @@ module tpu_cmd_proc #(
   // Deliberately unused: LOAD has no push_prev, STORE no push_next (rejected at decode);
   // OKAY vs EXOKAY is not distinguished.
   logic unused_bits;
-  // The fetch burst address travels with each instruction for debug visibility only: a fetch
-  // error reports the failing instruction's own address (docs/perf_model.md, AXI_ERROR rule).
-  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0],
-                         d_faddr};
+  // A fetch error reports the failing instruction's own address (docs/perf_model.md, AXI_ERROR
+  // rule), so the burst address need not travel with the instruction.
+  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0]};
 
   // =============================================================================================
   // Assertions

@@ -32,6 +32,7 @@ module tpu_compute #(
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
+  parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
   localparam int unsigned UbAw    = $clog2(UbDepth),
   localparam int unsigned WbAw    = $clog2(WbDepth),
   localparam int unsigned AccAw   = $clog2(AccDepth)
@@ -477,8 +478,9 @@ module tpu_compute #(
   logic [UbAw-1:0]    act_out_ub;
 
   tpu_act_unit #(
-    .ArrayN (ArrayN),
-    .TagW   (ActTagW)
+    .ArrayN   (ArrayN),
+    .ActLanes (ActLanes),
+    .TagW     (ActTagW)
   ) u_act (
     .clk_i,
     .rst_ni,

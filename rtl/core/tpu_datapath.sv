@@ -31,6 +31,7 @@ module tpu_datapath #(
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
+  parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
 `ifdef TPU_FPGA_RAM
   parameter bit          FpgaRam  = 1'b1
 `else
@@ -84,7 +85,8 @@ module tpu_datapath #(
     .ArrayN   (ArrayN),
     .UbDepth  (UbDepth),
     .WbDepth  (WbDepth),
-    .AccDepth (AccDepth)
+    .AccDepth (AccDepth),
+    .ActLanes (ActLanes)
   ) u_compute (
     .clk_i,
     .rst_ni,

@@ -1,5 +1,10 @@
 // Register block: AXI4-Lite slave with every register of docs/isa.md, the interrupt line, the
-// 64-bit performance counters and the soft-reset sequencer.
+// performance counters and the soft-reset sequencer.
+//
+// Performance counters are PerfCntW bits wide: 64 (default) or 32 (small FPGA builds, where nine
+// 64-bit adders and their read snapshots cost about a thousand LUT4). Reading _LO snapshots the
+// high half into _HI, so a LO-then-HI read pair is consistent; at 32 bits _HI reads 0 and the
+// counters wrap at 2^32.
 //
 // AXI4-Lite: a write is accepted when AW and W are both valid (one cycle, then B); a read is
 // accepted when no R response is pending. Undefined offsets (anything but the exact register
@@ -18,7 +23,8 @@ module tpu_reg_block #(
   parameter int unsigned WbDepth    = 4096,
   parameter int unsigned AccDepth   = 4096,
   parameter int unsigned DmaDataW   = 128,
-  parameter int unsigned QueueDepth = 8
+  parameter int unsigned QueueDepth = 8,
+  parameter int unsigned PerfCntW   = 64
 ) (
   input  logic        clk_i,
   input  logic        rst_ni,
@@ -94,8 +100,8 @@ module tpu_reg_block #(
   logic [31:0] ring_base_q, ring_size_q, ring_tail_q;
   logic [31:0] win_base_q, win_last_q;
   logic        resetting_q, soft_rst_q;
-  logic [63:0] perf_q [NumPerf];
-  logic [31:0] perf_hi_q [NumPerf];
+  logic [PerfCntW-1:0] perf_q [NumPerf];
+  logic [31:0]         perf_hi_q [NumPerf];
 
   // ---------------------------------------------------------------------------------------------
   // AXI4-Lite write
@@ -244,16 +250,16 @@ module tpu_reg_block #(
   // ---------------------------------------------------------------------------------------------
   // Performance counters
   // ---------------------------------------------------------------------------------------------
-  logic [63:0] perf_inc [NumPerf];
-  assign perf_inc[0] = {63'd0, perf_busy_i};
-  assign perf_inc[1] = {63'd0, perf_mxu_active_i};
-  assign perf_inc[2] = {63'd0, perf_weight_stall_i};
-  assign perf_inc[3] = {63'd0, perf_weight_shift_i};
-  assign perf_inc[4] = {63'd0, perf_dma_wait_i};
-  assign perf_inc[5] = {63'd0, perf_act_busy_i};
-  assign perf_inc[6] = {61'd0, perf_instret_inc_i};
-  assign perf_inc[7] = {48'd0, perf_rd_bytes_inc_i};
-  assign perf_inc[8] = {48'd0, perf_wr_bytes_inc_i};
+  logic [PerfCntW-1:0] perf_inc [NumPerf];
+  assign perf_inc[0] = PerfCntW'(perf_busy_i);
+  assign perf_inc[1] = PerfCntW'(perf_mxu_active_i);
+  assign perf_inc[2] = PerfCntW'(perf_weight_stall_i);
+  assign perf_inc[3] = PerfCntW'(perf_weight_shift_i);
+  assign perf_inc[4] = PerfCntW'(perf_dma_wait_i);
+  assign perf_inc[5] = PerfCntW'(perf_act_busy_i);
+  assign perf_inc[6] = PerfCntW'(perf_instret_inc_i);
+  assign perf_inc[7] = PerfCntW'(perf_rd_bytes_inc_i);
+  assign perf_inc[8] = PerfCntW'(perf_wr_bytes_inc_i);
 
   // Read decode for the perf window.
   logic [11:0] raddr;
@@ -272,14 +278,21 @@ module tpu_reg_block #(
   for (genvar i = 0; i < NumPerf; i++) begin : g_perf
     always_ff @(posedge clk_i) begin
       if (!rst_ni || soft_rst_q || perf_clear) begin
-        perf_q[i]    <= '0;
-        perf_hi_q[i] <= '0;
+        perf_q[i] <= '0;
       end else begin
         perf_q[i] <= perf_q[i] + perf_inc[i];
-        if (rd_fire && rd_perf && !rd_perf_hi && (rd_perf_idx == 4'(i))) begin
-          perf_hi_q[i] <= perf_q[i][63:32];
+      end
+    end
+    if (PerfCntW > 32) begin : g_hi
+      always_ff @(posedge clk_i) begin
+        if (!rst_ni || soft_rst_q || perf_clear) begin
+          perf_hi_q[i] <= '0;
+        end else if (rd_fire && rd_perf && !rd_perf_hi && (rd_perf_idx == 4'(i))) begin
+          perf_hi_q[i] <= 32'(perf_q[i] >> 32);
         end
       end
+    end else begin : g_no_hi
+      assign perf_hi_q[i] = '0;
     end
   end
 
@@ -378,5 +391,6 @@ module tpu_reg_block #(
               clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(SoftRstWhileBusyAxi_A, soft_rst_q && !axi_quiet_i, clk_i, !rst_ni)
   `TPU_ASSERT_INIT(PerfIdxFits_A, NumPerf <= 16)
+  `TPU_ASSERT_INIT(PerfCntW_A, PerfCntW == 32 || PerfCntW == 64)
 
 endmodule

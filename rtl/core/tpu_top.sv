@@ -17,7 +17,14 @@ module tpu_top #(
   parameter int unsigned AccDepth   = 4096,
   parameter int unsigned DmaDataW   = 128,
   parameter int unsigned QueueDepth = 8,
-  parameter int unsigned AxiIdW     = 4
+  parameter int unsigned AxiIdW     = 4,
+  // Area knobs for small FPGAs (docs/fpga.md). The defaults are the simulated device; each
+  // smaller setting keeps every result and fault bit-identical and costs only cycles (or, for
+  // PerfCntW, counter range).
+  parameter int unsigned ActLanes      = ArrayN, // requantize lanes: a row takes ArrayN/ActLanes cycles
+  parameter int unsigned PerfCntW      = 64,     // performance counter width, 32 or 64
+  parameter int unsigned FetchDepth    = 16,     // instruction prefetch buffer, instructions
+  parameter int unsigned InflightDepth = 8       // issued-not-done instructions per engine
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -106,7 +113,7 @@ module tpu_top #(
 
   tpu_reg_block #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth)
+    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .PerfCntW(PerfCntW)
   ) u_reg_block (
     .clk_i, .rst_ni,
     .s_axil_awaddr_i, .s_axil_awvalid_i, .s_axil_awready_o,
@@ -150,7 +157,8 @@ module tpu_top #(
 
   tpu_cmd_proc #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth)
+    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .FetchDepth(FetchDepth),
+    .InflightDepth(InflightDepth)
   ) u_cmd_proc (
     .clk_i, .rst_ni(rst_int_n), .stop_i(stop),
     .ring_base_i(ring_base), .ring_size_i(ring_size), .ring_tail_i(ring_tail),
@@ -225,7 +233,8 @@ module tpu_top #(
   // Datapath
   // ---------------------------------------------------------------------------------------------
   tpu_datapath #(
-    .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth)
+    .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
+    .ActLanes(ActLanes)
   ) u_datapath (
     .clk_i, .rst_ni(rst_int_n),
     .cmp_valid_i(cmp_valid), .cmp_ready_o(cmp_ready), .cmp_instr_i(cmp_instr),
