@@ -13,8 +13,7 @@
 // power-on counter after MMCM lock and the red RESET button ck_rst (low when pressed).
 // LD4 shows irq, LD5 is a heartbeat while out of reset.
 // The FPGA flows define TPU_FPGA_RAM, so the device's UB/WB/ACC are one-read-one-write RAMs that
-// map to block RAM. tpu_axi_sram instantiates the iCE40's SB_SPRAM256KA under SYNTHESIS; the
-// Xilinx flow supplies a synthesizable model of it (fpga/generic/SB_SPRAM256KA.v).
+// map to block RAM; so does tpu_axi_sram's host memory (its SPRAM form is iCE40 only).
 // Sizing for the XC7A35T (20800 LUT6, 90 DSP48E1, 50 RAMB36): N=8 synthesizes to 103 DSP48E1
 // (64 PEs + 8 activation lanes of 32x32 multiplies), more than the part has, so N=4; the 128 KiB
 // host memory takes 32 of the 50 RAMB36.

@@ -1,9 +1,11 @@
 // Board memory that plays the host memory: 32-bit words, an AXI4 slave for the device's DMA
 // master and a native word port for the UART bridge, sharing one single-ported RAM.
 //
-// Storage: under SYNTHESIS (Yosys defines it) four iCE40 UP5K SB_SPRAM256KA (16K x 16 each; two
-// side by side make a 32-bit bank, two banks = 128 KiB); otherwise a behavioural array with the
-// same one-cycle read latency (simulation, lint).
+// Storage: with the macro TPU_ICE40_SPRAM (scripts/fpga/ice40.sh defines it) four iCE40 UP5K
+// SB_SPRAM256KA (16K x 16 each; two side by side make a 32-bit bank, two banks = 128 KiB);
+// otherwise a behavioural single-port array with byte enables and the same one-cycle read
+// latency, which Yosys maps to the block RAM of the other families (DP16KD, RAMB36E1) and which
+// simulation and lint use.
 //
 // AXI4 slave: INCR bursts of 32-bit beats (awsize/arsize 2), one transaction at a time (an AR or an
 // AW+W burst + B), a read beat every other cycle, a write beat every cycle. A beat outside
@@ -72,7 +74,7 @@ module tpu_axi_sram #(
   logic [31:0]   ram_wdata, ram_rdata;
   logic [3:0]    ram_be;
 
-`ifdef SYNTHESIS
+`ifdef TPU_ICE40_SPRAM
   // iCE40 UP5K: 128 KiB = 2 banks x (2 x SB_SPRAM256KA of 16K x 16).
   `TPU_ASSERT_INIT(SpramSize_A, MemBytes == 131072)
   logic        bank_q;

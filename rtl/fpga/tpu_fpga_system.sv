@@ -15,6 +15,11 @@ module tpu_fpga_system #(
   parameter int unsigned WbDepth    = 64,
   parameter int unsigned AccDepth   = 128,
   parameter int unsigned QueueDepth = 2,
+  // tpu_top's area knobs (see there); the defaults are the simulated device's
+  parameter int unsigned ActLanes      = ArrayN,
+  parameter int unsigned PerfCntW      = 64,
+  parameter int unsigned FetchDepth    = 16,
+  parameter int unsigned InflightDepth = 8,
   parameter int unsigned ClkHz      = 12000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
@@ -71,7 +76,8 @@ module tpu_fpga_system #(
 
   tpu_top #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .AxiIdW(AxiIdW)
+    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .AxiIdW(AxiIdW), .ActLanes(ActLanes),
+    .PerfCntW(PerfCntW), .FetchDepth(FetchDepth), .InflightDepth(InflightDepth)
   ) u_tpu (
     .clk_i, .rst_ni(rst_n),
     .m_axi_awid_o(awid), .m_axi_awaddr_o(awaddr), .m_axi_awlen_o(awlen),

@@ -15,6 +15,11 @@ module tpu_icebreaker_top #(
   parameter int unsigned WbDepth    = 64,
   parameter int unsigned AccDepth   = 128,
   parameter int unsigned QueueDepth = 2,
+  // The smallest settings of tpu_top's area knobs: same results, fewer cycles' overlap.
+  parameter int unsigned ActLanes      = ArrayN,
+  parameter int unsigned PerfCntW      = 32,
+  parameter int unsigned FetchDepth    = 2,
+  parameter int unsigned InflightDepth = 2,
   parameter int unsigned ClkHz      = 12000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
@@ -31,7 +36,9 @@ module tpu_icebreaker_top #(
 
   tpu_fpga_system #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .QueueDepth(QueueDepth), .ClkHz(ClkHz), .Baud(Baud), .MemBytes(MemBytes)
+    .QueueDepth(QueueDepth), .ActLanes(ActLanes), .PerfCntW(PerfCntW),
+    .FetchDepth(FetchDepth), .InflightDepth(InflightDepth),
+    .ClkHz(ClkHz), .Baud(Baud), .MemBytes(MemBytes)
   ) u_system (
     .clk_i(clk_i), .locked_i(1'b1), .btn_ni(btn_ni), .rx_i(rx_i), .tx_o(tx_o),
     .irq_o(irq), .heartbeat_o(heartbeat)

@@ -13,9 +13,8 @@
 // One 25 MHz clock straight from the oscillator (no PLL). Reset: a power-on counter and the PWR
 // button btn[0] (low when pressed). led[0] shows irq, led[7] is a heartbeat while out of reset.
 // The FPGA flows define TPU_FPGA_RAM, so the device's UB/WB/ACC are one-read-one-write RAMs that
-// map to DP16KD block RAM. tpu_axi_sram instantiates the iCE40's SB_SPRAM256KA under SYNTHESIS;
-// the ECP5 flow supplies a synthesizable model of it (fpga/generic/SB_SPRAM256KA.v) that maps to
-// DP16KD. Place-and-route needs nextpnr-ecp5 and ecppack (prjtrellis), which Debian 12 does not
+// map to DP16KD block RAM; so does tpu_axi_sram's host memory (its SPRAM form is iCE40 only).
+// Place-and-route needs nextpnr-ecp5 and ecppack (prjtrellis), which Debian 12 does not
 // ship: scripts/fpga/ecp5.sh ulx3s synthesizes this top and reports its resources.
 module tpu_ulx3s_top #(
   parameter int unsigned ArrayN     = 8,

@@ -31,7 +31,7 @@ case "${variant}" in
     ;;
   ulx3s)
     fpga_sources "${FPGA_RTL}/tpu.f" "${FPGA_RTL}/fpga/fpga.f"
-    FPGA_FILES+=("${FPGA_ROOT}/fpga/generic/SB_SPRAM256KA.v" "${FPGA_RTL}/fpga/tpu_ulx3s_top.sv")
+    FPGA_FILES+=("${FPGA_RTL}/fpga/tpu_ulx3s_top.sv")
     top=tpu_ulx3s_top
     cap_lut=83640 cap_dsp=156 cap_bram=208  # LFE5U-85F
     chparam=""

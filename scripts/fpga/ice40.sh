@@ -46,7 +46,8 @@ esac
 CAP_LUT=5280; CAP_DSP=8; CAP_BRAM=30; CAP_SPRAM=4
 
 {
-  echo "read_verilog -sv -DSYNTHESIS -DTPU_FPGA_RAM ${FPGA_INCS[*]} ${FPGA_FILES[*]}"
+  # TPU_ICE40_SPRAM: the board's host memory in the UP5K's SPRAM (rtl/fpga/tpu_axi_sram.sv).
+  echo "read_verilog -sv -DSYNTHESIS -DTPU_FPGA_RAM -DTPU_ICE40_SPRAM ${FPGA_INCS[*]} ${FPGA_FILES[*]}"
   echo "synth_ice40 -top ${top} ${dsp_opt} -json ${out}/synth.json"
   echo "tee -o ${out}/stat.txt stat"
 } > "${out}/synth.ys"

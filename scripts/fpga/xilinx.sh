@@ -30,7 +30,7 @@ case "${variant}" in
     ;;
   arty)
     fpga_sources "${FPGA_RTL}/tpu.f" "${FPGA_RTL}/fpga/fpga.f"
-    FPGA_FILES+=("${FPGA_ROOT}/fpga/generic/SB_SPRAM256KA.v" "${FPGA_RTL}/fpga/tpu_arty_top.sv")
+    FPGA_FILES+=("${FPGA_RTL}/fpga/tpu_arty_top.sv")
     top=tpu_arty_top
     cap_lut=20800 cap_dsp=90 cap_bram=50  # XC7A35T
     chparam=""
