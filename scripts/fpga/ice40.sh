@@ -10,7 +10,8 @@
 # Pins: constraints/icebreaker.pcf (used when present; otherwise nextpnr places the I/O freely
 # and the script says so). Clock target: 12 MHz (the iCEBreaker oscillator), FREQ_MHZ overrides.
 # Writes <out>/top.bin (bitstream), <out>/nextpnr.json (nextpnr --report), <out>/resources.txt
-# (key=value: luts ffs dsp bram spram io fmax_mhz fits meets). Exit status: 0 when the design
+# (key=value: luts ffs dsp bram spram io fmax_mhz fits meets); when the design does not fit,
+# <out>/modules.txt: LUT4/FF/DSP/EBR per instance subtree (scripts/fpga/breakdown.py). Exit status: 0 when the design
 # fits the UP5K and meets the target frequency, 1 otherwise (or on any tool error).
 # Environment: YOSYS, NEXTPNR (nextpnr-ice40), ICEPACK, FREQ_MHZ, SEED.
 set -euo pipefail
@@ -73,6 +74,17 @@ report() {  # report <fmax> <meets>
 if [[ "${fits}" != yes ]]; then
   report n/a n/a
   echo "${tag}: does not fit the UP5K after synthesis (LUT4 ${luts}/${CAP_LUT}, DSP ${dsp}/${CAP_DSP}, EBR ${bram}/${CAP_BRAM}, SPRAM ${spram}/${CAP_SPRAM}); not placed" >&2
+  # Where the area goes: the same synthesis without flattening, totals per instance subtree.
+  {
+    head -1 "${out}/synth.ys"
+    echo "synth_ice40 -top ${top} ${dsp_opt} -noflatten"
+    echo "tee -q -o ${out}/stat_hier.txt stat"
+  } > "${out}/synth_hier.ys"
+  if "${YOSYS}" -q -l "${out}/yosys_hier.log" -s "${out}/synth_hier.ys" > /dev/null 2>&1; then
+    python3 "${FPGA_ROOT}/scripts/fpga/breakdown.py" "${out}/stat_hier.txt" 4 > "${out}/modules.txt"
+    echo "${tag}: per-instance breakdown before flattening (${out}/modules.txt):" >&2
+    cat "${out}/modules.txt" >&2
+  fi
   exit 1
 fi
 
