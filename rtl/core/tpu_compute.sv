@@ -8,8 +8,9 @@
 //                         rows feed the MXU's shadow registers the cycle after each read
 //     streamer  MATMUL:   reads one UB row per cycle; the row enters the MXU the next cycle;
 //                         results: ACC read (accumulate) at MXU exit, ACC write one cycle later
-//     act seq.  ACTIVATE: reads mult, shift (and bias) rows, then one ACC row per cycle through
-//                         tpu_act_unit (2 stages) into UB
+//     act seq.  ACTIVATE: reads mult, shift (and bias) rows, then one ACC row every P cycles
+//                         (P = ArrayN/ActLanes, 1 at full width) through tpu_act_unit (P+1
+//                         cycles) into UB
 //     NOP:      nothing
 // Dispatch rules (what makes the overlap safe):
 //   LOADW     when the shifter is free (idle or reading its last row this cycle). It may start
@@ -79,6 +80,7 @@ module tpu_compute #(
   localparam int unsigned RtPtrW      = $clog2(RetireDepth);
   localparam int unsigned MxuTagW     = AccAw + 2;  // {last, accumulate, acc row}
   localparam int unsigned ActTagW     = UbAw + 1;   // {last, ub row}
+  localparam int unsigned ActP        = ArrayN / ActLanes;  // cycles per row in tpu_act_unit
 
   // Retire queue entry kinds.
   localparam logic [1:0] RtNop    = 2'd0;
@@ -413,6 +415,30 @@ module tpu_compute #(
   // ---------------------------------------------------------------------------------------------
   // Activation sequencer (ACTIVATE)
   // ---------------------------------------------------------------------------------------------
+  // With time-shared lanes (ActP > 1) the unit takes a row at most every ActP cycles and the
+  // read data cannot wait (nothing buffers it): ActRows issues a read only when the unit will be
+  // ready the cycle the data arrives. A row read at r reaches the unit at r+1, which keeps it busy
+  // through r+ActP, so the next read may issue at r+ActP. At full width act_pace_ok is constant 1
+  // and the sequencer reads one row per cycle, as it always did.
+  logic act_pace_ok;   // ActRows may read an ACC row this cycle
+  logic act_row_rd;    // ActRows reads an ACC row this cycle
+  logic act_rows_last;
+  assign act_row_rd    = (act_st_q == ActRows) && act_pace_ok;
+  assign act_rows_last = act_row_rd && (act_left_q == 16'd1);
+
+  if (ActP == 1) begin : g_act_full
+    assign act_pace_ok = 1'b1;
+  end else begin : g_act_paced
+    localparam int unsigned PaceW = $clog2(ActP);
+    logic [PaceW-1:0] act_pace_q;  // cycles until the next ACC row read may issue
+    always_ff @(posedge clk_i) begin
+      if (!rst_ni)                  act_pace_q <= '0;
+      else if (act_row_rd)          act_pace_q <= PaceW'(ActP - 1);
+      else if (act_pace_q != '0)    act_pace_q <= act_pace_q - 1'b1;
+    end
+    assign act_pace_ok = (act_pace_q == '0);
+  end
+
   always_comb begin
     act_rd_en   = 1'b1;
     act_rd_addr = act_acc_q;
@@ -420,13 +446,10 @@ module tpu_compute #(
       ActMult:  act_rd_addr = act_qp_q;
       ActShift: act_rd_addr = act_qp_q + 1'b1;
       ActBias:  act_rd_addr = act_bias_addr_q;
-      ActRows:  act_rd_addr = act_acc_q;
+      ActRows:  begin act_rd_en = act_pace_ok; act_rd_addr = act_acc_q; end
       default:  act_rd_en   = 1'b0;
     endcase
   end
-
-  logic act_rows_last;
-  assign act_rows_last = (act_st_q == ActRows) && (act_left_q == 16'd1);
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
@@ -442,7 +465,10 @@ module tpu_compute #(
         ActMult:  begin ak_q <= KMult;  act_st_q <= ActShift; end
         ActShift: begin ak_q <= KShift; act_st_q <= act_bias_en_q ? ActBias : ActRows; end
         ActBias:  begin ak_q <= KBias;  act_st_q <= ActRows; end
-        ActRows:  begin ak_q <= KRow;   if (act_rows_last) act_st_q <= ActIdle; end
+        ActRows:  if (act_pace_ok) begin
+                    ak_q <= KRow;
+                    if (act_rows_last) act_st_q <= ActIdle;
+                  end
         default:  act_st_q <= ActIdle;
       endcase
     end
@@ -457,12 +483,12 @@ module tpu_compute #(
       act_relu_q      <= act_f_relu;
       act_qp_q        <= act_f_qp;
       act_bias_addr_q <= act_f_bias_addr;
-    end else if (act_st_q == ActRows) begin
+    end else if (act_row_rd) begin
       act_acc_q  <= act_acc_q + 1'b1;
       act_ub_q   <= act_ub_q + 1'b1;
       act_left_q <= act_left_q - 16'd1;
     end
-    if (act_st_q == ActRows) ak_tag_q <= {act_rows_last, act_ub_q};
+    if (act_row_rd) ak_tag_q <= {act_rows_last, act_ub_q};
     // Parameter rows arrive the cycle after their read.
     if (go_act) bias_q <= '0;  // stays zero without the bias flag
     if (ak_q == KMult) mult_q <= acc_rd_data_i;
@@ -472,6 +498,7 @@ module tpu_compute #(
     end
   end
 
+  logic               act_in_valid, act_in_ready;
   logic               act_out_valid, act_unit_busy;
   logic [ActTagW-1:0] act_out_tag;
   logic               act_out_last;
@@ -484,7 +511,8 @@ module tpu_compute #(
   ) u_act (
     .clk_i,
     .rst_ni,
-    .in_valid_i  (ak_q == KRow),
+    .in_valid_i  (act_in_valid),
+    .in_ready_o  (act_in_ready),
     .in_acc_i    (acc_rd_data_i),
     .in_tag_i    (ak_tag_q),
     .bias_i      (bias_q),
@@ -497,6 +525,7 @@ module tpu_compute #(
     .busy_o      (act_unit_busy)
   );
 
+  assign act_in_valid = (ak_q == KRow);
   assign {act_out_last, act_out_ub} = act_out_tag;
   assign ub_wr_en_o   = act_out_valid;
   assign ub_wr_addr_o = act_out_ub;
@@ -544,6 +573,8 @@ module tpu_compute #(
   // A swap row never enters while a tile is fed (tpu_mxu's contract, checked here at the source).
   `TPU_ASSERT_NEVER(SwapDuringShift_A, iss_valid_q && iss_swap_q && wt_valid_q, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(ActUnitIdleMismatch_A, act_unit_busy && !act_busy_q, clk_i, !rst_ni)
+  // The pacing delivers every ACC row the cycle the unit can take it (the data cannot wait).
+  `TPU_ASSERT_NEVER(ActRowDropped_A, act_in_valid && !act_in_ready, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(MxuBusyWithoutMatmul_A, mxu_out_valid && mm_none, clk_i, !rst_ni)
   `TPU_ASSERT_KNOWN(DoneKnown_A, cmp_done_o, clk_i, !rst_ni)
   `TPU_ASSERT_KNOWN(ReadyKnown_A, cmp_ready_o, clk_i, !rst_ni)
