@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "Vtpu_datapath_n4.h"
+#include "requant_ref.h"
 #include "tpuw/spec.h"
 #include "verilated.h"
 #if TPUW_RTL_TRACE_FST
@@ -25,6 +26,9 @@ namespace sp = tpuw::spec;
 constexpr int kN = TPUW_RTL_DP_N;
 constexpr uint32_t kUb = TPUW_RTL_DP_UB, kWb = TPUW_RTL_DP_WB, kAcc = TPUW_RTL_DP_ACC;
 static_assert(kN == 4, "the verilated model is built at N=4 (128-bit DMA rows)");
+// Activation lanes of the verilated model: an ACC row takes kActP cycles in tpu_act_unit.
+constexpr uint32_t kActLanes = TPUW_RTL_DP_ACT_LANES, kActP = kN / kActLanes;
+static_assert(kActLanes >= 1 && kN % kActLanes == 0, "ActLanes divides ArrayN");
 
 using Instr = std::array<uint32_t, 4>;
 
@@ -80,16 +84,6 @@ struct Model {
     for (unsigned b = 0; b < f.width; ++b) v |= uint64_t{(in[(f.lsb + b) / 32] >> ((f.lsb + b) % 32)) & 1u} << b;
     return v;
   }
-  static int8_t requant(uint32_t x, uint32_t bias, uint32_t mult, uint32_t shift, bool relu) {
-    const auto xb = static_cast<int32_t>(x + bias);
-    __int128 p = static_cast<__int128>(int64_t{xb} * int64_t{static_cast<int32_t>(mult)});
-    const unsigned s = shift & 63u;
-    if (s > 0) p = (p + (static_cast<__int128>(1) << (s - 1))) >> s;
-    if (relu && p < 0) p = 0;
-    if (p > 127) p = 127;
-    if (p < -128) p = -128;
-    return static_cast<int8_t>(p);
-  }
   void exec(const Instr& in) {
     switch (static_cast<sp::Opcode>(get(in, sp::header::kOpcode))) {
       case sp::Opcode::kLoadw: {
@@ -122,7 +116,7 @@ struct Model {
         const auto mult = acc[qp], shift = acc[qp + 1], brow = acc[ba];
         for (uint64_t i = 0; i < rows; ++i)
           for (int n = 0; n < kN; ++n)
-            ub[u + i][n] = requant(acc[a + i][n], bias ? brow[n] : 0u, mult[n], shift[n], relu);
+            ub[u + i][n] = tpuw_rtl_test::requant(acc[a + i][n], bias ? brow[n] : 0u, mult[n], shift[n], relu);
         break;
       }
       default:
@@ -548,9 +542,11 @@ TEST(Datapath, DoneIsInOrderAndAfterTheWrites) {
 }
 
 // ACTIVATE timing (the reference model's estimate uses it): dispatch one cycle after acceptance,
-// mult/shift(/bias) rows read in the next 2(3) cycles, then one ACC row per cycle, each written to
-// the UB 3 cycles after its read. act_busy (dispatch+1 .. last UB write) = rows + 5 (+1 with
-// bias); done one cycle after the last UB write, rows + 7 (+1) cycles after acceptance.
+// mult/shift(/bias) rows read in the next 2(3) cycles, then one ACC row every P = N/ActLanes
+// cycles, each written to the UB P + 2 cycles after its read (data one cycle later, P + 1 in
+// tpu_act_unit). act_busy (dispatch+1 .. last UB write) = P*rows + 5 (+1 with bias); done one
+// cycle after the last UB write, P*rows + 7 (+1) cycles after acceptance. At full width (P = 1,
+// the simulated device) that is rows + 5 and rows + 7.
 TEST(Datapath, ActivateLatency) {
   std::mt19937 rng(9);
   Model md;
@@ -567,9 +563,9 @@ TEST(Datapath, ActivateLatency) {
       const uint64_t t0 = tb.now();
       tb.submit(in);
       tb.run_to_idle();
-      EXPECT_EQ(tb.perf.act_busy, rows + 5 + (bias ? 1 : 0));
+      EXPECT_EQ(tb.perf.act_busy, kActP * rows + 5 + (bias ? 1 : 0));
       ASSERT_EQ(tb.done_cycles.size(), done_before + 1);
-      EXPECT_EQ(tb.done_cycles.back(), t0 + rows + 7 + (bias ? 1 : 0));
+      EXPECT_EQ(tb.done_cycles.back(), t0 + kActP * rows + 7 + (bias ? 1 : 0));
       EXPECT_EQ(tb.perf.mxu_active, 0u);
     }
   }
