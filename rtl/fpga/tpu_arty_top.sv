@@ -14,16 +14,19 @@
 // LD4 shows irq, LD5 is a heartbeat while out of reset.
 // The FPGA flows define TPU_FPGA_RAM, so the device's UB/WB/ACC are one-read-one-write RAMs that
 // map to block RAM; so does tpu_axi_sram's host memory (its SPRAM form is iCE40 only).
-// Sizing for the XC7A35T (20800 LUT6, 90 DSP48E1, 50 RAMB36): N=8 synthesizes to 103 DSP48E1
-// (64 PEs + 8 activation lanes of 32x32 multiplies), more than the part has, so N=4; the 128 KiB
-// host memory takes 32 of the 50 RAMB36.
+// Sizing for the XC7A35T (20800 LUT6, 90 DSP48E1, 50 RAMB36): N=8 with all eight requantize lanes
+// synthesizes to 103 DSP48E1 (64 PEs + 8 activation lanes of 32x32 multiplies), more than the part
+// has; with ActLanes = 2 (an ACTIVATE row takes 4 cycles, results identical) the activation unit
+// needs 8. N=16 would need 256 DSP48E1 for the PEs alone. The 128 KiB host memory takes 32 of the
+// 50 RAMB36.
 // scripts/fpga/xilinx.sh arty synthesizes this top; place-and-route needs Vivado.
 module tpu_arty_top #(
-  parameter int unsigned ArrayN     = 4,
+  parameter int unsigned ArrayN     = 8,
   parameter int unsigned UbDepth    = 2048,
   parameter int unsigned WbDepth    = 512,
   parameter int unsigned AccDepth   = 1024,
   parameter int unsigned QueueDepth = 4,
+  parameter int unsigned ActLanes   = 2,
   parameter int unsigned ClkHz      = 50000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
@@ -65,7 +68,8 @@ module tpu_arty_top #(
 
   tpu_fpga_system #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .QueueDepth(QueueDepth), .ClkHz(ClkHz), .Baud(Baud), .MemBytes(MemBytes)
+    .QueueDepth(QueueDepth), .ActLanes(ActLanes), .ClkHz(ClkHz), .Baud(Baud),
+    .MemBytes(MemBytes)
   ) u_system (
     .clk_i(clk), .locked_i(locked), .btn_ni(ck_rst_ni), .rx_i(uart_txd_in_i), .tx_o(uart_rxd_out_o),
     .irq_o(irq), .heartbeat_o(heartbeat)

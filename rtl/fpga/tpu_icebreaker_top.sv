@@ -15,8 +15,9 @@ module tpu_icebreaker_top #(
   parameter int unsigned WbDepth    = 64,
   parameter int unsigned AccDepth   = 128,
   parameter int unsigned QueueDepth = 2,
-  // The smallest settings of tpu_top's area knobs: same results, fewer cycles' overlap.
-  parameter int unsigned ActLanes      = ArrayN,
+  // The smallest settings of tpu_top's area knobs: same results, more cycles (one requantize
+  // lane: an ACTIVATE row takes ArrayN cycles) and less overlap.
+  parameter int unsigned ActLanes      = 1,
   parameter int unsigned PerfCntW      = 32,
   parameter int unsigned FetchDepth    = 2,
   parameter int unsigned InflightDepth = 2,
