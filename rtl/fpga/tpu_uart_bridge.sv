@@ -175,6 +175,12 @@ module tpu_uart_bridge #(
     else                    req_payload = 11'd0;
   endfunction
 
+  // The memory request depends on the state only, never on the grant it waits for: kept out of
+  // the next-state block so no combinational path runs request -> grant -> request (the memory's
+  // arbiter answers p_gnt from p_req in the same cycle).
+  assign mem_req_o = (state_q == StCommitWr) || (state_q == StRspFetch && src_q == SrcMem);
+  assign mem_we_o  = (state_q == StCommitWr);
+
   always_comb begin
     state_d    = state_q;
     cmd_d      = cmd_q;
@@ -212,8 +218,6 @@ module tpu_uart_bridge #(
     wbuf_wdata = {rx_data, sh_q[31:8]};
     wbuf_re    = 1'b0;
     wbuf_raddr = widx_q[7:0];
-    mem_req_o  = 1'b0;
-    mem_we_o   = 1'b0;
     mem_addr_o = addr_q + {21'd0, widx_q, 2'b00};
     mem_wdata_o = wbuf_rdata_q;
 
@@ -351,8 +355,6 @@ module tpu_uart_bridge #(
         state_d = StCommitWr;
       end
       StCommitWr: begin
-        mem_req_o = 1'b1;
-        mem_we_o  = 1'b1;
         if (mem_gnt_i) begin
           widx_d = widx_q + 9'd1;
           if (widx_q[7:0] == n_q) begin
@@ -387,7 +389,6 @@ module tpu_uart_bridge #(
         bidx_d = '0;
         unique case (src_q)
           SrcMem: begin
-            mem_req_o = 1'b1;
             if (mem_gnt_i) state_d = StRspWait;
           end
           SrcInfo: begin
