@@ -16,7 +16,7 @@
 
 #include "Vtpu_act_unit_n4_l1.h"
 #include "Vtpu_act_unit_n4_l4.h"
-#include "requant_ref.h"
+#include "tpuw/activate.h"
 #include "verilated.h"
 
 namespace {
@@ -100,7 +100,7 @@ std::vector<Batch> make_batches(unsigned seed) {
 uint32_t expected_out(const Params& p, const Row& r) {
   uint32_t w = 0;
   for (int j = 0; j < kN; ++j) {
-    const int8_t v = tpuw_rtl_test::requant(r.acc[j], p.bias[j], p.mult[j], p.shift[j], p.relu);
+    const int8_t v = tpuw::activate_element(r.acc[j], p.bias[j], p.mult[j], p.shift[j], p.relu);
     w |= static_cast<uint32_t>(static_cast<uint8_t>(v)) << (8 * j);
   }
   return w;

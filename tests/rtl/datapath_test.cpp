@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "Vtpu_datapath_n4.h"
-#include "requant_ref.h"
+#include "tpuw/activate.h"
 #include "tpuw/spec.h"
 #include "verilated.h"
 #if TPUW_RTL_TRACE_FST
@@ -116,7 +116,7 @@ struct Model {
         const auto mult = acc[qp], shift = acc[qp + 1], brow = acc[ba];
         for (uint64_t i = 0; i < rows; ++i)
           for (int n = 0; n < kN; ++n)
-            ub[u + i][n] = tpuw_rtl_test::requant(acc[a + i][n], bias ? brow[n] : 0u, mult[n], shift[n], relu);
+            ub[u + i][n] = tpuw::activate_element(acc[a + i][n], bias ? brow[n] : 0u, mult[n], shift[n], relu);
         break;
       }
       default:

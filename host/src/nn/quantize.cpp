@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tpuw/activate.h"
 #include "tpuw/error.h"
 
 namespace tpuw::nn {
@@ -64,14 +65,8 @@ int8_t quantize_value(float x, float scale) {
 }
 
 int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool relu) {
-  const auto x = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(bias));  // wrap
-  __int128 p = static_cast<__int128>(static_cast<int64_t>(x) * static_cast<int64_t>(mult));
-  const unsigned sh = shift & 63u;
-  if (sh > 0) p = (p + (static_cast<__int128>(1) << (sh - 1))) >> sh;
-  if (relu && p < 0) p = 0;
-  if (p > 127) p = 127;
-  if (p < -128) p = -128;
-  return static_cast<int8_t>(p);
+  return activate_element(static_cast<uint32_t>(acc), static_cast<uint32_t>(bias), static_cast<uint32_t>(mult), shift,
+                          relu);
 }
 
 QNetwork quantize(const FloatNetwork& net, std::span<const float> calib, uint64_t rows) {

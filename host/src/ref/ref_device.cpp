@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "tpuw/activate.h"
 #include "tpuw/asm.h"
 #include "tpuw/error.h"
 #include "tpuw/spec.h"
@@ -592,7 +593,7 @@ struct RefDevice::Impl {
       const uint32_t* src = acc.data() + (acc_addr + i) * n;
       int8_t* dst = ub.data() + (ub_addr + i) * n;
       for (uint32_t j = 0; j < n; ++j) {
-        dst[j] = requantize(src[j], bias ? bias_row[j] : 0u, mult_row[j], shift_row[j], relu);
+        dst[j] = activate_element(src[j], bias ? bias_row[j] : 0u, mult_row[j], shift_row[j], relu);
       }
     }
     const uint64_t start = std::max({t, act_free, mxu_last_done});
@@ -601,17 +602,6 @@ struct RefDevice::Impl {
     perf[kPerfActBusy] += busy;
     accept[kQCompute] = t + 1;
     return start + busy;
-  }
-
-  static int8_t requantize(uint32_t x, uint32_t bias, uint32_t mult, uint32_t shift, bool relu) {
-    const auto xb = static_cast<int32_t>(x + bias);  // 32-bit wrap
-    __int128 prod = static_cast<__int128>(static_cast<int64_t>(xb) * static_cast<int64_t>(static_cast<int32_t>(mult)));
-    const unsigned sh = shift & 63u;
-    if (sh > 0) prod = (prod + (static_cast<__int128>(1) << (sh - 1))) >> sh;
-    if (relu && prod < 0) prod = 0;
-    if (prod > 127) prod = 127;
-    if (prod < -128) prod = -128;
-    return static_cast<int8_t>(prod);
   }
 
   // ------------------------------------------------------------------------------------------
