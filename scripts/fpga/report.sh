@@ -15,11 +15,11 @@ mkdir -p "${work}"
 # name | script | variant | target column | array column | Fmax note
 flows=(
   "ice40_mxu|ice40.sh|mxu|iCE40 UP5K (iCEBreaker): MXU self-test|4x4 MXU only"
-  "ice40_icebreaker|ice40.sh|icebreaker|iCE40 UP5K (iCEBreaker): whole device|N=4, UB 256, WB 64, ACC 128"
+  "ice40_icebreaker|ice40.sh|icebreaker|iCE40 UP5K (iCEBreaker): whole device|N=4, 1 requantize lane, UB 256, WB 64, ACC 128"
   "ecp5_device|ecp5.sh|device|ECP5 (synth only): tpu_top|N=16, UB 4096, WB 1024, ACC 1024"
   "ecp5_ulx3s|ecp5.sh|ulx3s|ECP5 LFE5U-85F (ULX3S top, synth only)|N=8, UB 4096, WB 1024, ACC 1024"
   "xilinx_device|xilinx.sh|device|Xilinx 7-series (synth only): tpu_top|N=16, UB 4096, WB 1024, ACC 1024"
-  "xilinx_arty|xilinx.sh|arty|Artix-7 35T (Arty A7 top, synth only)|N=4, UB 2048, WB 512, ACC 1024"
+  "xilinx_arty|xilinx.sh|arty|Artix-7 35T (Arty A7 top, synth only)|N=8, 2 requantize lanes, UB 2048, WB 512, ACC 1024"
 )
 
 get() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" "$2" | head -1; }
