@@ -44,18 +44,7 @@ TEST(NetworkRtl, MatchesCpuAndRef) {
     const NetworkRunResult b = run_network(ref, net, x, c.batch, opt);
     const nettest::CpuForward want = nettest::forward(net, x, c.batch);
     EXPECT_EQ(a.plan.tensor_home.size() > 1 && a.plan.tensor_home[1] == TensorHome::kHost, c.expect_spill);
-    ASSERT_EQ(a.layer_outputs.size(), c.dims.size() - 2);
-    for (size_t l = 0; l < a.layer_outputs.size(); ++l) {
-      EXPECT_EQ(a.layer_outputs[l], want.int8_outputs[l]) << "layer " << l;
-      EXPECT_EQ(a.layer_outputs[l], b.layer_outputs[l]) << "layer " << l;
-    }
-    if (c.final_int8) {
-      EXPECT_EQ(a.output_q, want.int8_outputs.back());
-      EXPECT_EQ(a.output_q, b.output_q);
-    } else {
-      EXPECT_EQ(a.output_i32, want.output_i32);
-      EXPECT_EQ(a.output_i32, b.output_i32);
-    }
+    nettest::expect_outputs_match(a, b, want, net, c.final_int8);
     EXPECT_EQ(a.perf.mxu_active, b.perf.mxu_active);
     EXPECT_EQ(a.perf.instret, a.instructions);
     uint64_t rd = 16, wr = 4;

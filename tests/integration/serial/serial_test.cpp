@@ -190,18 +190,7 @@ TEST(SerialBackend, NetworkBitIdenticalToRefAndCpu) {
     const runtime::NetworkRunResult got = runtime::run_network(board, net, x, c.batch, opt);
     const runtime::NetworkRunResult want = runtime::run_network(ref, net, x, c.batch, opt);
     const nettest::CpuForward cpu = nettest::forward(net, x, c.batch);
-    ASSERT_EQ(got.layer_outputs.size(), c.dims.size() - 2);
-    for (size_t l = 0; l < got.layer_outputs.size(); ++l) {
-      EXPECT_EQ(got.layer_outputs[l], cpu.int8_outputs[l]) << "layer " << l;
-      EXPECT_EQ(got.layer_outputs[l], want.layer_outputs[l]) << "layer " << l;
-    }
-    if (c.final_int8) {
-      EXPECT_EQ(got.output_q, cpu.int8_outputs.back());
-      EXPECT_EQ(got.output_q, want.output_q);
-    } else {
-      EXPECT_EQ(got.output_i32, cpu.output_i32);
-      EXPECT_EQ(got.output_i32, want.output_i32);
-    }
+    nettest::expect_outputs_match(got, want, cpu, net, c.final_int8);
     // The board's smaller buffers tile differently from the ref device's: compare the board's
     // counters with its own program's exact accounting (network.h), not with the ref's.
     EXPECT_EQ(got.perf.instret, got.instructions);

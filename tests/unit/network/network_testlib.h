@@ -1,6 +1,9 @@
 // Test helpers for the network compiler: an integer CPU forward pass written straight from the
-// definition in tpuw/nn/qnetwork.h / docs/isa.md (ACTIVATE), and random quantized networks.
+// definition in tpuw/nn/qnetwork.h / docs/isa.md (ACTIVATE), random quantized networks, and the
+// check that a device run equals the CPU pass and another backend's run.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "tpuw/nn/qnetwork.h"
+#include "tpuw/runtime/network.h"
 
 namespace tpuw::nettest {
 
@@ -104,6 +108,24 @@ inline nn::QNetwork random_network(const std::vector<uint32_t>& dims, std::mt199
     net.layers.push_back(std::move(l));
   }
   return net;
+}
+
+// Every intermediate int8 tensor (run with keep_intermediate) and the final output of `got` equal
+// the CPU forward pass and `other` (the same network on another backend), bit for bit.
+inline void expect_outputs_match(const runtime::NetworkRunResult& got, const runtime::NetworkRunResult& other,
+                                 const CpuForward& cpu, const nn::QNetwork& net, bool final_int8) {
+  ASSERT_EQ(got.layer_outputs.size(), net.layers.size() - 1);
+  for (size_t l = 0; l < got.layer_outputs.size(); ++l) {
+    EXPECT_EQ(got.layer_outputs[l], cpu.int8_outputs[l]) << "layer " << l;
+    EXPECT_EQ(got.layer_outputs[l], other.layer_outputs[l]) << "layer " << l;
+  }
+  if (final_int8) {
+    EXPECT_EQ(got.output_q, cpu.int8_outputs.back());
+    EXPECT_EQ(got.output_q, other.output_q);
+  } else {
+    EXPECT_EQ(got.output_i32, cpu.output_i32);
+    EXPECT_EQ(got.output_i32, other.output_i32);
+  }
 }
 
 }  // namespace tpuw::nettest
