@@ -10,18 +10,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rtl="${root}/rtl"
 verilator="${VERILATOR:-verilator}"
 
-# tpu.f -> absolute paths (comments dropped, +incdir+ kept)
-args=()
-while IFS= read -r line; do
-  line="${line%%//*}"
-  line="$(echo "${line}" | xargs)"
-  [[ -z "${line}" ]] && continue
-  if [[ "${line}" == +incdir+* ]]; then
-    args+=("+incdir+${rtl}/${line#+incdir+}")
-  else
-    args+=("${rtl}/${line}")
-  fi
-done < "${rtl}/tpu.f"
+source "${root}/scripts/rtl_files.sh"
+rtl_file_lists "${rtl}/tpu.f"
+args=("${RTL_INCDIRS[@]/#/+incdir+}" "${RTL_FILES[@]}")
 
 waivers=("${rtl}"/lint/*.vlt)
 

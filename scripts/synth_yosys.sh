@@ -15,18 +15,10 @@ mkdir -p "${out}"
 
 params="${SYNTH_PARAMS:--set ArrayN 4 -set UbDepth 64 -set WbDepth 16 -set AccDepth 32 -set DmaDataW 64 -set QueueDepth 4 -set AxiIdW 4}"
 
-incs=()
-files=()
-while IFS= read -r line; do
-  line="${line%%//*}"
-  line="$(echo "${line}" | xargs)"
-  [[ -z "${line}" ]] && continue
-  if [[ "${line}" == +incdir+* ]]; then
-    incs+=("-I${rtl}/${line#+incdir+}")
-  else
-    files+=("${rtl}/${line}")
-  fi
-done < "${rtl}/tpu.f"
+source "${root}/scripts/rtl_files.sh"
+rtl_file_lists "${rtl}/tpu.f"
+incs=("${RTL_INCDIRS[@]/#/-I}")
+files=("${RTL_FILES[@]}")
 
 script="${out}/synth.ys"
 {

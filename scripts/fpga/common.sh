@@ -8,22 +8,12 @@ FPGA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 FPGA_RTL="${FPGA_ROOT}/rtl"
 YOSYS="${YOSYS:-yosys}"
 
+source "${FPGA_ROOT}/scripts/rtl_files.sh"
+
 fpga_sources() {
-  FPGA_INCS=()
-  FPGA_FILES=()
-  local list line
-  for list in "$@"; do
-    while IFS= read -r line; do
-      line="${line%%//*}"
-      line="$(echo "${line}" | xargs)"
-      [[ -z "${line}" ]] && continue
-      if [[ "${line}" == +incdir+* ]]; then
-        FPGA_INCS+=("-I${FPGA_RTL}/${line#+incdir+}")
-      else
-        FPGA_FILES+=("${FPGA_RTL}/${line}")
-      fi
-    done < "${list}"
-  done
+  rtl_file_lists "$@"
+  FPGA_INCS=("${RTL_INCDIRS[@]/#/-I}")
+  FPGA_FILES=("${RTL_FILES[@]}")
 }
 
 fpga_fail() {

@@ -1,23 +1,14 @@
 #!/usr/bin/env bash
 # verilator --lint-only -Wall on the board tops (rtl/fpga/tpu_{icebreaker,arty,ulx3s}_top.sv, each
-# with its own array size and area knobs): rtl/tpu.f then rtl/fpga/fpga.f, waivers rtl/lint/*.vlt. Zero warnings required, in both memory forms: the simulation RAMs and the
-# FPGA RAMs (TPU_FPGA_RAM, as the bitstream and the verilated board are built).
+# with its own array size and area knobs): rtl/tpu.f then rtl/fpga/fpga.f, waivers rtl/lint/*.vlt.
+# Zero warnings required, in both memory forms: the simulation RAMs and the FPGA RAMs
+# (TPU_FPGA_RAM, as the bitstream and the verilated board are built).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 rtl="${root}/rtl"
-args=()
-for list in "${rtl}/tpu.f" "${rtl}/fpga/fpga.f"; do
-  while IFS= read -r line; do
-    line="${line%%//*}"
-    line="$(echo "${line}" | xargs)"
-    [[ -z "${line}" ]] && continue
-    if [[ "${line}" == +incdir+* ]]; then
-      args+=("+incdir+${rtl}/${line#+incdir+}")
-    else
-      args+=("${rtl}/${line}")
-    fi
-  done < "${list}"
-done
+source "${root}/scripts/rtl_files.sh"
+rtl_file_lists "${rtl}/tpu.f" "${rtl}/fpga/fpga.f"
+args=("${RTL_INCDIRS[@]/#/+incdir+}" "${RTL_FILES[@]}")
 for top in tpu_icebreaker_top tpu_arty_top tpu_ulx3s_top; do
   files=("${args[@]}")  # fpga.f lists the iCEBreaker top; the others are added here
   [[ " ${files[*]} " == *"/fpga/${top}.sv "* ]] || files+=("${rtl}/fpga/${top}.sv")
