@@ -1,0 +1,27 @@
+# tpuw_rtl_file_lists(<sources-var> <incargs-var> <list>...): reads the ordered RTL file lists
+# (rtl/tpu.f, rtl/fpga/fpga.f: one path per line relative to rtl/, `//` comments, `+incdir+`
+# lines) into absolute source paths and Verilator -I arguments, and re-runs CMake when a list
+# changes. The CMake side of scripts/rtl_files.sh.
+function(tpuw_rtl_file_lists sources_var incargs_var)
+  set(_rtl_dir ${PROJECT_SOURCE_DIR}/rtl)
+  set(_sources "")
+  set(_incargs "")
+  foreach(_list IN LISTS ARGN)
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_list})
+    file(STRINGS ${_list} _lines)
+    foreach(_line IN LISTS _lines)
+      string(REGEX REPLACE "//.*$" "" _line "${_line}")
+      string(STRIP "${_line}" _line)
+      if(_line STREQUAL "")
+        continue()
+      endif()
+      if(_line MATCHES "^\\+incdir\\+(.+)$")
+        list(APPEND _incargs "-I${_rtl_dir}/${CMAKE_MATCH_1}")
+      else()
+        list(APPEND _sources ${_rtl_dir}/${_line})
+      endif()
+    endforeach()
+  endforeach()
+  set(${sources_var} ${_sources} PARENT_SCOPE)
+  set(${incargs_var} ${_incargs} PARENT_SCOPE)
+endfunction()
