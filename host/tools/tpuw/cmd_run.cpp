@@ -196,6 +196,32 @@ void check_raw(const RunOpts& o, const nn::QNetwork& q, const std::vector<int8_t
   }
 }
 
+// What the one- and several-device paths do with the device's int32 output: dequantize it, --check
+// it against the CPU integer model, score --labels (int8 on the device and the float model), and
+// write --output.
+struct RunOutputs {
+  json check_json = nullptr;
+  double acc_int8 = 0, acc_float = 0;
+};
+
+RunOutputs finish_outputs(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q,
+                          const std::vector<int8_t>& x_q, const Rows& in, const std::vector<int32_t>& raw,
+                          const std::vector<int64_t>& labels) {
+  const uint32_t classes = net.output_features();
+  const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
+  RunOutputs r;
+  if (o.check) {
+    check_raw(o, q, x_q, in.rows, raw, classes);
+    r.check_json = json{{"cpu", "equal"}};
+  }
+  if (!labels.empty()) {
+    r.acc_int8 = accuracy(y, classes, labels);
+    r.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
+  }
+  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  return r;
+}
+
 // --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
 // The model lines both the one-device and the several-device reports start with.
 void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const Rows& cal) {
@@ -260,18 +286,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   if (raw.size() != in.rows * classes) {
     throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}", raw.size(), in.rows * classes));
   }
-  const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
-  json check_json = nullptr;
-  if (o.check) {
-    check_raw(o, q, x_q, in.rows, raw, classes);
-    check_json = json{{"cpu", "equal"}};
-  }
-  double acc_int8 = 0, acc_float = 0;
-  if (!labels.empty()) {
-    acc_int8 = accuracy(y, classes, labels);
-    acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
-  }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
 
   const worker::StrategyReport& rep = r.report;
   uint64_t cycles = 0;
@@ -422,18 +437,7 @@ int run_command(const RunOpts& o) {
   }
   if (progress_shown) fmt::print(stderr, "\n");
 
-  const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
-  json check_json = nullptr;
-  if (o.check) {
-    check_raw(o, q, x_q, in.rows, raw, classes);
-    check_json = json{{"cpu", "equal"}};
-  }
-  double acc_int8 = 0, acc_float = 0;
-  if (!labels.empty()) {
-    acc_int8 = accuracy(y, classes, labels);
-    acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
-  }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
 
   // ---- report ---------------------------------------------------------------------------------
   const double utilization = util(macs, o.array_n, perf.cycles);
