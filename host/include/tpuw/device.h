@@ -68,6 +68,8 @@ struct PerfCounters {
 
   /// (name, value) of every counter, in register order; names as in the JSON reports.
   std::vector<std::pair<std::string_view, uint64_t>> items() const;
+  /// Adds every counter of `b` (totals over runs or devices).
+  PerfCounters& operator+=(const PerfCounters& b);
 };
 
 /// Where and why the device stopped (read from FAULT_* when STATUS.FAULT is set).

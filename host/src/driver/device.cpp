@@ -96,6 +96,19 @@ std::vector<std::pair<std::string_view, uint64_t>> PerfCounters::items() const {
           {"instret", instret},         {"rd_bytes", rd_bytes},     {"wr_bytes", wr_bytes}};
 }
 
+PerfCounters& PerfCounters::operator+=(const PerfCounters& b) {
+  cycles += b.cycles;
+  mxu_active += b.mxu_active;
+  weight_stall += b.weight_stall;
+  weight_shift += b.weight_shift;
+  dma_wait += b.dma_wait;
+  act_busy += b.act_busy;
+  instret += b.instret;
+  rd_bytes += b.rd_bytes;
+  wr_bytes += b.wr_bytes;
+  return *this;
+}
+
 std::string FaultReport::message() const {
   std::string where = fmt::format("FAULT_PC 0x{:08x}", pc);
   if (ring_index) where += fmt::format(" = ring index {}", *ring_index);

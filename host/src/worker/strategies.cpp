@@ -34,18 +34,6 @@ constexpr uint64_t kAutoMicroBatchesPerDevice = 4;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-void add_perf(PerfCounters& a, const PerfCounters& b) {
-  a.cycles += b.cycles;
-  a.mxu_active += b.mxu_active;
-  a.weight_stall += b.weight_stall;
-  a.weight_shift += b.weight_shift;
-  a.dma_wait += b.dma_wait;
-  a.act_busy += b.act_busy;
-  a.instret += b.instret;
-  a.rd_bytes += b.rd_bytes;
-  a.wr_bytes += b.wr_bytes;
-}
-
 // ---- resident networks --------------------------------------------------------------------------
 struct ResidentNetwork {
   runtime::NetworkWeights weights;
@@ -240,7 +228,7 @@ void finish_report(StrategyReport& rep, const std::vector<TaskUse>& uses, unsign
     d.rows += u.rows;
     d.macs += u.macs;
     d.busy_s += u.busy_s;
-    add_perf(d.perf, u.perf);
+    d.perf += u.perf;
     d.uploaded = d.uploaded || u.uploaded;
   }
   double busy = 0;

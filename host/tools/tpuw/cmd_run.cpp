@@ -164,18 +164,6 @@ struct LayerTotals {
   uint64_t instructions = 0;
 };
 
-void add_perf(PerfCounters& a, const PerfCounters& b) {
-  a.cycles += b.cycles;
-  a.mxu_active += b.mxu_active;
-  a.weight_stall += b.weight_stall;
-  a.weight_shift += b.weight_shift;
-  a.dma_wait += b.dma_wait;
-  a.act_busy += b.act_busy;
-  a.instret += b.instret;
-  a.rd_bytes += b.rd_bytes;
-  a.wr_bytes += b.wr_bytes;
-}
-
 double util(uint64_t macs, uint32_t n, uint64_t cycles) {
   return cycles == 0 ? 0.0 : static_cast<double>(macs) / (static_cast<double>(n) * n * static_cast<double>(cycles));
 }
@@ -426,7 +414,7 @@ int run_command(const RunOpts& o) {
       t.act_busy += lr.act_busy;
       t.instructions += lr.program.instructions;
     }
-    add_perf(perf, r.perf);
+    perf += r.perf;
     rd_bytes += r.rd_bytes;
     wr_bytes += r.wr_bytes;
     min_bytes += r.min_bytes;
