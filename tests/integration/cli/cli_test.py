@@ -2,25 +2,18 @@
 """Integration tests of the tpuw CLI: cli_test.py TPUW CASE FIRMWARE_DIR (exit 77 = skipped)."""
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+
 TPUW, CASE, FIRMWARE = sys.argv[1], sys.argv[2], sys.argv[3]
-TMP = tempfile.mkdtemp(prefix="tpuw_cli_")
-
-
-def run(*args):
-    p = subprocess.run([TPUW, *args], capture_output=True, text=True, timeout=280)
-    return p.returncode, p.stdout, p.stderr
-
-
-def expect(cond, msg):
-    if not cond:
-        print("FAIL:", msg)
-        sys.exit(1)
+CLI = CliHarness(TPUW, "tpuw_cli_")
+TMP = CLI.tmp
+run = CLI.run
+save = CLI.save
 
 
 def rtl_built():
@@ -39,12 +32,6 @@ def bad_input_case(a_path, b_path, needle):
 
 def good(shape, seed):
     return np.random.default_rng(seed).integers(-128, 128, size=shape, dtype=np.int8)
-
-
-def save(name, arr):
-    p = os.path.join(TMP, name)
-    np.save(p, arr)
-    return p
 
 
 if CASE == "info_json":

@@ -5,35 +5,22 @@ Runs the committed digits example and random GEMMs on several devices and compar
 needs only NumPy."""
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+
 TPUW, CASE, DIGITS = sys.argv[1], sys.argv[2], sys.argv[3]
-TMP = tempfile.mkdtemp(prefix="tpuw_strat_")
+CLI = CliHarness(TPUW, "tpuw_strat_")
+TMP = CLI.tmp
+run = CLI.run
+run_ok = CLI.run_ok
 MODEL = os.path.join(DIGITS, "digits_mlp.onnx")
 TEST_X = os.path.join(DIGITS, "test_x.npy")
 TEST_Y = os.path.join(DIGITS, "test_y.npy")
 CALIB = os.path.join(DIGITS, "calib_x.npy")
-
-
-def run(*args):
-    p = subprocess.run([TPUW, *args], capture_output=True, text=True, timeout=280)
-    return p.returncode, p.stdout, p.stderr
-
-
-def expect(cond, msg):
-    if not cond:
-        print("FAIL:", msg)
-        sys.exit(1)
-
-
-def run_ok(*args):
-    rc, so, se = run(*args)
-    expect(rc == 0, f"{args}: exit {rc}; stdout: {so} stderr: {se}")
-    return so
 
 
 def model_run(out, *extra):

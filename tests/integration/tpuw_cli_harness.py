@@ -1,0 +1,50 @@
+"""What the tpuw CLI integration scripts share: run the binary, check a condition, write inputs.
+
+    sys.path.insert(0, <tests/integration>)
+    from tpuw_cli_harness import CliHarness, expect
+    cli = CliHarness(tpuw_path, "tpuw_run_")   # a fresh temporary directory for the case's files
+    rc, stdout, stderr = cli.run("info", "--json")
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+
+def expect(cond, msg):
+    """Fails the case (exit 1) with msg unless cond holds."""
+    if not cond:
+        print("FAIL:", msg)
+        sys.exit(1)
+
+
+class CliHarness:
+    def __init__(self, tpuw, tmp_prefix):
+        self.tpuw = tpuw
+        self.tmp = tempfile.mkdtemp(prefix=tmp_prefix)
+
+    def run(self, *args):
+        """(exit code, stdout, stderr) of `tpuw args...`."""
+        p = subprocess.run([self.tpuw, *args], capture_output=True, text=True, timeout=280)
+        return p.returncode, p.stdout, p.stderr
+
+    def run_ok(self, *args):
+        """stdout of `tpuw args...`, which must exit 0."""
+        rc, so, se = self.run(*args)
+        expect(rc == 0, f"{args}: exit {rc}; stdout: {so} stderr: {se}")
+        return so
+
+    def save(self, name, arr):
+        """Writes arr as <tmp>/name (.npy); returns the path."""
+        p = os.path.join(self.tmp, name)
+        np.save(p, arr)
+        return p
+
+    def write(self, name, data):
+        """Writes raw bytes as <tmp>/name; returns the path."""
+        p = os.path.join(self.tmp, name)
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
