@@ -221,6 +221,26 @@ void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn:
              o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
 }
 
+// The model and input keys both JSON reports start with.
+json model_json(const RunOpts& o, const nn::QNetwork& q, uint32_t classes, const Rows& in, uint64_t batch,
+                uint64_t batches, const Rows& cal) {
+  json j;
+  j["model"] = o.model;
+  j["input"] = o.input;
+  j["backend"] = o.backend;
+  j["array_n"] = o.array_n;
+  j["rows"] = in.rows;
+  j["batch"] = batch;
+  j["batches"] = batches;
+  j["input_features"] = q.input_features;
+  j["output_features"] = classes;
+  j["host_op"] = q.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
+  j["input_scale"] = q.input_scale;
+  j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
+  j["calibration_rows"] = cal.rows;
+  return j;
+}
+
 // The accuracy, check and output keys both JSON reports end with.
 void add_result_json(json& j, const RunOpts& o, size_t label_rows, double acc_int8, double acc_float,
                      const json& check_json) {
@@ -281,20 +301,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
   const double rows_per_s = rep.wall_s > 0 ? static_cast<double>(in.rows) / rep.wall_s : 0.0;
   if (o.json) {
-    json j;
-    j["model"] = o.model;
-    j["input"] = o.input;
-    j["backend"] = o.backend;
-    j["array_n"] = o.array_n;
-    j["rows"] = in.rows;
-    j["batch"] = rep.micro_batch;
-    j["batches"] = rep.micro_batches;
-    j["input_features"] = q.input_features;
-    j["output_features"] = classes;
-    j["host_op"] = q.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
-    j["input_scale"] = q.input_scale;
-    j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
-    j["calibration_rows"] = cal.rows;
+    json j = model_json(o, q, classes, in, rep.micro_batch, rep.micro_batches, cal);
     j["cycles"] = cycles;
     j["macs"] = r.macs;
     j["rows_per_s"] = rows_per_s;
@@ -430,22 +437,8 @@ int run_command(const RunOpts& o) {
   // ---- report ---------------------------------------------------------------------------------
   const double utilization = util(macs, o.array_n, perf.cycles);
   const double sim_hz = wall > 0 ? static_cast<double>(sim_cycles) / wall : 0.0;
-  const std::string host_op = q.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
   if (o.json) {
-    json j;
-    j["model"] = o.model;
-    j["input"] = o.input;
-    j["backend"] = o.backend;
-    j["array_n"] = o.array_n;
-    j["rows"] = in.rows;
-    j["batch"] = chunk;
-    j["batches"] = chunks;
-    j["input_features"] = q.input_features;
-    j["output_features"] = classes;
-    j["host_op"] = host_op;
-    j["input_scale"] = q.input_scale;
-    j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
-    j["calibration_rows"] = cal.rows;
+    json j = model_json(o, q, classes, in, chunk, chunks, cal);
     json jl = json::array();
     for (size_t i = 0; i < layers.size(); ++i) {
       const LayerTotals& t = layers[i];
