@@ -16,6 +16,22 @@ fpga_sources() {
   FPGA_FILES=("${RTL_FILES[@]}")
 }
 
+# fpga_stat_sum <stat file> <regex>: the summed counts of the cells whose name matches, in the last
+# block of a Yosys `stat` report (the design totals when the design is hierarchical).
+fpga_stat_sum() {
+  awk -v re="$2" '/^=== / { n = 0 } $1 ~ re && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' "$1"
+}
+
+# fpga_check_capacity <tag>: for board variants (cap_lut set), fails unless luts, dsp and bram fit
+# the part. Uses the caller's variables luts dsp bram cap_lut cap_dsp cap_bram.
+fpga_check_capacity() {
+  [[ -n "${cap_lut}" ]] || return 0
+  if ! awk -v l="${luts}" -v d="${dsp}" -v b="${bram}" \
+       -v cl="${cap_lut}" -v cd="${cap_dsp}" -v cb="${cap_bram}" 'BEGIN { exit !(l <= cl && d <= cd && b <= cb) }'; then
+    fpga_fail "$1" "exceeds the board's part (LUT ${luts}/${cap_lut}, DSP ${dsp}/${cap_dsp}, BRAM ${bram}/${cap_bram})"
+  fi
+}
+
 fpga_fail() {
   echo "$1: FAILED ($2)" >&2
   exit 1

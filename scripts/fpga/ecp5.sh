@@ -50,8 +50,7 @@ esac
 fpga_yosys "${tag}" "${out}" "${out}/synth.ys"
 
 # LUT4 (TRELLIS_COMB/LUT4), flip-flops (TRELLIS_FF), 18x18 multipliers, 18 kbit EBR, LUT RAM.
-# Count in the last block of the stat output (the totals when the design is hierarchical).
-cell() { awk -v c="$1" '/^=== / { n = 0 } $1 == c { n = $2 } END { print n + 0 }' "${out}/stat.txt"; }
+cell() { fpga_stat_sum "${out}/stat.txt" "^$1\$"; }
 luts=$(( $(cell LUT4) + $(cell TRELLIS_COMB) ))
 ffs=$(( $(cell TRELLIS_FF) + $(cell FD1S3AX) + $(cell FD1S3BX) + $(cell FD1P3AX) + $(cell FD1P3BX) + $(cell FD1P3DX) + $(cell FD1P3IX) + $(cell FD1S3DX) + $(cell FD1S3IX) ))
 dsp=$(( $(cell MULT18X18D) + $(cell ALU54B) ))
@@ -64,8 +63,5 @@ ccu2=$(cell CCU2C)
   if [[ -n "${cap_lut}" ]]; then echo "capacity: luts=${cap_lut} dsp=${cap_dsp} bram=${cap_bram}"; fi
 } | tee "${out}/resources.txt"
 [[ "${luts}" -gt 0 ]] || fpga_fail "${tag}" "no LUTs in the netlist"
-if [[ -n "${cap_lut}" ]] && ! awk -v l="${luts}" -v d="${dsp}" -v b="${bram}" \
-     -v cl="${cap_lut}" -v cd="${cap_dsp}" -v cb="${cap_bram}" 'BEGIN { exit !(l <= cl && d <= cd && b <= cb) }'; then
-  fpga_fail "${tag}" "exceeds the board's part (LUT ${luts}/${cap_lut}, DSP ${dsp}/${cap_dsp}, BRAM ${bram}/${cap_bram})"
-fi
+fpga_check_capacity "${tag}"
 echo "${tag}: ok (synthesis only: Debian has no nextpnr-ecp5, so no Fmax)"

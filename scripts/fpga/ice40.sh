@@ -54,12 +54,8 @@ CAP_LUT=5280; CAP_DSP=8; CAP_BRAM=30; CAP_SPRAM=4
 } > "${out}/synth.ys"
 fpga_yosys "${tag}" "${out}" "${out}/synth.ys"
 
-# Count in the last block of the stat output (the totals when the design is hierarchical).
-cell() { awk -v c="$1" '/^=== / { n = 0 } $1 == c { n = $2 } END { print n + 0 }' "${out}/stat.txt"; }
-ffs_of_stat() {
-  awk '/^=== / { n = 0 } $1 ~ /^SB_DFF/ && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' "${out}/stat.txt"
-}
-luts=$(cell SB_LUT4); ffs=$(ffs_of_stat); dsp=$(cell SB_MAC16)
+cell() { fpga_stat_sum "${out}/stat.txt" "^$1\$"; }
+luts=$(cell SB_LUT4); ffs=$(fpga_stat_sum "${out}/stat.txt" '^SB_DFF'); dsp=$(cell SB_MAC16)
 bram=$(cell SB_RAM40_4K); spram=$(cell SB_SPRAM256KA)
 fits=yes
 if (( luts > CAP_LUT || dsp > CAP_DSP || bram > CAP_BRAM || spram > CAP_SPRAM )); then fits=no; fi

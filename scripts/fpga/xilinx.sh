@@ -48,12 +48,7 @@ esac
 
 fpga_yosys "${tag}" "${out}" "${out}/synth.ys"
 
-sum() {  # sum of the counts of all cells whose name matches the regex $1
-  # Yosys prints one block per module and, for a hierarchical design, a "design hierarchy"
-  # block with the totals last: count only the last block.
-  awk -v re="$1" '/^=== / { n = 0 } $1 ~ re && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' \
-    "${out}/stat.txt"
-}
+sum() { fpga_stat_sum "${out}/stat.txt" "$1"; }
 luts=$(sum '^LUT[1-6]$')
 ffs=$(sum '^FD(RE|SE|CE|PE)$')
 dsp=$(sum '^DSP48E1$')
@@ -69,8 +64,5 @@ bram=$(awk -v a="${b36}" -v b="${b18}" 'BEGIN { printf "%g", a + b / 2 }')
   if [[ -n "${cap_lut}" ]]; then echo "capacity: luts=${cap_lut} dsp=${cap_dsp} bram=${cap_bram}"; fi
 } | tee "${out}/resources.txt"
 [[ "${luts}" -gt 0 ]] || fpga_fail "${tag}" "no LUTs in the netlist"
-if [[ -n "${cap_lut}" ]] && ! awk -v l="${luts}" -v d="${dsp}" -v b="${bram}" \
-     -v cl="${cap_lut}" -v cd="${cap_dsp}" -v cb="${cap_bram}" 'BEGIN { exit !(l <= cl && d <= cd && b <= cb) }'; then
-  fpga_fail "${tag}" "exceeds the board's part (LUT ${luts}/${cap_lut}, DSP ${dsp}/${cap_dsp}, BRAM ${bram}/${cap_bram})"
-fi
+fpga_check_capacity "${tag}"
 echo "${tag}: ok (synthesis only: no Vivado / open 7-series place-and-route here, so no Fmax)"
