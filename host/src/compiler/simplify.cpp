@@ -85,6 +85,11 @@ void remove_dead_code(Graph& g) {
     if (keep[i]) kept.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(kept);
+  // Constants nothing reads any more (a weight fusion has copied, a folded shape) free their data:
+  // they are no longer part of the graph.
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (!live[v] && g.values[v].is_constant()) g.values[v].data.reset();
+  }
 }
 
 }  // namespace tpuw::compiler

@@ -38,7 +38,8 @@ bool fold_constants(Graph& g);
 /// output shape equals their input's. Readers are rewired; graph output names are kept.
 void remove_identities(Graph& g);
 
-/// Dead-code removal: drops nodes none of whose outputs is read by a node or a graph output.
+/// Dead-code removal: drops nodes none of whose outputs is read by a node or a graph output, and
+/// frees the data of constants nothing reads any more.
 void remove_dead_code(Graph& g);
 
 /// Fusion into the matrix op: every Gemm and MatMul becomes a kDense node (x [batch, k] times a
