@@ -1,5 +1,6 @@
 // ONNX import: reads an ONNX model (the format PyTorch's torch.onnx.export writes) into a
-// FloatNetwork (tpuw/nn/float_network.h).
+// FloatNetwork (tpuw/nn/float_network.h). It is the graph compiler's pipeline (docs/compiler.md):
+// ONNX -> graph IR (tpuw/compiler/onnx_importer.h) -> passes -> lowering (tpuw/compiler/passes.h).
 //
 //   tpuw::nn::FloatNetwork net = tpuw::nn::import_onnx("mlp.onnx");
 //
@@ -10,9 +11,13 @@
 //             to [n] right after it (either operand order) becomes the layer's bias
 //   Relu      after a layer (fused into it)
 //   Flatten   axis = 1 (keeps the batch dimension)
-//   Reshape   to [batch, features] with a constant shape ([-1, f], [0, f], [B, f], ...)
+//   Reshape   to [batch, features...] with a shape that folds to a constant keeping the batch
+//             ([-1, f], [0, f], [0, -1], PyTorch's x.view(x.size(0), -1) as Shape -> Gather ->
+//             Unsqueeze -> Concat); a shape that fixes, merges or moves the batch ([1, -1], [-1])
+//             is refused, never reinterpreted
 //   Softmax   the last operator, over the feature axis (runs on the host)
-//   Identity, Constant (tensors only), Dropout in inference (no mask output)
+//   Identity, Constant, Dropout in inference (any opset; a training_mode input must be a constant
+//             false, the mask output must be unread); nodes nothing reads are dropped
 // The graph must be a chain from its one input to its one output; weights and biases must be
 // initializers or Constant outputs (float32 or float64; shapes int64 or int32).
 //

@@ -1,0 +1,197 @@
+// The graph IR of the compiler: typed tensors (values) and the operations between them (nodes).
+//
+// A Graph is what the ONNX importer (tpuw/compiler/onnx_importer.h) produces and every pass
+// (tpuw/compiler/passes.h) reads and rewrites; docs/compiler.md describes the pipeline. Nothing
+// here knows about ONNX's protobuf types: an operator is an Op (plus the name it was written
+// with), attributes are plain values, initializers are constant values with their data.
+//
+//   values   a Value is one tensor: name, dtype, shape, layout, and for constants its data.
+//            Shapes carry the batch as a symbol (kBatch) so one compiled graph serves any batch;
+//            a shape is unknown (nullopt) until shape inference has run.
+//   nodes    a Node reads input values and defines output values. Nodes are kept in
+//            topological order; every value is defined once (by one node, or as a graph input,
+//            or as a constant) before it is read.
+//   graph    values, nodes, the graph inputs and the named graph outputs.
+//
+// Values are addressed by ValueId (an index into Graph::values) and never move; a pass that
+// rewrites a node keeps the ids of the values it does not touch. Nodes are a plain vector.
+// verify() checks the invariants; dump() prints the graph for humans and for tests.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tpuw/error.h"
+
+namespace tpuw::compiler {
+
+/// Element types. int8/int32/bf16/fp32 are what the device computes in; int64, bool and fp64 appear
+/// in imported constants (shape tensors, Dropout's training_mode, double initializers).
+enum class DType : uint8_t { kFloat32, kBFloat16, kInt8, kInt32, kInt64, kBool, kFloat64 };
+
+/// "fp32", "bf16", "int8", "int32", "int64", "bool", "fp64".
+std::string_view dtype_name(DType t);
+/// True for fp32, bf16 and fp64 (their constant data lives in TensorData::f).
+bool is_float(DType t);
+
+/// Memory layout of a tensor. Today everything is row-major in the model's own dimension order
+/// (ONNX's NCHW for images); device-preferred layouts arrive with convolutions.
+enum class Layout : uint8_t { kRowMajor };
+
+/// The symbolic batch dimension: in a shape, and as an element of an int64 shape tensor (what
+/// `Shape` of an activation folds to). Never a real size.
+constexpr int64_t kBatch = std::numeric_limits<int64_t>::min();
+
+using Dims = std::vector<int64_t>;
+
+/// "[batch, 64]".
+std::string dims_string(std::span<const int64_t> dims);
+
+/// Largest element count of one tensor (per batch row for batched tensors); also keeps every
+/// dimension product well inside int64.
+constexpr int64_t kMaxElements = int64_t{1} << 32;
+
+/// Product of `dims` skipping kBatch entries; nullopt when a dimension is negative or the product
+/// exceeds kMaxElements (overflow-safe: never computes a product above the limit).
+std::optional<int64_t> checked_elements(std::span<const int64_t> dims);
+
+/// Constant contents, row-major. Floating types keep their values in `f` (exact: fp32 and fp64
+/// values are doubles), integer and bool types in `i` (int64 shape tensors may hold kBatch).
+struct TensorData {
+  std::vector<double> f;
+  std::vector<int64_t> i;
+
+  size_t size() const { return f.empty() ? i.size() : f.size(); }
+  double as_double(size_t k) const { return f.empty() ? static_cast<double>(i[k]) : f[k]; }
+};
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;  // an omitted optional input or output
+
+struct Value {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::optional<Dims> shape;        // unknown until shape inference (constants always know theirs)
+  Layout layout = Layout::kRowMajor;
+  std::optional<TensorData> data;   // set for constants (initializers, folded values)
+
+  bool is_constant() const { return data.has_value(); }
+};
+
+/// Operator kinds. The ONNX operators the importer knows by name, plus the compiler's own
+/// (kDense: a matrix product with its bias and activation fused). Anything else imports as
+/// kUnknown with its name kept in Node::op_type, for a pass to report.
+enum class Op : uint8_t {
+  kUnknown,
+  kConstant,
+  kIdentity,
+  kDropout,
+  kGemm,
+  kMatMul,
+  kAdd,
+  kRelu,
+  kFlatten,
+  kReshape,
+  kSoftmax,
+  kShape,
+  kGather,
+  kUnsqueeze,
+  kConcat,
+  kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
+};
+
+/// The Op of an operator name ("Gemm" -> kGemm); kUnknown for any other name.
+Op op_from_name(std::string_view name);
+/// The canonical name of an Op ("Gemm"); "?" for kUnknown.
+std::string_view op_name(Op op);
+
+struct ConstTensor {
+  DType dtype = DType::kFloat32;
+  Dims dims;
+  TensorData data;
+};
+
+struct Attribute {
+  enum class Kind : uint8_t { kInt, kFloat, kString, kInts, kFloats, kTensor, kOther };
+  Kind kind = Kind::kOther;
+  int64_t i = 0;
+  float f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+  std::vector<float> floats;
+  std::optional<ConstTensor> t;
+};
+
+struct Node {
+  Op op = Op::kUnknown;
+  std::string op_type;  // the operator's name as written (ONNX op_type; "Dense" for kDense)
+  std::string domain;   // "" for the default operator set
+  std::string name;     // the model's node name, or "#index" when it has none
+  std::vector<std::pair<std::string, Attribute>> attrs;  // in file order
+  std::vector<ValueId> inputs;   // kNoValue for an omitted optional input
+  std::vector<ValueId> outputs;  // kNoValue for an omitted optional output
+  std::vector<std::string> origin;  // "name (Op)" of each model node merged into this one, in order
+
+  const Attribute* attr(std::string_view key) const;
+  void set_attr(std::string key, Attribute a);
+  void erase_attr(std::string_view key);
+  /// "name (Op)": how reports and layer names refer to the node.
+  std::string label() const { return name + " (" + op_type + ")"; }
+};
+
+struct GraphInput {
+  ValueId value = kNoValue;
+  bool has_shape = false;                // the model declares a shape
+  std::vector<int64_t> declared;         // declared dims; -1 where not a fixed size
+  std::vector<std::string> dim_params;   // the symbolic names ("" for fixed sizes)
+};
+
+struct GraphOutput {
+  std::string name;  // the model's output name (kept when passes replace the value behind it)
+  ValueId value = kNoValue;
+};
+
+class Graph {
+ public:
+  std::string source;  // the file (or name) the graph came from; prefixes every error message
+  std::vector<Value> values;
+  std::vector<Node> nodes;  // topological order
+  std::vector<GraphInput> inputs;
+  std::vector<GraphOutput> outputs;
+
+  ValueId add_value(Value v);
+  ValueId add_constant(std::string name, DType dtype, Dims dims, TensorData data);
+
+  Value& value(ValueId id) { return values.at(static_cast<size_t>(id)); }
+  const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
+  bool is_constant(ValueId id) const { return id != kNoValue && value(id).is_constant(); }
+  bool is_graph_output(ValueId id) const;
+
+  /// For every value, the indices of the nodes that read it (in node order).
+  std::vector<std::vector<size_t>> consumers() const;
+  /// Every read of `from` (node inputs and graph outputs) reads `to` instead.
+  void replace_uses(ValueId from, ValueId to);
+
+  /// "SOURCE: node 'NAME' (OP): what", as Error(kind).
+  [[noreturn]] void fail(ErrorKind kind, const Node& n, std::string_view what) const;
+  /// "SOURCE: what", as Error(kind).
+  [[noreturn]] void fail(ErrorKind kind, std::string_view what) const;
+};
+
+/// Checks the invariants: value ids in range, every value defined at most once (by one node
+/// output, a graph input or as a constant), every node input defined before the node reads it
+/// (topological order), constants' data matching their shapes, every graph output defined.
+/// Throws Error(kInternal) naming the violation: a pass that breaks them has a bug.
+void verify(const Graph& g);
+
+/// A readable listing: inputs, constants (name, dtype, shape), nodes with their attributes and
+/// typed inputs/outputs, outputs. Deterministic, so tests can compare it.
+std::string dump(const Graph& g);
+
+}  // namespace tpuw::compiler

@@ -1,0 +1,30 @@
+// The pass pipeline (tpuw/compiler/passes.h; docs/compiler.md lists it with each pass's guarantee).
+#include "tpuw/compiler/passes.h"
+
+namespace tpuw::compiler {
+
+Graph optimize(Graph g) {
+  verify(g);
+  legalize(g);
+  // Shape inference and folding feed each other (Shape needs its input's shape, Reshape needs its
+  // folded shape input); every round that folds removes at least one node, so this ends.
+  for (;;) {
+    infer_shapes(g, /*strict=*/false);
+    if (!fold_constants(g)) break;
+    verify(g);
+  }
+  remove_identities(g);
+  verify(g);
+  remove_dead_code(g);
+  verify(g);
+  infer_shapes(g, /*strict=*/true);
+  fuse_dense(g);
+  verify(g);
+  remove_dead_code(g);
+  verify(g);
+  return g;
+}
+
+nn::FloatNetwork compile_float(Graph g) { return lower_to_float_network(optimize(std::move(g))); }
+
+}  // namespace tpuw::compiler

@@ -1,0 +1,291 @@
+// Shape inference (tpuw/compiler/passes.h): dtype and shape of every node output, the batch kept
+// as the symbol kBatch. All dimension products go through checked_elements (overflow-safe).
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "pass_util.h"
+#include "tpuw/compiler/passes.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::batch_led;
+using detail::features;
+using detail::input;
+using detail::output;
+
+void input_shape(Graph& g, const GraphInput& in) {
+  Value& v = g.value(in.value);
+  const std::string where = fmt::format("graph input '{}'", v.name);
+  if (!in.has_shape || in.declared.size() < 2) {
+    g.fail(ErrorKind::kUnsupported, where + ": needs a declared shape [batch, features...] of rank >= 2");
+  }
+  Dims d{kBatch};
+  for (size_t i = 1; i < in.declared.size(); ++i) {
+    const int64_t x = in.declared[i];
+    if (x <= 0) {
+      g.fail(ErrorKind::kUnsupported,
+             fmt::format("{}: dimension {} is {}; the non-batch dimensions must be fixed positive sizes", where, i,
+                         in.dim_params[i].empty() ? std::to_string(x) : "'" + in.dim_params[i] + "'"));
+    }
+    d.push_back(x);
+    const auto n = checked_elements(d);
+    if (!n || *n > std::numeric_limits<uint32_t>::max()) {
+      g.fail(ErrorKind::kUnsupported, where + ": has more than 2^32 features per row");
+    }
+  }
+  v.shape = std::move(d);
+}
+
+class Inference {
+ public:
+  Inference(Graph& g, bool strict) : g_(g), strict_(strict) {}
+
+  void node(Node& n) {
+    n_ = &n;
+    switch (n.op) {
+      case Op::kIdentity:
+      case Op::kRelu:
+      case Op::kSoftmax: return same_as_input(n);
+      case Op::kDropout: {
+        same_as_input(n);
+        const ValueId mask = output(n, 1);
+        if (mask != kNoValue && known(n.inputs[0])) set(mask, DType::kBool, *shape(n.inputs[0]));
+        return;
+      }
+      case Op::kGemm:
+      case Op::kMatMul: return matrix(n);
+      case Op::kAdd: return add(n);
+      case Op::kFlatten: return flatten(n);
+      case Op::kReshape: return reshape(n);
+      case Op::kShape: return shape_op(n);
+      case Op::kDense: {
+        if (!known(n.inputs[0]) || !known(n.inputs[1])) return;
+        set(n.outputs[0], g_.value(n.inputs[0]).dtype, {shape(n.inputs[0])->at(0), shape(n.inputs[1])->at(1)});
+        return;
+      }
+      case Op::kGather:
+      case Op::kUnsqueeze:
+      case Op::kConcat:
+        // Constant folding evaluates these on shape tensors; left over, they operate on an activation.
+        if (strict_) {
+          fail(ErrorKind::kUnsupported, fmt::format("{} of an activation is not supported (only of constant shape "
+                                                    "tensors, as in x.view(x.size(0), -1))", n.op_type));
+        }
+        return;
+      case Op::kConstant:
+      case Op::kUnknown: return;  // folded / reported by legalize
+    }
+  }
+
+ private:
+  Graph& g_;
+  bool strict_;
+  Node* n_ = nullptr;
+
+  [[noreturn]] void fail(ErrorKind k, const std::string& what) const { g_.fail(k, *n_, what); }
+  bool known(ValueId v) const { return v != kNoValue && g_.value(v).shape.has_value(); }
+  const Dims* shape(ValueId v) const { return known(v) ? &*g_.value(v).shape : nullptr; }
+  const std::string& name(ValueId v) const { return g_.value(v).name; }
+  void set(ValueId v, DType t, Dims d) {
+    if (v == kNoValue) return;
+    g_.value(v).dtype = t;
+    g_.value(v).shape = std::move(d);
+  }
+
+  void same_as_input(Node& n) {
+    if (!known(n.inputs[0])) return;
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, *shape(n.inputs[0]));
+  }
+
+  void matrix(Node& n) {
+    const ValueId a = n.inputs[0], b = n.inputs[1];
+    if (!known(a) || !known(b)) return;
+    const bool gemm = n.op == Op::kGemm;
+    if (!g_.is_constant(b) && !strict_) return;  // may still fold (an Identity of an initializer)
+    if (!g_.is_constant(b)) {
+      if (!gemm && g_.is_constant(a)) {
+        fail(ErrorKind::kUnsupported, "the activation must be the first operand (x . W); W . x is not supported");
+      }
+      fail(ErrorKind::kUnsupported, fmt::format("{} '{}' is computed from the input; it must be an initializer or "
+                                                "Constant", gemm ? "weight B" : "weight", name(b)));
+    }
+    const Dims& da = *shape(a);
+    const Dims& db = *shape(b);
+    if (da.size() != 2 && (gemm || da.size() < 2)) {
+      fail(ErrorKind::kUnsupported, fmt::format("the activation has feature shape {}; a dense layer needs [batch, k] "
+                                                "(add a Flatten)", dims_string(features(da))));
+    }
+    if (db.size() != 2) {
+      fail(ErrorKind::kUnsupported, fmt::format("weight '{}' has rank {}; it must be a matrix", name(b), db.size()));
+    }
+    const bool tb = gemm && attr_int(g_, n, "transB", 0) == 1;
+    const int64_t k = tb ? db[1] : db[0];
+    const int64_t nn = tb ? db[0] : db[1];
+    if (k != da.back()) {
+      fail(ErrorKind::kBadFile, fmt::format("weight '{}' has shape {} but the activation has {} features", name(b),
+                                            dims_string(db), da.back() == kBatch ? "batch" : std::to_string(da.back())));
+    }
+    Dims out(da.begin(), da.end() - 1);
+    out.push_back(nn);
+    set(n.outputs[0], g_.value(a).dtype, std::move(out));
+  }
+
+  static std::optional<Dims> broadcast(const Dims& a, const Dims& b) {
+    const size_t r = std::max(a.size(), b.size());
+    Dims out(r);
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+      const int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+      if (x == y || y == 1) out[i] = x;
+      else if (x == 1) out[i] = y;
+      else return std::nullopt;
+    }
+    return out;
+  }
+
+  void add(Node& n) {
+    const ValueId a = n.inputs[0], b = n.inputs[1];
+    if (!known(a) || !known(b)) return;
+    const bool ca = g_.is_constant(a), cb = g_.is_constant(b);
+    const ValueId act = ca && !cb ? b : a;
+    if (auto d = broadcast(*shape(a), *shape(b))) {
+      set(n.outputs[0], g_.value(act).dtype, std::move(*d));
+    } else if (ca != cb) {
+      // A bias that does not broadcast: lowering reports it against the layer it should belong to.
+      set(n.outputs[0], g_.value(act).dtype, *shape(act));
+    } else {
+      fail(ErrorKind::kBadFile, fmt::format("shapes {} and {} do not broadcast", dims_string(*shape(a)),
+                                            dims_string(*shape(b))));
+    }
+  }
+
+  // The data input of a shape operator must be an activation [batch, ...].
+  void require_activation(const Node& n) {
+    const ValueId x = n.inputs[0];
+    if (g_.is_constant(x)) {
+      fail(ErrorKind::kUnsupported, fmt::format("input 0 '{}' must be the activation computed from the graph input, "
+                                                "not a constant", name(x)));
+    }
+    if (!batch_led(*shape(x))) {
+      fail(ErrorKind::kUnsupported, fmt::format("input '{}' has shape {}; the batch dimension must be the first",
+                                                name(x), dims_string(*shape(x))));
+    }
+  }
+
+  void flatten(Node& n) {
+    if (!known(n.inputs[0])) return;
+    require_activation(n);
+    const Dims& d = *shape(n.inputs[0]);
+    const int64_t raw = attr_int(g_, n, "axis", 1);
+    const int64_t axis = raw < 0 ? raw + static_cast<int64_t>(d.size()) : raw;
+    if (axis != 1) {
+      fail(ErrorKind::kUnsupported,
+           fmt::format("axis={} is not supported (only axis=1, which keeps the batch dimension)", raw));
+    }
+    const auto f = checked_elements(features(d));
+    if (!f) fail(ErrorKind::kUnsupported, "the flattened tensor has too many elements per row");
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, {kBatch, *f});
+  }
+
+  void reshape(Node& n) {
+    const ValueId x = n.inputs[0], s = n.inputs[1];
+    if (!known(x)) return;
+    if (!g_.is_constant(s)) {
+      if (!strict_) return;  // maybe folded later
+      fail(ErrorKind::kUnsupported, "a shape computed from the activation is not supported (use a constant shape)");
+    }
+    const Value& sv = g_.value(s);
+    if (sv.shape->size() != 1) fail(ErrorKind::kBadFile, fmt::format("shape '{}' is not a 1-D tensor", sv.name));
+    require_activation(n);
+    Dims shape_in;
+    for (size_t i = 0; i < sv.data->size(); ++i) shape_in.push_back(detail::as_int(*sv.data, i));
+    const Dims feat = features(*shape(x));
+    const int64_t total = *checked_elements(feat);  // bounded: every activation shape was checked
+    const bool allowzero = attr_int(g_, n, "allowzero", 0) != 0;
+    const std::string shape_str = dims_string(shape_in);
+    if (shape_in.size() < 2) {
+      fail(ErrorKind::kUnsupported,
+           fmt::format("reshape to {} merges the batch dimension; the result must be [batch, features...]", shape_str));
+    }
+    const int64_t b = shape_in[0];
+    if (b > 0 || (b == 0 && allowzero)) {
+      fail(ErrorKind::kUnsupported,
+           fmt::format("reshape to {} fixes the batch dimension to {}; only reshapes that keep it are supported (export "
+                       "with x.view(x.size(0), -1) or torch.flatten(x, 1))", shape_str, b));
+    }
+    if (b != 0 && b != -1 && b != kBatch) fail(ErrorKind::kBadFile, fmt::format("shape {}: dimension 0 is {}", shape_str, b));
+    Dims out;
+    int infer = -1;
+    int64_t known_p = 1;
+    for (size_t i = 1; i < shape_in.size(); ++i) {
+      int64_t v = shape_in[i];
+      if (v == kBatch) {
+        fail(ErrorKind::kUnsupported, fmt::format("reshape to {} moves the batch dimension to position {}; only "
+                                                  "reshapes that keep it first are supported", shape_str, i));
+      }
+      if (v == 0 && !allowzero) {
+        if (i > feat.size()) {
+          fail(ErrorKind::kBadFile, fmt::format("shape {}: 0 at position {} copies a dimension that does not exist",
+                                                shape_str, i));
+        }
+        v = feat[i - 1];
+      }
+      if (v == -1) {
+        if (infer >= 0 || b == -1) fail(ErrorKind::kUnsupported, fmt::format("reshape to {}: the batch dimension is ambiguous", shape_str));
+        infer = static_cast<int>(out.size());
+      } else if (v <= 0 || v > total) {
+        fail(ErrorKind::kUnsupported,
+             fmt::format("reshape of [batch, {} features] to {}: dimension {} is {}", total, shape_str, i, v));
+      } else {
+        if (known_p > total / v) {
+          fail(ErrorKind::kUnsupported,
+               fmt::format("reshape of [batch, {} features] to {} changes the batch dimension", total, shape_str));
+        }
+        known_p *= v;
+      }
+      out.push_back(v);
+    }
+    if (infer >= 0) {
+      if (total % known_p != 0) fail(ErrorKind::kBadFile, fmt::format("reshape to {} does not divide {} features", shape_str, total));
+      out[static_cast<size_t>(infer)] = total / known_p;
+      known_p = total;
+    }
+    if (known_p != total) {
+      fail(ErrorKind::kUnsupported, fmt::format("reshape of [batch, {} features] to {} changes the batch dimension; "
+                                                "only reshapes that keep it are supported", total, shape_str));
+    }
+    out.insert(out.begin(), kBatch);
+    set(n.outputs[0], g_.value(x).dtype, std::move(out));
+  }
+
+  void shape_op(Node& n) {
+    if (!known(n.inputs[0])) return;
+    const auto r = static_cast<int64_t>(shape(n.inputs[0])->size());
+    auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + r : v, int64_t{0}, r); };
+    const int64_t start = clampi(attr_int(g_, n, "start", 0));
+    const int64_t end = clampi(attr_int(g_, n, "end", r));
+    set(n.outputs[0], DType::kInt64, {std::max<int64_t>(end - start, 0)});
+  }
+};
+
+}  // namespace
+
+void infer_shapes(Graph& g, bool strict) {
+  for (const GraphInput& in : g.inputs) input_shape(g, in);
+  Inference inf(g, strict);
+  for (Node& n : g.nodes) inf.node(n);
+  if (!strict) return;
+  for (const Node& n : g.nodes) {
+    for (const ValueId v : n.outputs) {
+      if (v != kNoValue && !g.value(v).shape) {
+        throw Error(ErrorKind::kInternal, fmt::format("{}: node '{}' ({}): shape inference left '{}' unknown\n{}", g.source,
+                                                      n.name, n.op_type, g.value(v).name, dump(g)));
+      }
+    }
+  }
+}
+
+}  // namespace tpuw::compiler
