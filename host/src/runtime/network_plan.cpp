@@ -55,35 +55,47 @@ void check_network(const nn::QNetwork& net, uint64_t batch) {
 }
 
 
-// Fixed geometry of one (device, network, batch): everything but the M tile and the residency.
-struct Geometry {
-  uint64_t an = 0, beat = 0, m_align = 0, mp = 0;
-  uint64_t m_cap = 0;  // largest M tile: two ACC strips + params, four UB chunks, the rows field
-};
-
-// Lays out the UB for p.m_tile / p.m_tiles and the residency `home`: ping-pong regions, staging and
-// input slots. Returns false when it does not fit.
-bool layout_ub(NetworkPlan& p, const DeviceParams& params, const std::vector<TensorHome>& home) {
+// Lays out the UB and the ACC for p.m_tile / p.m_tiles and the residency `home`: ping-pong
+// regions, staging and input slots; ACC strip buffers (2 + the widest fused layer's strips) and the
+// param slots. Returns false when it does not fit.
+bool layout(NetworkPlan& p, const DeviceParams& params, const std::vector<TensorHome>& home) {
   const size_t nl = p.layers.size();
   const uint64_t chunks = params.ub_depth / p.m_tile;
   const bool final_int8 = !p.layers.back().final_int32;
-  uint64_t r[2] = {0, 0}, stage = final_int8 ? 2 : 0, in_min = 0;
+  uint64_t r[2] = {0, 0}, stage = final_int8 ? 2 : 0, in_min = 0, fused = 0;
   for (size_t t = 0; t < nl; ++t) {
     if (home[t] == TensorHome::kResident) {
       r[t % 2] = std::max(r[t % 2], p.layers[t].k_blocks * p.m_tiles);
     } else {
-      in_min = 2;
+      if (home[t] == TensorHome::kHost) in_min = 2;
       if (t > 0) stage = 2;
+      if (home[t] == TensorHome::kStreamed) fused = std::max(fused, p.layers[t].n_blocks);
     }
   }
   if (r[0] + r[1] + stage + in_min > chunks) return false;
+  if ((2 + fused) * p.m_tile + kParamRows > params.acc_depth) return false;
   p.tensor_home = home;
   p.ub_region_rows[0] = r[0] * p.m_tile;
   p.ub_region_rows[1] = r[1] * p.m_tile;
   p.ub_stage_row = (r[0] + r[1]) * p.m_tile;
   p.ub_in_row = p.ub_stage_row + stage * p.m_tile;
   p.in_slots = in_min > 0 ? static_cast<uint32_t>(std::min<uint64_t>(chunks - r[0] - r[1] - stage, UINT32_MAX)) : 0;
+  p.acc_param_row = (2 + fused) * p.m_tile;
   return true;
+}
+
+// Fuses every layer it can into its predecessor: tensor t (t >= 1, not the last layer's input of a
+// chain) becomes kStreamed when `from` says so for it, its neighbours are not streamed and the
+// ACC holds layer t's strips beside the two working buffers.
+std::vector<TensorHome> with_streams(const NetworkPlan& p, const DeviceParams& params, std::vector<TensorHome> home,
+                                     TensorHome from) {
+  for (size_t t = 1; t < home.size(); ++t) {
+    if (home[t] != from || home[t - 1] == TensorHome::kStreamed) continue;
+    if (t + 1 < home.size() && home[t + 1] == TensorHome::kStreamed) continue;
+    if ((2 + p.layers[t].n_blocks) * p.m_tile + kParamRows > params.acc_depth) continue;
+    home[t] = TensorHome::kStreamed;
+  }
+  return home;
 }
 
 // DMA instructions of one transfer as network_emit.cpp splits it.
@@ -116,8 +128,12 @@ NetworkTraffic traffic_of(NetworkPlan& p) {
       if (in_home == TensorHome::kHost && l > 0) n += 1;  // bridge NOP for the spilled input
       // Params or bias preload, per strip.
       if (lp.final_int32) {
-        for (uint64_t s = 0; s < strips; ++s, ++int32_strips) {
-          if (int32_strips >= 2) n += 1;  // bridge NOP: the buffer's last reader was a STORE
+        if (in_home == TensorHome::kStreamed) {
+          if (mt > 0) n += strips;  // bridge NOPs: the fused strip buffers were last read by STOREs
+        } else {
+          for (uint64_t s = 0; s < strips; ++s, ++int32_strips) {
+            if (int32_strips >= 2) n += 1;  // bridge NOP: the buffer's last reader was a STORE
+          }
         }
         n += strips;
         ld += strips * rows * 4 * an;
@@ -269,28 +285,40 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
     if (c.m_tile == last_m_tile) continue;
     last_m_tile = c.m_tile;
     c.m_tiles = (p.mp + c.m_tile - 1) / c.m_tile;
-    std::vector<TensorHome> home(nl, options.force_spill ? TensorHome::kHost : TensorHome::kResident);
     bool done = false;
-    for (;;) {
-      if (layout_ub(c, params, home)) {
-        ++p.candidates;
-        c.traffic = traffic_of(c);
-        if (!best || c.traffic.bytes() < best->traffic.bytes()) best = c;
-        // Nothing spilled and the weights read once: the minimum for this compiler.
-        bool minimal = c.m_tiles == 1;
-        for (size_t t = 1; t < nl; ++t) minimal = minimal && home[t] == TensorHome::kResident;
-        for (const NetworkLayerPlan& lp : c.layers) minimal = minimal && lp.input_reads <= 1;
-        if (minimal) done = true;
+    // Two spill paths: from "all resident", and from "every layer that can be fused, fused".
+    for (int path = 0; path < 2 && !done; ++path) {
+      std::vector<TensorHome> home(nl, options.force_spill ? TensorHome::kHost : TensorHome::kResident);
+      if (path == 1) {
+        if (options.force_spill) break;
+        home = with_streams(c, params, home, TensorHome::kResident);
       }
-      size_t victim = nl;
-      for (size_t t = 0; t < nl; ++t) {
-        if (home[t] == TensorHome::kResident &&
-            (victim == nl || c.layers[t].k_blocks >= c.layers[victim].k_blocks)) {
-          victim = t;
+      for (;;) {
+        // The residency itself, and the same with its spilled tensors fused where possible.
+        for (int variant = 0; variant < 2 && !done; ++variant) {
+          const std::vector<TensorHome> h =
+              variant == 0 ? home : with_streams(c, params, home, TensorHome::kHost);
+          if (variant == 1 && (h == home || options.force_spill)) break;
+          if (!layout(c, params, h)) continue;
+          ++p.candidates;
+          c.traffic = traffic_of(c);
+          if (!best || c.traffic.bytes() < best->traffic.bytes()) best = c;
+          // Nothing spilled and the weights read once: the minimum for this compiler.
+          bool minimal = c.m_tiles == 1;
+          for (size_t t = 1; t < nl; ++t) minimal = minimal && h[t] != TensorHome::kHost;
+          for (const NetworkLayerPlan& lp : c.layers) minimal = minimal && lp.input_reads <= 1;
+          if (minimal) done = true;
         }
+        size_t victim = nl;
+        for (size_t t = 0; t < nl; ++t) {
+          if (home[t] == TensorHome::kResident &&
+              (victim == nl || c.layers[t].k_blocks >= c.layers[victim].k_blocks)) {
+            victim = t;
+          }
+        }
+        if (victim == nl || done) break;
+        home[victim] = TensorHome::kHost;
       }
-      if (victim == nl || done) break;
-      home[victim] = TensorHome::kHost;
     }
     if (done) break;
   }
@@ -321,7 +349,6 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
   p.debug_bytes = doff;
   const bool final_int8 = !p.layers.back().final_int32;
   p.output_bytes = p.mp * p.layers.back().n_blocks * an * (final_int8 ? 1 : 4);
-  p.acc_param_row = 2 * p.m_tile;
   if (p.traffic.ratio() > kTrafficGoal) p.traffic_note = explain_traffic(p, params);
   return p;
 }

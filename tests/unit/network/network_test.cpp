@@ -139,7 +139,7 @@ TEST(NetworkRef, LayerTiling) {
   {
     const nn::QNetwork net = random_network({7, 9, 6}, rng);
     const NetworkRunResult r = check_network(dev, net, 1100, 8);
-    EXPECT_EQ(r.plan.m_tiles, 3u);
+    EXPECT_GE(r.plan.m_tiles, 3u);  // 3 is the fewest the ACC allows; the planner may take more
   }
   {
     const nn::QNetwork net = random_network({8200, 3, 5}, rng);

@@ -62,6 +62,9 @@ struct NetworkPlanOptions {
 enum class TensorHome {
   kResident,  // whole batch in a UB region (input: loaded once; intermediate: written by ACTIVATE)
   kHost,      // host memory (input buffer, spill buffer, or the network output)
+  kStreamed,  // never stored whole: layer i-1 and layer i are fused; each strip of layer i-1 is
+              // ACTIVATEd into a UB staging chunk and immediately taken as k-block of layer i, whose
+              // strips all stay in the ACC for the M tile (layer i narrow: a classifier head)
 };
 
 struct NetworkLayerPlan {
