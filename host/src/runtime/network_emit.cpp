@@ -166,7 +166,7 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     pd.tag = static_cast<int32_t>(l);
     uint64_t dst_row = 0;
     if (out_home == TensorHome::kResident) {
-      dst_row = p.tensor_ub_row[l + 1] + (mt * lp.n_blocks + nb) * p.m_tile;
+      dst_row = netdetail::resident_row(p, l + 1, mt, nb);
       if (keep_intermediate) {
         const uint64_t dst = a.debug + p.debug_offset[l + 1] + block_offset(mt, nb, lp.n_blocks, 1);
         for (const Transfer& t : split_transfer(dst_row, dst, rows * an, an, beat)) pd.stores.push_back({t, {}});
@@ -201,13 +201,12 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     return dst_row;
   };
 
-  for (size_t l = 0; l < nl; ++l) {
-    if (p.tensor_home[l] == TensorHome::kStreamed) continue;  // fused into layer l-1
+  for (const auto& [l, mt] : netdetail::network_order(p)) {
     const NetworkLayerPlan& lp = p.layers[l];
     const TensorHome in_home = p.tensor_home[l];
     const bool fuse = l + 1 < nl && p.tensor_home[l + 1] == TensorHome::kStreamed;
     const auto tag = static_cast<int32_t>(l);
-    for (uint64_t mt = 0; mt < p.m_tiles; ++mt) {
+    {
       const uint64_t rows = p.rows_of_tile(mt);
       if (in_home == TensorHome::kHost && l > 0) {
         flush();
@@ -230,7 +229,7 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
           const auto id = static_cast<int64_t>((uint64_t{l} << 44) | (mt << 22) | kb);
           std::function<void()> load_input = [] {};
           if (in_home == TensorHome::kResident) {
-            ub_row = p.tensor_ub_row[l] + (mt * lp.k_blocks + kb) * p.m_tile;
+            ub_row = netdetail::resident_row(p, l, mt, kb);
             if (l == 0 && content[ub_row / p.m_tile] != id) {
               load_input = [&, ub_row] {
                 const uint64_t src = a.input + block_offset(mt, kb, lp.k_blocks, 1);

@@ -1,6 +1,25 @@
-// Network compiler, part 1 of 4: the memory planner (see tpuw/runtime/network.h and
+// Network compiler, part 1 of 4: the memory planner and scheduler (see tpuw/runtime/network.h and
 // docs/network_compiler.md). network_emit.cpp turns a plan into the program, network_pack.cpp
 // packs and unpacks the host images, network_run.cpp runs it and attributes the counters.
+//
+// What the planner decides, and why:
+//  - The goal is the fewest bytes over the host interface (weights, activations and instruction
+//    fetch); cycles follow, because the MXU is busy whenever it is not waiting for bytes.
+//  - Inside a layer the program walks M tile -> output strip -> k-block, so the layer's weights are
+//    read once per M tile (the WB ring holds 64 tiles, far less than a layer). Fewer, bigger M
+//    tiles read the weights fewer times; the ACC bounds an M tile to (AccDepth - 6) / 2 rows.
+//  - An activation tensor is resident (0 bytes), spilled (written and read back: twice its size;
+//    and read once per output strip if an M tile's k-blocks do not fit the UB input slots), or
+//    streamed: the next layer is fused into its producer when its strips all fit the ACC beside
+//    the two working buffers (a classifier head) -- 0 bytes and only two UB staging chunks.
+//  - Loop order: layer by layer over the whole batch (a resident tensor holds every M tile), or
+//    every layer per M tile (tile_outer: a resident tensor holds one M tile, so tensors the batch
+//    cannot keep resident fit; same weight reads for the same M tile).
+//  - Every combination on the search path (M tile count x loop order x residency) is costed
+//    exactly by traffic_of, which walks the emitter's loops at (layer, M tile) granularity, and
+//    the cheapest wins; ties keep the earlier (fewer M tiles, layer order, unfused) candidate, so
+//    a network that fits (the benchmark MLP) gets exactly the program it always had.
+//  - Above 1.5x the minimum the plan explains the largest excess in one line (traffic_note).
 #include "tpuw/runtime/network.h"
 
 #include <fmt/format.h>
@@ -21,6 +40,7 @@ using detail::round_up;
 using netdetail::kMaxWSlots;
 using netdetail::kPageAlign;
 using netdetail::kParamRows;
+using netdetail::network_order;
 
 void check_network(const nn::QNetwork& net, uint64_t batch) {
   if (batch == 0) throw Error(ErrorKind::kInvalidArgument, "network: batch must be >= 1");
@@ -65,7 +85,7 @@ bool layout(NetworkPlan& p, const DeviceParams& params, const std::vector<Tensor
   uint64_t r[2] = {0, 0}, stage = final_int8 ? 2 : 0, in_min = 0, fused = 0;
   for (size_t t = 0; t < nl; ++t) {
     if (home[t] == TensorHome::kResident) {
-      r[t % 2] = std::max(r[t % 2], p.layers[t].k_blocks * p.m_tiles);
+      r[t % 2] = std::max(r[t % 2], p.layers[t].k_blocks * (p.tile_outer ? 1 : p.m_tiles));
     } else {
       if (home[t] == TensorHome::kHost) in_min = 2;
       if (t > 0) stage = 2;
@@ -113,26 +133,34 @@ NetworkTraffic traffic_of(NetworkPlan& p) {
   uint64_t ld = 0, st = 0, n = 0;
   const uint64_t w_instr = dma_count(an * an, an, beat);
   const uint64_t p_instr = dma_count(12 * an, 4 * an, beat);
-  uint64_t int32_strips = 0;  // strips of an int32 layer so far (their ACC buffer was last read by a STORE)
+  uint64_t strip = 0;                   // the emitter's strip counter (ACC buffer = strip % 2)
+  bool stored[2] = {false, false};      // the buffer's last reader was a STORE (int32 strip)
   for (size_t l = 0; l < nl; ++l) {
     NetworkLayerPlan& lp = p.layers[l];
-    const bool last = l + 1 == nl;
-    const TensorHome in_home = p.tensor_home[l];
-    const TensorHome out_home = last ? TensorHome::kHost : p.tensor_home[l + 1];
-    const bool ring = in_home == TensorHome::kHost && lp.k_blocks > p.in_slots;
+    const bool ring = p.tensor_home[l] == TensorHome::kHost && lp.k_blocks > p.in_slots;
     lp.weight_reads = p.m_tiles;
-    lp.input_reads = (l == 0 || in_home == TensorHome::kHost) ? (ring ? lp.n_blocks : 1) : 0;
-    for (uint64_t mt = 0; mt < p.m_tiles; ++mt) {
-      const uint64_t rows = p.rows_of_tile(mt);
+    lp.input_reads = (l == 0 || p.tensor_home[l] == TensorHome::kHost) ? (ring ? lp.n_blocks : 1) : 0;
+  }
+  for (const auto& [l, mt] : network_order(p)) {
+    // Layer l and, when tensor l+1 is streamed, the fused layer l+1, on M tile mt.
+    const uint64_t rows = p.rows_of_tile(mt);
+    const bool fuse = l + 1 < nl && p.tensor_home[l + 1] == TensorHome::kStreamed;
+    for (size_t f = l; f <= (fuse ? l + 1 : l); ++f) {
+      const NetworkLayerPlan& lp = p.layers[f];
+      const bool last = f + 1 == nl;
+      const TensorHome in_home = p.tensor_home[f];
+      const TensorHome out_home = last ? TensorHome::kHost : p.tensor_home[f + 1];
+      const bool ring = in_home == TensorHome::kHost && lp.k_blocks > p.in_slots;
       const uint64_t strips = lp.n_blocks, folds = lp.n_blocks * lp.k_blocks;
-      if (in_home == TensorHome::kHost && l > 0) n += 1;  // bridge NOP for the spilled input
-      // Params or bias preload, per strip.
+      if (in_home == TensorHome::kHost && f > 0) n += 1;  // bridge NOP for the spilled input
+      // Params or bias preload, per strip; the strips' ACC buffers.
       if (lp.final_int32) {
         if (in_home == TensorHome::kStreamed) {
           if (mt > 0) n += strips;  // bridge NOPs: the fused strip buffers were last read by STOREs
         } else {
-          for (uint64_t s = 0; s < strips; ++s, ++int32_strips) {
-            if (int32_strips >= 2) n += 1;  // bridge NOP: the buffer's last reader was a STORE
+          for (uint64_t s = 0; s < strips; ++s) {
+            if (stored[(strip + s) % 2]) n += 1;  // bridge NOP: the buffer's last reader was a STORE
+            stored[(strip + s) % 2] = true;
           }
         }
         n += strips;
@@ -140,7 +168,11 @@ NetworkTraffic traffic_of(NetworkPlan& p) {
       } else {
         n += strips * p_instr;
         ld += strips * 12 * an;
+        if (in_home != TensorHome::kStreamed) {
+          for (uint64_t s = 0; s < std::min<uint64_t>(strips, 2); ++s) stored[(strip + s) % 2] = false;
+        }
       }
+      strip += strips;
       // Weight tiles, LOADW, MATMUL.
       n += folds * (w_instr + 2);
       ld += folds * an * an;
@@ -266,28 +298,24 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
   p.w_slots = std::min<uint32_t>(params.wb_depth / params.array_n, kMaxWSlots);
   if (p.w_slots == 0) throw Error(ErrorKind::kUnsupported, fmt::format("WB depth {} holds no weight tile", params.wb_depth));
 
-  // The search. A candidate is an M tile (one per tile count T, from the fewest tiles the ACC and
-  // UB allow up) and a residency: starting from "every tensor resident" (or, with force_spill,
-  // every tensor on the host), tensors are spilled largest first; every residency on that path that
-  // fits the UB is a candidate. Each candidate's traffic is computed exactly (traffic_of); the
-  // cheapest wins, ties going to fewer M tiles (fewer, longer MATMULs: fewer cycles). The search
-  // stops at the first candidate that moves nothing but one pass over weights and input (nothing
-  // can beat it).
+  // The search (docs/network_compiler.md, "How the planner decides"). A candidate is an M tile
+  // (one per tile count T, from the fewest tiles the ACC and UB allow up), a loop order (layer by
+  // layer over the whole batch, or every layer per M tile: tile_outer) and a residency: along two
+  // paths -- from "every tensor resident" and from "every fusable layer fused" (with force_spill:
+  // every tensor on the host) -- tensors are spilled largest first, and every residency on a path
+  // that fits the UB and the ACC is a candidate, as is the same residency with its spilled tensors
+  // fused where a layer can be. Each candidate's traffic is computed exactly (traffic_of); the
+  // cheapest wins, ties going to the earlier candidate (fewer M tiles, layer order, unfused). The
+  // search stops at the first candidate that reads every weight and input once and spills nothing.
   const uint64_t t_min = (p.mp + m_cap - 1) / m_cap;
   const uint64_t t_max = (p.mp + m_align - 1) / m_align;
   std::vector<uint64_t> counts;
   for (uint64_t t = t_min; t <= t_max; t = t < t_min + 64 ? t + 1 : t + (t + 7) / 8) counts.push_back(t);
   std::optional<NetworkPlan> best;
-  uint64_t last_m_tile = 0;
-  for (uint64_t tc : counts) {
-    NetworkPlan c = p;
-    c.m_tile = round_up((p.mp + tc - 1) / tc, m_align);
-    if (c.m_tile == last_m_tile) continue;
-    last_m_tile = c.m_tile;
-    c.m_tiles = (p.mp + c.m_tile - 1) / c.m_tile;
-    bool done = false;
+  // The residencies of one (M tile, loop order); true when a minimal plan was found.
+  auto search = [&](NetworkPlan& c) -> bool {
     // Two spill paths: from "all resident", and from "every layer that can be fused, fused".
-    for (int path = 0; path < 2 && !done; ++path) {
+    for (int path = 0; path < 2; ++path) {
       std::vector<TensorHome> home(nl, options.force_spill ? TensorHome::kHost : TensorHome::kResident);
       if (path == 1) {
         if (options.force_spill) break;
@@ -295,9 +323,8 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
       }
       for (;;) {
         // The residency itself, and the same with its spilled tensors fused where possible.
-        for (int variant = 0; variant < 2 && !done; ++variant) {
-          const std::vector<TensorHome> h =
-              variant == 0 ? home : with_streams(c, params, home, TensorHome::kHost);
+        for (int variant = 0; variant < 2; ++variant) {
+          const std::vector<TensorHome> h = variant == 0 ? home : with_streams(c, params, home, TensorHome::kHost);
           if (variant == 1 && (h == home || options.force_spill)) break;
           if (!layout(c, params, h)) continue;
           ++p.candidates;
@@ -307,7 +334,7 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
           bool minimal = c.m_tiles == 1;
           for (size_t t = 1; t < nl; ++t) minimal = minimal && h[t] != TensorHome::kHost;
           for (const NetworkLayerPlan& lp : c.layers) minimal = minimal && lp.input_reads <= 1;
-          if (minimal) done = true;
+          if (minimal) return true;
         }
         size_t victim = nl;
         for (size_t t = 0; t < nl; ++t) {
@@ -316,9 +343,24 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
             victim = t;
           }
         }
-        if (victim == nl || done) break;
+        if (victim == nl) break;
         home[victim] = TensorHome::kHost;
       }
+    }
+    return false;
+  };
+  uint64_t last_m_tile = 0;
+  bool done = false;
+  for (uint64_t tc : counts) {
+    NetworkPlan c = p;
+    c.m_tile = round_up((p.mp + tc - 1) / tc, m_align);
+    if (c.m_tile == last_m_tile) continue;
+    last_m_tile = c.m_tile;
+    c.m_tiles = (p.mp + c.m_tile - 1) / c.m_tile;
+    for (int order = 0; order < 2 && !done; ++order) {
+      if (order == 1 && c.m_tiles == 1) break;  // one M tile: both orders are the same program
+      c.tile_outer = order == 1;
+      done = search(c);
     }
     if (done) break;
   }

@@ -26,7 +26,8 @@ TEST(NetworkRtl, MatchesCpuAndRef) {
       {16, {33, 47, 20}, 40, false, TensorHome::kResident},
       {16, {100, 129, 17, 9}, 17, true, TensorHome::kResident},
       {4, {9, 7, 11}, 45, false, TensorHome::kResident},
-      {4, {10, 64, 60, 5}, 300, false, TensorHome::kHost},  // tensor 1 does not fit the 2048-row UB: spilled
+      {4, {10, 64, 60, 5}, 300, false, TensorHome::kResident},  // tile_outer: one M tile's tensors fit
+      {4, {8, 256, 256, 256, 4}, 24, false, TensorHome::kHost},  // tensors 1, 2 do not fit the UB: spilled
       // Tensor 1 does not fit the UB and layer 1 is narrow: fused into layer 0 (streamed).
       {4, {10, 64, 5}, 300, false, TensorHome::kStreamed},
       {4, {10, 64, 5}, 300, true, TensorHome::kStreamed},

@@ -102,6 +102,10 @@ struct NetworkPlan {
   uint64_t batch = 0;
   uint64_t mp = 0;                 // batch padded to the row alignment
   uint64_t m_tile = 0, m_tiles = 0;
+  // Loop order. false: layer by layer, each over all M tiles (a resident tensor holds the whole
+  // batch). true: M tile by M tile, every layer on it (a resident tensor holds one M tile, so
+  // bigger M tiles fit the UB; the weights are read once per M tile either way).
+  bool tile_outer = false;
   std::vector<NetworkLayerPlan> layers;
   // Activation tensors: tensors[0] = network input, tensors[i] = output of layer i-1 (int8,
   // i = 1..L-1); the final layer's output is not a tensor (always host).
