@@ -8,7 +8,8 @@
 // against an integer CPU forward pass.
 //
 // --enforce exits 1 when a deterministic goal is missed: output != CPU, utilization < 0.80, bytes
-// moved > 1.5x the minimum. Wall-clock rates are reported, never enforced.
+// moved > 1.5x the minimum, the planner's traffic estimate != the PERF byte counters. Wall-clock
+// rates are reported, never enforced.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
   unsigned array_n = 16;
   std::vector<uint32_t> dims = {784, 1024, 1024, 10};
   app.add_flag("--json", json, "print one JSON object instead of the human lines");
-  app.add_flag("--enforce", enforce, "exit 1 if the output is wrong, utilization < 0.80 or bytes > 1.5x minimum");
+  app.add_flag("--enforce", enforce, "exit 1 if the output is wrong, utilization < 0.80, bytes > 1.5x minimum or the plan's estimate is off");
   app.add_option("--batch", batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--backend", backend, "rtl or ref")->capture_default_str()->check(CLI::IsMember({"rtl", "ref"}));
   app.add_option("--array-n", array_n, "MXU size (a built configuration)")->capture_default_str();
@@ -122,7 +123,10 @@ int main(int argc, char** argv) {
     const bool correct = r.output_i32 == cpu_forward(net, x, batch);
     const uint64_t moved = r.rd_bytes + r.wr_bytes;
     const double bytes_ratio = static_cast<double>(moved) / static_cast<double>(r.min_bytes);
-    ok = correct && r.utilization >= kUtilGoal && bytes_ratio <= kBytesGoal;
+    // The planner's traffic estimate is exact: it must equal the PERF counters.
+    const tpuw::runtime::NetworkTraffic& est = r.plan.traffic;
+    const bool estimate_exact = est.rd_bytes == r.rd_bytes && est.wr_bytes == r.wr_bytes;
+    ok = correct && estimate_exact && r.utilization >= kUtilGoal && bytes_ratio <= kBytesGoal;
 
     std::string shape;
     for (size_t i = 0; i < dims.size(); ++i) shape += (i ? "-" : "") + std::to_string(dims[i]);
@@ -164,6 +168,11 @@ int main(int argc, char** argv) {
                   {"act_busy", p.act_busy},
                   {"instructions", r.instructions},
                   {"m_tiles", r.plan.m_tiles},
+                  {"m_tile", r.plan.m_tile},
+                  {"plan_rd_bytes", est.rd_bytes},
+                  {"plan_wr_bytes", est.wr_bytes},
+                  {"plan_candidates", r.plan.candidates},
+                  {"plan_note", r.plan.traffic_note},
                   {"wall_s", r.wall_s},
                   {"sim_cycles_per_s", r.sim_cycles_per_s},
                   {"layers", layers}};
@@ -174,6 +183,10 @@ int main(int argc, char** argv) {
                  shape, batch, backend, array_n, r.cycles, r.utilization, kUtilGoal, double(moved) / 1e6, bytes_ratio,
                  double(r.min_bytes) / 1e6, kBytesGoal, p.mxu_active, p.weight_stall, p.dma_wait, p.act_busy,
                  correct ? "bit-exact with the CPU" : "WRONG", r.wall_s, r.sim_cycles_per_s);
+      fmt::print("  plan: {} M tile{} of {} rows, {} candidate schedules; estimate {} bytes read, {} written ({}){}{}\n",
+                 r.plan.m_tiles, r.plan.m_tiles == 1 ? "" : "s", r.plan.m_tile, r.plan.candidates, est.rd_bytes,
+                 est.wr_bytes, estimate_exact ? "= PERF counters" : "DIFFERS from the PERF counters",
+                 r.plan.traffic_note.empty() ? "" : "; ", r.plan.traffic_note);
       for (const auto& l : r.layers) {
         fmt::print("  {:<6} {}x{}x{}: {} cycles (attributed), utilization {:.3f}, {:.3f} MB read, {:.3f} MB "
                    "written, minimum {:.3f} MB\n",

@@ -24,12 +24,14 @@
 //
 // Per-layer figures: the program has no FENCE between layers (a fence drains the pipeline and
 // would stop the next layer's weights from streaming in). Whole-network cycles and counters are
-// the PERF_* registers. Per-layer `cycles` are *attributed*: PERF_CYCLES split over the layers in
-// proportion to each layer's compute-engine occupancy computed from its instructions (MATMUL rows,
-// weight-shift shortfall of short MATMULs, ACTIVATE rows + MXU drain + activation pipeline, NOPs).
-// Per-layer mxu_active, rd_bytes and wr_bytes are exact (counted from the layer's instructions:
-// MATMUL rows, LOAD/STORE bytes + 16 bytes of fetch per instruction); weight_shift, weight_stall,
-// dma_wait and act_busy are the measured totals split in the same proportion as cycles.
+// the PERF_* registers. Per-layer `cycles` are *attributed* (attribute_layers): each layer gets its
+// exact MXU rows plus a share of the remaining PERF_CYCLES in proportion to the rest of its
+// compute-engine occupancy computed from its instructions (weight-shift shortfall of short MATMULs,
+// ACTIVATE rows + MXU drain + activation pipeline, NOPs). Per-layer mxu_active, rd_bytes and
+// wr_bytes are exact (counted from the layer's instructions: MATMUL rows, LOAD/STORE bytes + 16
+// bytes of fetch per instruction); weight_shift, weight_stall, dma_wait and act_busy are the
+// measured totals split over the layers. Layer cycles add up to PERF_CYCLES and every counter's
+// layer share is at most the layer's cycles, so the report's percentages are honest.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +48,10 @@
 
 namespace tpuw::runtime {
 
+/// The planner's goal for bytes moved / minimum bytes (issue 10); a plan above it says why in
+/// NetworkPlan::traffic_note.
+inline constexpr double kTrafficGoal = 1.5;
+
 /// Knobs of the planner (defaults: best plan; tests use the others to force the rare paths).
 struct NetworkPlanOptions {
   uint64_t max_m_tile = 0;     // 0 = as large as the ACC allows; else cap the M tile (rows)
@@ -56,6 +62,9 @@ struct NetworkPlanOptions {
 enum class TensorHome {
   kResident,  // whole batch in a UB region (input: loaded once; intermediate: written by ACTIVATE)
   kHost,      // host memory (input buffer, spill buffer, or the network output)
+  kStreamed,  // never stored whole: layer i-1 and layer i are fused; each strip of layer i-1 is
+              // ACTIVATEd into a UB staging chunk and immediately taken as k-block of layer i, whose
+              // strips all stay in the ACC for the M tile (layer i narrow: a classifier head)
 };
 
 struct NetworkLayerPlan {
@@ -65,6 +74,26 @@ struct NetworkLayerPlan {
   uint64_t param_offset = 0;       // byte offset of its bias/mult/shift rows in the param image
   bool final_int32 = false;        // int32 output (acc + bias) to host
   bool relu = false;
+  // What the schedule costs (filled by plan_network): how often the layer's weights and its input
+  // tensor cross the host interface (input 0 = resident in the UB, written there by the previous
+  // layer; 1 = loaded once; n_blocks = reloaded for every output strip because the UB slots cannot
+  // hold an M tile's k-blocks).
+  uint64_t weight_reads = 0;
+  uint64_t input_reads = 0;
+};
+
+/// What a plan's program moves over the host interface, computed from the plan alone. Exact for the
+/// program compile_network emits without keep_intermediate: a run's PERF_RD_BYTES / PERF_WR_BYTES /
+/// PERF_INSTRET equal rd_bytes / wr_bytes / instructions (tests check it on the ref backend).
+struct NetworkTraffic {
+  uint64_t rd_bytes = 0;      // LOAD bytes + 16 bytes of fetch per instruction (the FENCE included)
+  uint64_t wr_bytes = 0;      // STORE bytes + 4 (the FENCE's write)
+  uint64_t instructions = 0;  // including the FENCE
+  uint64_t min_bytes = 0;     // every weight, the input and the final output once (unpadded)
+  uint64_t bytes() const { return rd_bytes + wr_bytes; }
+  double ratio() const {
+    return min_bytes == 0 ? 0.0 : static_cast<double>(bytes()) / static_cast<double>(min_bytes);
+  }
 };
 
 struct NetworkPlan {
@@ -73,6 +102,10 @@ struct NetworkPlan {
   uint64_t batch = 0;
   uint64_t mp = 0;                 // batch padded to the row alignment
   uint64_t m_tile = 0, m_tiles = 0;
+  // Loop order. false: layer by layer, each over all M tiles (a resident tensor holds the whole
+  // batch). true: M tile by M tile, every layer on it (a resident tensor holds one M tile, so
+  // bigger M tiles fit the UB; the weights are read once per M tile either way).
+  bool tile_outer = false;
   std::vector<NetworkLayerPlan> layers;
   // Activation tensors: tensors[0] = network input, tensors[i] = output of layer i-1 (int8,
   // i = 1..L-1); the final layer's output is not a tensor (always host).
@@ -85,6 +118,13 @@ struct NetworkPlan {
   uint32_t in_slots = 0;
   uint32_t w_slots = 0;                  // WB weight-tile ring
   uint64_t acc_param_row = 0;            // 2 slots x 3 rows (bias, mult, shift) after the strips
+  // The planner's choice: the cheapest of `candidates` schedules (M tile x residency) by `traffic`.
+  NetworkTraffic traffic;
+  uint32_t candidates = 0;
+  // One line when traffic.ratio() > kTrafficGoal: why no schedule of this compiler moves less (the
+  // largest excess over the minimum and its cause), e.g. a 4096-wide activation of the whole batch
+  // that does not fit the UB, or instruction fetch against small weight tiles. Empty otherwise.
+  std::string traffic_note;
 
   uint64_t rows_of_tile(uint64_t mt) const { return std::min(m_tile, mp - mt * m_tile); }
   // Host images (bytes), all beat-aligned:
@@ -114,6 +154,7 @@ struct LayerProgramStats {
   uint64_t loads = 0, loadws = 0, matmuls = 0, activates = 0, stores = 0, nops = 0;
   uint64_t instructions = 0;
   uint64_t matmul_rows = 0;       // = MXU_ACTIVE of the layer
+  uint64_t activate_rows = 0;     // rows of its ACTIVATEs
   uint64_t load_bytes = 0, store_bytes = 0;
   uint64_t occupancy = 0;         // compute-engine cycle estimate used to attribute PERF_CYCLES
 };
@@ -162,6 +203,15 @@ struct LayerReport {
   uint64_t weight_stall = 0, weight_shift = 0, dma_wait = 0, act_busy = 0;  // attributed
   LayerProgramStats program;
 };
+
+/// Splits whole-network counters over the layers (run_network's per-layer figures): exact
+/// mxu_active, rd_bytes, wr_bytes; `cycles` = the layer's MXU rows + a share of the remaining
+/// PERF_CYCLES in proportion to its other compute occupancy; weight_shift split by LOADWs, act_busy
+/// by ACTIVATE rows, weight_stall and dma_wait by occupancy. Integer shares by largest remainder:
+/// the layers' cycles (and each counter) add up to the whole, and no counter's share of a layer is
+/// above that layer's cycles (every percentage of the report is at most 100%). `name` is left empty.
+std::vector<LayerReport> attribute_layers(const NetworkPlan& plan, const std::vector<LayerProgramStats>& stats,
+                                          const PerfCounters& perf);
 
 struct NetworkRunResult {
   std::vector<std::vector<int8_t>> layer_outputs;  // keep_intermediate: [layer][batch][n] (non-final)
