@@ -15,7 +15,7 @@ class SimDevice::Impl {
   Impl(const SimDeviceConfig& config, const DeviceParams& params)
       : config_(config),
         params_(params),
-        mem_(config.memory.base, config.memory.size),
+        mem_(config.memory.base, config.memory.size, config.memory.mapped),
         slave_(mem_, config.memory, params.dma_data_w / 8) {}
   virtual ~Impl() = default;
   Impl(const Impl&) = delete;
