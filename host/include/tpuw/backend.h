@@ -81,6 +81,12 @@ class Backend {
   /// a condition variable's spurious wake-up: callers check the device's state and wait again.
   virtual bool wait_irq(double timeout_s) = 0;
 
+  /// Device reset (the reset line, where the backend has one): registers return to their reset
+  /// values and nothing is in flight; device-visible memory is kept. A device that does not answer
+  /// afterwards gives Error(kTimeout) on its next register access. The driver's soft reset
+  /// (CTRL.SOFT_RESET) is Device::reset(); this is the stronger one below it.
+  virtual void reset() = 0;
+
   /// The simulation extension (cycle stepping, cycle count, waveforms, fault injection), or nullptr
   /// for a backend that is not a simulation. Tests and benchmarks only.
   virtual SimControl* sim_control() { return nullptr; }

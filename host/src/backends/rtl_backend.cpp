@@ -89,6 +89,10 @@ class RtlBackend final : public Backend, public SimControl {
     return sim_.irq();
   }
 
+  void reset() override {
+    translate([&] { sim_.reset(); });
+  }
+
   SimControl* sim_control() override { return this; }
 
   // SimControl

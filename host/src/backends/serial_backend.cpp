@@ -20,6 +20,7 @@
 
 #include "tpuw/error.h"
 #include "tpuw/serial.h"
+#include "tpuw/spec.h"
 
 namespace tpuw::serial {
 namespace {
@@ -164,6 +165,23 @@ class SerialBackendImpl final : public SerialBackend {
     check_range("mem_map", addr, bytes);
   }
   uint64_t mem_mapped() const override { return info_.mem_bytes; }
+
+  // The UART bridge has no reset line for the device: a soft reset (waited for, bounded by link
+  // time), then the writable registers the soft reset keeps go back to their reset values.
+  void reset() override {
+    write_reg(spec::reg::kCtrl, spec::reg::kCtrlSoftReset);
+    const double t0 = link_->now();
+    while ((read_reg(spec::reg::kCtrl) & spec::reg::kCtrlSoftReset) != 0) {
+      if (link_->now() - t0 > 1.0) {
+        throw Error(ErrorKind::kTimeout,
+                    fmt::format("serial: the device on '{}' did not finish its reset within 1 s", link_->name()));
+      }
+      link_->sleep(0.001);
+    }
+    write_reg(spec::reg::kIrqEnable, 0);
+    write_reg(spec::reg::kDmaWinBase, 0);
+    write_reg(spec::reg::kDmaWinLast, 0xFFFFFFFFu);
+  }
 
   bool irq() { return (transact(Cmd::kStatus, 0, 0, {}, 0).status & 1) != 0; }
 

@@ -887,6 +887,14 @@ void RefDevice::mem_read(uint64_t addr, void* dst, size_t bytes) {
   if (bytes != 0) std::memcpy(dst, impl_->hptr(addr), bytes);
 }
 
+void RefDevice::reset() {
+  if (impl_->hang) return;  // a hung device does not take the reset either
+  impl_->soft_reset();
+  impl_->irq_enable = 0;
+  impl_->win_base = 0;
+  impl_->win_last = 0xFFFFFFFFu;
+}
+
 bool RefDevice::irq() { return impl_->irq_line(); }
 bool RefDevice::wait_irq(double timeout_s) {
   if (impl_->irq_line()) return true;

@@ -362,6 +362,30 @@ TEST_P(DeviceTest, MemoryGrowsWhileOpen) {
   EXPECT_EQ(out, data);
 }
 
+// Backend::reset: the device's own reset brings a faulted device back to its power-on register
+// values (the driver's soft reset keeps the DMA window and IRQ_ENABLE); memory is kept.
+TEST_P(DeviceTest, BackendResetRestoresPowerOnState) {
+  Device dev = open();
+  HostBuffer buf = dev.alloc(64);
+  std::vector<uint8_t> data(64, 0x6B), out(64, 0);
+  dev.write(buf, 0, data.data(), 64);
+  Word bad{};
+  bad[0] = 0xFF;
+  EXPECT_THROW(dev.run(std::vector<Word>{bad}), Error);
+  ASSERT_TRUE(dev.fault().has_value());
+  dev.backend().reset();
+  EXPECT_EQ(dev.read_reg(spec::reg::kStatus), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kIrqEnable), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinBase), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), 0xFFFFFFFFu);
+  EXPECT_EQ(dev.read_reg(spec::reg::kRingSize), 0u);
+  dev.read(buf, 0, out.data(), 64);
+  EXPECT_EQ(out, data);
+  dev.reset();  // the driver programs ring, window and interrupts again
+  dev.run(std::vector<Word>{nop()});
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), dev.window_end() - 1);
+}
+
 TEST(BackendFactory, NamesAndErrors) {
   EXPECT_EQ(backend_names(), (std::vector<std::string>{"rtl", "ref", "serial"}));
   try {

@@ -75,6 +75,10 @@ class RefDevice final : public Backend, public SimControl {
   void mem_write(uint64_t addr, const void* src, size_t bytes) override;
   void mem_read(uint64_t addr, void* dst, size_t bytes) override;
 
+  /// Power-on state: registers at their reset values (DMA window [0, 0xFFFFFFFF], IRQ_ENABLE 0),
+  /// queues, tokens and the MXU's weight registers cleared; memories kept, time keeps counting.
+  void reset() override;
+
   /// Runs one slice of model time (set_wait_slice, default 20000 cycles) unless irq is high.
   bool wait_irq(double timeout_s) override;
   SimControl* sim_control() override { return this; }
