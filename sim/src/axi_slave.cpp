@@ -159,6 +159,14 @@ void AxiSlave::load_r_beat() noexcept {
   out_.rlast = b.beats_left == 1;
 }
 
+void AxiSlave::reset() noexcept {
+  nar_ = 0;
+  r_cur_ = -1;
+  aw_head_ = naw_ = 0;
+  b_head_ = nb_ = 0;
+  out_ = AxiSlaveSignals{};
+}
+
 void AxiSlave::posedge(const AxiMasterSignals& in) noexcept {
   // 1. Handshakes of this cycle.
   if (out_.rvalid && in.rready) {

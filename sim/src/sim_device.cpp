@@ -116,6 +116,11 @@ uint64_t SimDevice::run(uint64_t max_cycles) {
   return n;
 }
 
+void SimDevice::reset() {
+  if (impl_->hang_) return;  // a hung device does not take the reset either
+  impl_->hw_reset(impl_->config_.reset_cycles);
+}
+
 void SimDevice::tick(uint64_t n) {
   impl_->tick(n);
   impl_->check_model_errors();

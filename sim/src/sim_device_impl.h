@@ -15,7 +15,7 @@ class SimDevice::Impl {
   Impl(const SimDeviceConfig& config, const DeviceParams& params)
       : config_(config),
         params_(params),
-        mem_(config.memory.base, config.memory.size),
+        mem_(config.memory.base, config.memory.size, config.memory.mapped),
         slave_(mem_, config.memory, params.dma_data_w / 8) {}
   virtual ~Impl() = default;
   Impl(const Impl&) = delete;
@@ -28,6 +28,8 @@ class SimDevice::Impl {
   /// Clock until the AXI4-Lite master is idle or `timeout` cycles passed; false on timeout.
   virtual bool run_axil(uint64_t timeout) = 0;
   virtual bool irq() const noexcept = 0;
+  /// rst_ni low for `cycles` cycles with the host side idle (nothing in flight afterwards).
+  virtual void hw_reset(unsigned cycles) = 0;
   /// Throws SimError(kAssertion) once when the model reported an error since the last check.
   virtual void check_model_errors() = 0;
   /// (Re)arm the waveform window; closes an open file first.

@@ -124,6 +124,18 @@ class ModelImpl final : public SimDevice::Impl {
 
   bool irq() const noexcept override { return top_->irq_o != 0; }
 
+  void hw_reset(unsigned cycles) override {
+    enter();
+    slave_.reset();
+    axil_.abort();
+    Top& t = *top_;
+    t.rst_ni = 0;
+    drive();
+    for (unsigned i = 0; i < cycles; ++i) step<false>();
+    t.rst_ni = 1;
+    check_model_errors();
+  }
+
   void check_model_errors() override {
     if (ctx_->gotError()) {
       ctx_->gotError(false);

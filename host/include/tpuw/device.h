@@ -1,17 +1,38 @@
-// The driver: one TPU Worker device over any Backend (rtl, ref, ...).
+// The driver: one TPU Worker device over any Backend (rtl, ref, serial, ...).
 //
 //   auto dev = tpuw::Device::open("ref", {});          // or Device(make_backend(...))
-//   tpuw::HostBuffer buf = dev.alloc(4096);            // inside the backend's host memory
+//   tpuw::HostBuffer buf = dev.alloc(4096);            // device-visible memory
 //   dev.write(buf, 0, data.data(), data.size());
 //   uint32_t f = dev.submit(program);                  // program + FENCE(value f, irq)
 //   dev.wait(f);                                       // throws on fault / timeout
 //   tpuw::PerfCounters p = dev.perf();
 //
-// Host memory layout the driver owns: the command ring (ring_entries x 16 bytes) and the fence
-// word at the top of the backend's host memory window (below 4 GiB); alloc() hands out the rest,
-// from the bottom up. Programs with fixed host addresses (tpuw exec) should stay below
-// ring_base().
-// The device's DMA window is programmed to the whole host memory window.
+// Memory layout. The backend's address range [mem_base, mem_base + mem_size), below 4 GiB:
+//   [mem_base, window_end)   the arena alloc() hands out, from the bottom up, and the memory
+//                            programs with fixed host addresses use (map_fixed). It grows while the
+//                            device is open: alloc() maps more pages (Backend::mem_map) and raises
+//                            DMA_WIN_LAST over them.
+//   [ring_base, top)         driver-owned: the command ring. It lies outside the DMA window
+//                            [DMA_WIN_BASE, DMA_WIN_LAST] = [mem_base, window_end - 1], so a program
+//                            cannot STORE or FENCE into it: the device faults DMA_WINDOW.
+//
+// Fences cannot be forged. The driver's FENCE writes its value to a word inside the window (a
+// "fence sink" the driver never reads), and completion is read from the device's registers only:
+// fence f is done when FENCE_VALUE shows f or a later driver fence, or when the device is idle
+// with every submitted instruction fetched (RING_HEAD, STATUS.BUSY). A driver fence value is never
+// one that a FENCE of an earlier, possibly still running program carries (submit() reads the
+// programs' FENCE values), so a program cannot end a run early by writing a value the driver waits
+// for, in memory or in FENCE_VALUE.
+//
+// Waiting and timeouts. wait() sleeps in Backend::wait_irq() for at most poll_seconds at a time
+// (the FENCE and FAULT interrupts wake it early) and checks progress between sleeps: RING_HEAD,
+// FENCE_VALUE and the PERF counters. It throws Error(kTimeout) when there was no progress
+//   - for timeout_cycles cycles of the device's own clock, counted by its PERF_CYCLES register
+//     (which counts while the device is busy, as it is while deadlocked), or
+//   - for timeout_seconds of wall-clock time (std::chrono::steady_clock), whatever the device
+//     or a board says about its clock.
+// Cycle figures in reports come from the device's counters too (perf(), busy_cycles()); the
+// driver never asks a simulator for its cycle count.
 //
 // Errors are tpuw::Error: kDeviceFault (message: cause, fault_doc, ring index, program index,
 // the instruction, FAULT_INFO), kTimeout (no progress within the cycle or wall-clock budget),
@@ -45,7 +66,7 @@ struct DeviceInfo {
   uint32_t version = 0;      // VERSION register: major << 16 | minor
   DeviceParams params{};     // ARRAY_N, UB/WB/ACC_DEPTH, DMA_DATA_W, QUEUE_DEPTH
   uint32_t features = 0;     // FEATURES register bits (spec::reg::kFeatures*)
-  uint64_t mem_base = 0;     // backend host memory window
+  uint64_t mem_base = 0;     // backend address range for device-visible memory
   uint64_t mem_size = 0;
 
   uint32_t version_major() const { return version >> 16; }
@@ -114,13 +135,13 @@ class HostBuffer {
 
 struct DeviceOptions {
   uint32_t ring_entries = 4096;         // command ring size in instructions (>= 2)
-  uint64_t slice_cycles = 20000;        // device cycles per Backend::run() slice while waiting
-  uint64_t timeout_cycles = 5'000'000;  // no progress for this many device cycles -> kTimeout
+  double poll_seconds = 0.05;           // longest single Backend::wait_irq() sleep while waiting
+  uint64_t timeout_cycles = 5'000'000;  // no progress while PERF_CYCLES advanced this much -> kTimeout
   double timeout_seconds = 60.0;        // no progress for this much wall time -> kTimeout
-  uint64_t reset_timeout_cycles = 1'000'000;  // soft reset must finish within this
+  double reset_timeout_seconds = 5.0;   // soft reset must finish within this wall time
 };
 
-/// Called once per run slice while the driver waits (for progress displays).
+/// Called once per wait_irq() sleep while the driver waits (for progress displays).
 using ProgressFn = std::function<void()>;
 
 class Device {
@@ -150,8 +171,15 @@ class Device {
   /// Allocates `bytes` (>= 1) of host memory aligned to `alignment` (a power of two, at least the
   /// DMA beat is used). Throws Error(kInvalidArgument) when host memory is exhausted.
   HostBuffer alloc(uint64_t bytes, uint64_t alignment = 64);
-  /// Bytes still free in the allocator (sum of free blocks).
+  /// Bytes still free in the allocator (sum of free blocks), including the part of the arena not
+  /// mapped yet.
   uint64_t mem_free() const;
+  /// For programs with fixed host addresses (tpuw exec): makes [addr, addr+bytes) device-visible
+  /// memory inside the DMA window and takes it out of the allocator. It must lie in
+  /// [mem_base, ring_base()) and not overlap a live HostBuffer (Error(kInvalidArgument)).
+  void map_fixed(uint64_t addr, uint64_t bytes);
+  /// One past the highest byte programs may reach (DMA_WIN_LAST + 1).
+  uint64_t window_end() const;
   /// CPU-side copies into / out of a buffer (bounds-checked).
   void write(const HostBuffer& buf, uint64_t offset, const void* src, uint64_t bytes);
   void read(const HostBuffer& buf, uint64_t offset, void* dst, uint64_t bytes);
@@ -181,8 +209,12 @@ class Device {
 
   PerfCounters perf();
   void clear_perf();
+  /// Device cycles with STATUS.BUSY since the device was opened: PERF_CYCLES, summed across
+  /// clear_perf() and reset() (the device's own count, not a simulator's).
+  uint64_t busy_cycles();
 
-  /// Host address of the command ring (the driver owns [ring_base, top of host memory)).
+  /// Host address of the command ring (the driver owns [ring_base, top of the address range);
+  /// it lies above the DMA window).
   uint64_t ring_base() const;
 
   /// Instructions written to the ring so far / fetched by the device so far (monotonic, across

@@ -10,7 +10,10 @@
 // Every request is retried on a NACK (the board saw a bad checksum), a response with a bad
 // checksum or wrong sequence number, or silence; a board that stays silent gives
 // Error(kTimeout) naming the port. Link time (wall clock on a tty, simulated time on the verilated
-// board) drives timeouts and Backend::cycles(): cycles = link seconds x the board's clock.
+// board) drives the protocol's timeouts and wait_irq(); the board's clock (INFO) is only used for
+// baud divisors, never to bound a wait (a board reporting a wrong clock cannot stretch one).
+// wait_irq() polls STATUS with a doubling pause spent blocked in the link's read (poll(2) on a tty),
+// so waiting does not keep the line busy.
 #pragma once
 
 #include <cstddef>
@@ -73,6 +76,8 @@ struct LinkStats {
   uint64_t timeouts = 0;         // no complete response in time
   uint64_t tx_bytes = 0, rx_bytes = 0;
   uint64_t payload_tx = 0, payload_rx = 0;
+  uint64_t irq_waits = 0;        // pauses between irq polls in wait_irq()
+  uint64_t stray_reads = 0;      // unsolicited bytes seen while waiting (noise; dropped)
 };
 
 /// What the board says about itself (INFO).

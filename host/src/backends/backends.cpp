@@ -1,4 +1,5 @@
-// make_backend(): picks a Backend implementation by name. Which ones exist depends on what was
+// The backend registry: make_backend() picks a Backend implementation by name (and Device::open
+// uses it, so that the driver itself links no backend). Which ones exist depends on what was
 // built: `ref` needs tpuw_ref, `rtl` needs the verilated model (tpuw_sim). A name that is known
 // but not built gives a clear error; there is never a silent fallback to another backend.
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "tpuw/backend.h"
+#include "tpuw/device.h"
 #include "tpuw/device_configs.h"
 #include "tpuw/error.h"
 #include "tpuw/serial.h"
@@ -93,6 +95,10 @@ std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] co
 #else
   not_built(name, "the reference model (target tpuw_ref) was not built");
 #endif
+}
+
+Device Device::open(std::string_view backend_name, const BackendConfig& config, const DeviceOptions& options) {
+  return Device(make_backend(backend_name, config), options);
 }
 
 }  // namespace tpuw

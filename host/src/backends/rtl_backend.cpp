@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "tpuw/error.h"
+#include "tpuw/sim_control.h"
 #include "tpuw/sim/sim_device.h"
 
 namespace tpuw::backends {
@@ -40,6 +41,7 @@ sim::SimDeviceConfig to_sim_config(const BackendConfig& config) {
   c.array_n = config.array_n;
   c.memory.base = config.memory.base;
   c.memory.size = config.memory.size;
+  c.memory.mapped = config.memory.mapped;
   c.memory.read_latency = config.memory.read_latency;
   c.memory.write_latency = config.memory.write_latency;
   c.memory.bytes_per_cycle = config.memory.bytes_per_cycle;
@@ -51,7 +53,7 @@ sim::SimDeviceConfig to_sim_config(const BackendConfig& config) {
   return c;
 }
 
-class RtlBackend final : public Backend, public FaultInjection {
+class RtlBackend final : public Backend, public SimControl {
  public:
   explicit RtlBackend(const BackendConfig& config)
       : sim_(translate([&] { return sim::SimDevice(to_sim_config(config)); })) {}
@@ -67,6 +69,10 @@ class RtlBackend final : public Backend, public FaultInjection {
 
   uint64_t mem_base() const override { return sim_.memory().base(); }
   uint64_t mem_size() const override { return sim_.memory().size(); }
+  void mem_map(uint64_t addr, uint64_t bytes) override {
+    translate([&] { sim_.memory().map(addr, bytes); });
+  }
+  uint64_t mem_mapped() const override { return sim_.memory().mapped_bytes(); }
   void mem_write(uint64_t addr, const void* src, size_t bytes) override {
     translate([&] { sim_.mem_write(addr, src, bytes); });
   }
@@ -74,18 +80,37 @@ class RtlBackend final : public Backend, public FaultInjection {
     translate([&] { sim_.mem_read(addr, dst, bytes); });
   }
 
-  bool irq() override { return sim_.irq(); }
+  // The simulated device runs one slice of its own time per call (a real device runs while the
+  // host sleeps); the slice is short enough (~10 ms of simulation) to keep the wall-clock bound.
+  bool wait_irq(double timeout_s) override {
+    if (sim_.irq()) return true;
+    if (timeout_s <= 0) return false;
+    translate([&] { return sim_.run(wait_slice_); });
+    return sim_.irq();
+  }
+
+  void reset() override {
+    translate([&] { sim_.reset(); });
+  }
+
+  SimControl* sim_control() override { return this; }
+
+  // SimControl
   uint64_t run(uint64_t max_cycles) override {
     return translate([&] { return sim_.run(max_cycles); });
   }
   uint64_t cycles() const override { return sim_.cycle(); }
-
-  FaultInjection* fault_injection() override { return this; }
+  void set_wait_slice(uint64_t cycles) override { wait_slice_ = cycles == 0 ? 1 : cycles; }
+  void start_wave(const std::string& path, uint64_t from, uint64_t to) override {
+    translate([&] { sim_.start_wave(path, from, to); });
+  }
+  void stop_wave() override { sim_.stop_wave(); }
   void inject_memory_fault(bool on) override { sim_.inject_memory_fault(on); }
   void inject_hang(bool on) override { sim_.inject_hang(on); }
 
  private:
   sim::SimDevice sim_;
+  uint64_t wait_slice_ = 20000;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "tpuw/error.h"
 #include "tpuw/serial.h"
+#include "tpuw/spec.h"
 
 namespace tpuw::serial {
 namespace {
@@ -29,6 +30,7 @@ constexpr uint8_t kSyncRsp = 0x5A;
 constexpr uint8_t kRetryFlag = 0x80;
 constexpr uint32_t kInfoMagic = 0x42555054;  // "TPUB"
 constexpr size_t kMaxWords = 256;
+constexpr double kMaxPause = 0.005;  // longest sleep between two irq polls (link seconds)
 
 enum class Cmd : uint8_t { kStatus = 0, kInfo = 1, kRegRd = 2, kRegWr = 3, kMemRd = 4, kMemWr = 5, kSetBaud = 6 };
 enum Code : uint8_t { kOk = 0, kBadCrc = 1, kBadCmd = 2, kRange = 3, kBusErr = 4 };
@@ -79,7 +81,6 @@ class SerialBackendImpl final : public SerialBackend {
       : link_(std::move(link)), options_(options) {
     if (!link_) throw Error(ErrorKind::kInvalidArgument, "serial: null link");
     if (options_.attempts == 0) options_.attempts = 1;
-    start_time_ = link_->now();
     connect();
   }
 
@@ -159,19 +160,58 @@ class SerialBackendImpl final : public SerialBackend {
     }
   }
 
-  bool irq() override { return (transact(Cmd::kStatus, 0, 0, {}, 0).status & 1) != 0; }
+  void mem_map(uint64_t addr, uint64_t bytes) override {
+    // The board's memory is all there is, and it is always mapped.
+    check_range("mem_map", addr, bytes);
+  }
+  uint64_t mem_mapped() const override { return info_.mem_bytes; }
 
-  uint64_t run(uint64_t max_cycles) override {
+  // The UART bridge has no reset line for the device: a soft reset (waited for, bounded by link
+  // time), then the writable registers the soft reset keeps go back to their reset values.
+  void reset() override {
+    write_reg(spec::reg::kCtrl, spec::reg::kCtrlSoftReset);
     const double t0 = link_->now();
-    if (irq()) return 0;
-    for (;;) {
-      const uint64_t elapsed = to_cycles(link_->now() - t0);
-      if (elapsed >= max_cycles) return max_cycles;
-      if (irq()) return std::max<uint64_t>(elapsed, 1);
+    while ((read_reg(spec::reg::kCtrl) & spec::reg::kCtrlSoftReset) != 0) {
+      if (link_->now() - t0 > 1.0) {
+        throw Error(ErrorKind::kTimeout,
+                    fmt::format("serial: the device on '{}' did not finish its reset within 1 s", link_->name()));
+      }
+      link_->sleep(0.001);
     }
+    write_reg(spec::reg::kIrqEnable, 0);
+    write_reg(spec::reg::kDmaWinBase, 0);
+    write_reg(spec::reg::kDmaWinLast, 0xFFFFFFFFu);
   }
 
-  uint64_t cycles() const override { return to_cycles(link_->now() - start_time_); }
+  bool irq() { return (transact(Cmd::kStatus, 0, 0, {}, 0).status & 1) != 0; }
+
+  // The board never talks unasked, so the irq level comes with a STATUS poll. Between polls the
+  // host sleeps in the link's blocking read (poll(2) on a tty; the simulated board runs meanwhile),
+  // with the pause doubling from two frame times up to kMaxPause: an idle wait costs a few polls
+  // per second, not a saturated line. Bounded by timeout_s of link time (wall time on a tty),
+  // whatever clock the board reports.
+  bool wait_irq(double timeout_s) override {
+    const double t0 = link_->now();
+    double pause = 2 * 14 * 10.0 / link_->baud();
+    std::array<uint8_t, 64> stray{};
+    for (;;) {
+      if (irq()) return true;
+      const double left = timeout_s - (link_->now() - t0);
+      if (left <= 0) return false;
+      const double nap = std::min({pause, left, kMaxPause});
+      // Blocks until a byte arrives (there should be none: any that do are noise and dropped)
+      // or the nap is over.
+      const double until = link_->now() + nap;
+      while (link_->now() < until) {
+        const size_t k = link_->read(stray, until - link_->now());
+        stats_.rx_bytes += k;
+        if (k == 0) break;
+        ++stats_.stray_reads;
+      }
+      ++stats_.irq_waits;
+      pause = std::min(2 * pause, kMaxPause);
+    }
+  }
 
   const LinkStats& stats() const override { return stats_; }
   const BoardInfo& board() const override { return info_; }
@@ -179,10 +219,6 @@ class SerialBackendImpl final : public SerialBackend {
   void reset_stats() override { stats_ = {}; }
 
  private:
-  uint64_t to_cycles(double seconds) const {
-    return seconds <= 0 ? 0 : static_cast<uint64_t>(seconds * info_.clock_hz);
-  }
-
   void check_range(const char* what, uint64_t addr, size_t bytes) const {
     if (addr > info_.mem_bytes || bytes > info_.mem_bytes - addr) {
       throw Error(ErrorKind::kInvalidArgument,
@@ -372,7 +408,6 @@ class SerialBackendImpl final : public SerialBackend {
   BoardInfo info_;
   LinkStats stats_;
   uint8_t seq_ = 1;
-  double start_time_ = 0;
 };
 
 unsigned env_baud(const char* name, unsigned fallback) {

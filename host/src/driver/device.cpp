@@ -57,6 +57,40 @@ struct HostBuffer::Arena {
     }
   }
 
+  // Adds [end, new_end) to the free list (the arena grew).
+  void grow(uint64_t new_end) {
+    if (new_end <= end) return;
+    const uint64_t old = end;
+    end = new_end;
+    release(old, new_end - old);
+  }
+
+  // Takes [addr, addr+bytes) out of the free list; false when part of it is allocated.
+  bool reserve(uint64_t addr, uint64_t bytes) {
+    const uint64_t last = addr + bytes;
+    // Every byte must be free: walk the free blocks covering the range.
+    uint64_t a = addr;
+    while (a < last) {
+      auto it = free_blocks.upper_bound(a);
+      if (it == free_blocks.begin()) return false;
+      --it;
+      if (it->first + it->second <= a) return false;
+      a = it->first + it->second;
+    }
+    // Split the blocks.
+    a = addr;
+    while (a < last) {
+      auto it = std::prev(free_blocks.upper_bound(a));
+      const uint64_t b = it->first, n = it->second;
+      free_blocks.erase(it);
+      if (b < a) free_blocks.emplace(b, a - b);
+      const uint64_t e = b + n;
+      if (e > last) free_blocks.emplace(last, e - last);
+      a = e;
+    }
+    return true;
+  }
+
   uint64_t free_bytes() const {
     uint64_t s = 0;
     for (const auto& [a, n] : free_blocks) s += n;
@@ -132,11 +166,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kIrqAll = spec::reg::kIrqEnableFence | spec::reg::kIrqEnableFault;
+constexpr uint64_t kGrowBytes = 1ull << 20;  // the arena grows by at least this much at a time
+constexpr uint64_t kFenceSinkBytes = 64;
 
 struct Submission {
   uint64_t first_seq;  // sequence number (instructions_submitted) of its first instruction
   uint64_t count;      // instructions including the trailing FENCE
   uint32_t fence;
+};
+
+// A driver FENCE not yet known to have completed.
+struct PendingFence {
+  uint32_t value;
+  uint64_t seq;  // ring sequence number of the FENCE instruction
+};
+
+// A FENCE inside a submitted program (its value must not be reused for a driver fence while it may
+// still be ahead of one).
+struct ProgramFence {
+  uint32_t value;
+  uint64_t seq;
 };
 
 // What "progress" means while waiting: any of these changes.
@@ -151,6 +200,8 @@ struct ProgressSample {
   bool operator==(const ProgressSample&) const = default;
 };
 
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
 }  // namespace
 
 struct Device::Impl {
@@ -161,7 +212,8 @@ struct Device::Impl {
 
   uint64_t ring_base = 0;
   uint32_t ring_entries = 0;
-  uint64_t fence_addr = 0;
+  uint64_t window_end = 0;             // DMA_WIN_LAST + 1; arena mapped up to here
+  uint64_t fence_sink = 0;             // where driver FENCEs write (inside the window, never read)
   std::vector<isa::Word> ring_copy;    // what the driver wrote to each entry
   std::vector<uint64_t> ring_seq;      // sequence number of each entry
   uint32_t tail = 0;
@@ -170,10 +222,13 @@ struct Device::Impl {
   uint64_t consumed = 0;
   uint32_t next_fence = 1;
   std::deque<Submission> submissions;  // recent ones, for fault reports
+  std::deque<PendingFence> pending;    // driver fences not yet seen complete, in ring order
+  std::deque<ProgramFence> program_fences;  // program FENCEs after the last completed driver fence
+  uint64_t busy_cycles_base = 0;       // PERF_CYCLES folded in before clear_perf / reset
 
   // Progress tracking shared by submit (ring full) and wait.
   ProgressSample last_sample;
-  uint64_t last_progress_cycle = 0;
+  uint64_t last_progress_cycle = 0;    // PERF_CYCLES at the last progress
   Clock::time_point last_progress_time;
 
   uint32_t rd(uint32_t off) { return backend->read_reg(off); }
@@ -223,12 +278,20 @@ struct Device::Impl {
     if (auto f = read_fault()) throw_fault(*f);
   }
 
-  // Clears a pending FENCE interrupt (the driver polls FENCE_VALUE / the fence word instead) and
+  // Clears a pending FENCE interrupt (completion is read from FENCE_VALUE and RING_HEAD) and
   // throws when the device has faulted.
   void service_irq() {
     const uint32_t st = rd(spec::reg::kIrqStatus);
     if (st & spec::reg::kIrqStatusFault) check_fault();
     if (st & spec::reg::kIrqStatusFence) wr(spec::reg::kIrqStatus, spec::reg::kIrqStatusFence);
+  }
+
+  uint64_t perf_counter(uint32_t lo_off) {
+    for (;;) {
+      const uint32_t hi = rd(lo_off + 4);
+      const uint32_t lo = rd(lo_off);
+      if (rd(lo_off + 4) == hi) return (uint64_t{hi} << 32) | lo;
+    }
   }
 
   ProgressSample sample() {
@@ -245,18 +308,18 @@ struct Device::Impl {
 
   void start_progress_clock() {
     last_sample = sample();
-    last_progress_cycle = backend->cycles();
+    last_progress_cycle = perf_counter(spec::reg::kPerfCyclesLo);
     last_progress_time = Clock::now();
   }
 
-  // One waiting step: fault check, timeout check, progress callback, one run slice.
+  // One waiting step: fault check, timeout check, progress callback, one sleep on the interrupt.
   void step(const ProgressFn& progress, std::string_view what) {
     update_head();
     service_irq();
     const ProgressSample s = sample();
-    const uint64_t now_cycle = backend->cycles();
+    const uint64_t now_cycle = perf_counter(spec::reg::kPerfCyclesLo);
     const auto now = Clock::now();
-    if (!(s == last_sample)) {
+    if (!(s == last_sample) || now_cycle < last_progress_cycle) {  // (a cleared counter restarts)
       last_sample = s;
       last_progress_cycle = now_cycle;
       last_progress_time = now;
@@ -274,65 +337,124 @@ struct Device::Impl {
       }
     }
     if (progress) progress();
-    backend->run(options.slice_cycles);
+    const double left = options.timeout_seconds -
+                        std::chrono::duration<double>(Clock::now() - last_progress_time).count();
+    backend->wait_irq(std::clamp(left, 0.0, options.poll_seconds));
+  }
+
+  // Marks every pending driver fence up to and including ring sequence `seq` complete.
+  void complete_through(uint64_t seq) {
+    while (!pending.empty() && pending.front().seq <= seq) pending.pop_front();
+    while (!program_fences.empty() && program_fences.front().seq < seq) program_fences.pop_front();
+  }
+
+  // Reads the device's completion state (registers only; see device.h).
+  void poll_fences() {
+    if (pending.empty()) return;
+    const uint32_t v = rd(spec::reg::kFenceValue);
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+      if (it->value == v) {
+        complete_through(it->seq);
+        return;
+      }
+    }
+    update_head();
+    if (consumed == submitted && (rd(spec::reg::kStatus) & spec::reg::kStatusBusy) == 0) {
+      complete_through(UINT64_MAX);
+    }
   }
 
   bool fence_done(uint32_t fence) {
-    uint32_t word = 0;
-    backend->mem_read(fence_addr, &word, sizeof word);
-    if (static_cast<int32_t>(word - fence) >= 0) return true;
-    // Idle with everything fetched: every submitted fence has completed.
-    update_head();
-    return consumed == submitted && (rd(spec::reg::kStatus) & spec::reg::kStatusBusy) == 0;
+    poll_fences();
+    for (const auto& p : pending) {
+      if (p.value == fence) return false;
+    }
+    return true;
+  }
+
+  void program_window() {
+    wr(spec::reg::kDmaWinBase, static_cast<uint32_t>(info.mem_base));
+    wr(spec::reg::kDmaWinLast, static_cast<uint32_t>(window_end - 1));
   }
 
   void program_ring_and_window() {
-    const uint64_t last = info.mem_base + info.mem_size - 1;
-    wr(spec::reg::kDmaWinBase, static_cast<uint32_t>(info.mem_base));
-    wr(spec::reg::kDmaWinLast, static_cast<uint32_t>(std::min<uint64_t>(last, UINT32_MAX)));
+    program_window();
     wr(spec::reg::kRingBase, static_cast<uint32_t>(ring_base));
     wr(spec::reg::kRingSize, ring_entries);
     head = rd(spec::reg::kRingHead);
     tail = head;
     wr(spec::reg::kRingTail, tail);
     consumed = submitted;
+    pending.clear();
+    program_fences.clear();
     wr(spec::reg::kIrqStatus, kIrqAll);
     wr(spec::reg::kIrqEnable, kIrqAll);
-    const uint32_t done = next_fence - 1;
-    backend->mem_write(fence_addr, &done, sizeof done);
   }
 
   void soft_reset() {
-    wr(spec::reg::kIrqEnable, 0);  // keep irq low so run() clocks while the reset drains
+    try {
+      busy_cycles_base += perf_counter(spec::reg::kPerfCyclesLo);  // the reset clears the counters
+    } catch (const Error&) {  // a device that does not answer fails below with the reset's message
+    }
+    wr(spec::reg::kIrqEnable, 0);  // keep irq low: wait_irq lets the device run while the reset drains
     wr(spec::reg::kCtrl, spec::reg::kCtrlSoftReset);
-    const uint64_t start = backend->cycles();
+    const auto start = Clock::now();
     for (uint64_t iter = 0;; ++iter) {
       const bool busy = (rd(spec::reg::kCtrl) & spec::reg::kCtrlSoftReset) != 0 ||
                         (rd(spec::reg::kStatus) & spec::reg::kStatusResetting) != 0;
       if (!busy) break;
-      if (backend->cycles() - start > options.reset_timeout_cycles || iter > 1'000'000) {
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited > options.reset_timeout_seconds || iter > 100'000) {
         throw Error(ErrorKind::kTimeout,
-                    fmt::format("{}: soft reset did not finish within {} cycles", backend->name(),
-                                options.reset_timeout_cycles));
+                    fmt::format("{}: soft reset did not finish within {:.2f} s", backend->name(), waited));
       }
-      backend->run(64);
+      backend->wait_irq(std::min(options.poll_seconds, options.reset_timeout_seconds - waited));
     }
     program_ring_and_window();
   }
 
+  // Raises the DMA window (and the arena) to `new_end`, mapping the pages first.
+  void grow_window(uint64_t new_end) {
+    if (new_end <= window_end) return;
+    backend->mem_map(window_end, new_end - window_end);
+    window_end = new_end;
+    arena->grow(new_end);
+    wr(spec::reg::kDmaWinLast, static_cast<uint32_t>(window_end - 1));
+  }
+
+  uint32_t choose_fence_value() {
+    for (;;) {
+      const uint32_t v = next_fence++;
+      if (next_fence == 0) next_fence = 1;
+      if (v == 0) continue;
+      bool taken = false;
+      for (const auto& pf : program_fences) taken = taken || pf.value == v;
+      if (!taken) return v;
+    }
+  }
+
   uint32_t submit(std::span<const isa::Word> program, const ProgressFn& progress) {
     check_fault();
-    const uint32_t fence = next_fence++;
-    if (next_fence == 0) next_fence = 1;
+    // FENCEs inside the program: a driver fence value must differ from every one of them that
+    // may still be ahead of it in the ring.
+    for (size_t i = 0; i < program.size(); ++i) {
+      if (program[i][0] == static_cast<uint8_t>(spec::Opcode::kFence)) {
+        uint32_t v = 0;
+        std::memcpy(&v, program[i].data() + 4, sizeof v);  // value: bits 63:32 (little-endian)
+        program_fences.push_back({v, submitted + i});
+      }
+    }
+    const uint32_t fence = choose_fence_value();
     isa::Instr f = isa::make_instr(spec::Opcode::kFence);
     f.set("irq", 1);
     f.set("value", fence);
-    f.set("host_addr", fence_addr);
+    f.set("host_addr", fence_sink);
     const isa::Word fence_word = isa::encode(f);
 
     const uint64_t total = program.size() + 1;
     submissions.push_back({submitted, total, fence});
     while (submissions.size() > 64) submissions.pop_front();
+    pending.push_back({fence, submitted + program.size()});
 
     auto word_at = [&](uint64_t i) -> const isa::Word& { return i < program.size() ? program[i] : fence_word; };
     uint64_t i = 0;
@@ -376,14 +498,6 @@ struct Device::Impl {
       step(progress, fmt::format("waiting for fence {}", fence));
     }
   }
-
-  uint64_t perf_counter(uint32_t lo_off) {
-    for (;;) {
-      const uint32_t hi = rd(lo_off + 4);
-      const uint32_t lo = rd(lo_off);
-      if (rd(lo_off + 4) == hi) return (uint64_t{hi} << 32) | lo;
-    }
-  }
 };
 
 Device::Device(std::unique_ptr<Backend> backend, const DeviceOptions& options)
@@ -411,6 +525,7 @@ Device::Device(std::unique_ptr<Backend> backend, const DeviceOptions& options)
                             info.version_major(), info.version_minor(), spec::kVersionMajor,
                             spec::kVersionMinor));
   }
+  // The configuration always comes from the device's registers, whatever the backend was asked for.
   info.params.array_n = d.rd(spec::reg::kArrayN);
   info.params.ub_depth = d.rd(spec::reg::kUbDepth);
   info.params.wb_depth = d.rd(spec::reg::kWbDepth);
@@ -420,36 +535,45 @@ Device::Device(std::unique_ptr<Backend> backend, const DeviceOptions& options)
   info.features = d.rd(spec::reg::kFeatures);
   info.mem_base = d.backend->mem_base();
   info.mem_size = d.backend->mem_size();
-  if (info.params.array_n == 0 || info.params.dma_data_w < 8) {
+  if (info.params.array_n == 0 || info.params.array_n > 4096 || info.params.dma_data_w < 8 ||
+      info.params.dma_data_w > 4096 || (info.params.dma_data_w & (info.params.dma_data_w - 1)) != 0 ||
+      info.params.ub_depth == 0 || info.params.wb_depth == 0 || info.params.acc_depth == 0 ||
+      info.params.queue_depth == 0) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: implausible configuration (ARRAY_N {}, DMA_DATA_W {})", info.backend,
-                            info.params.array_n, info.params.dma_data_w));
+                fmt::format("{}: implausible configuration registers (ARRAY_N {}, UB_DEPTH {}, WB_DEPTH {}, "
+                            "ACC_DEPTH {}, DMA_DATA_W {}, QUEUE_DEPTH {})",
+                            info.backend, info.params.array_n, info.params.ub_depth, info.params.wb_depth,
+                            info.params.acc_depth, info.params.dma_data_w, info.params.queue_depth));
   }
 
-  // Driver-owned region at the top of host memory (below 4 GiB: addresses are 32 bits): ring, then
-  // the fence word. Hand-written programs use fixed low addresses; they never meet the ring.
-  const uint64_t beat = info.dma_beat_bytes();
+  // Driver-owned region at the top of the address range (below 4 GiB: addresses are 32 bits): the
+  // ring, above the DMA window. Hand-written programs use fixed low addresses; they never meet it.
+  const uint64_t mapped_at_open = d.backend->mem_mapped();
   d.ring_entries = options.ring_entries;
   const uint64_t mem_end = std::min<uint64_t>(info.mem_base + info.mem_size, uint64_t{1} << 32);
   const uint64_t ring_bytes = uint64_t{d.ring_entries} * spec::kInstrBytes;
-  const uint64_t region = ring_bytes + std::max<uint64_t>(beat, 64);
-  const uint64_t arena_begin = (info.mem_base + 4095) & ~uint64_t{4095};
-  if (mem_end < arena_begin + region + 4096) {
+  const uint64_t arena_begin = round_up(info.mem_base, kMemPageBytes);
+  if (mem_end < arena_begin + ring_bytes + 2 * kMemPageBytes) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: host memory [0x{:x}, +0x{:x}) has no room below 4 GiB for a ring of {} "
                             "entries and buffers",
                             info.backend, info.mem_base, info.mem_size, d.ring_entries));
   }
-  d.ring_base = (mem_end - region) & ~uint64_t{4095};
-  d.fence_addr = d.ring_base + ring_bytes;
-  d.arena = std::make_shared<HostBuffer::Arena>(arena_begin, d.ring_base);
+  d.ring_base = (mem_end - ring_bytes) & ~(kMemPageBytes - 1);
+  d.backend->mem_map(d.ring_base, ring_bytes);
+  // The window starts over the memory the backend mapped at creation (contiguous from mem_base),
+  // at least one growth step, and keeps one page below the ring.
+  const uint64_t initially = std::max<uint64_t>(mapped_at_open / kMemPageBytes * kMemPageBytes, kGrowBytes);
+  d.window_end = std::min(arena_begin + initially, d.ring_base - kMemPageBytes);
+  d.backend->mem_map(arena_begin, d.window_end - arena_begin);
+  d.arena = std::make_shared<HostBuffer::Arena>(arena_begin, d.window_end);
+  // The fence sink: the top of the initial window (programs use low fixed addresses).
+  d.fence_sink = d.window_end - kFenceSinkBytes;
+  d.arena->reserve(d.fence_sink, kFenceSinkBytes);
   d.ring_copy.assign(d.ring_entries, isa::Word{});
   d.ring_seq.assign(d.ring_entries, UINT64_MAX);
   d.soft_reset();
-}
-
-Device Device::open(std::string_view backend_name, const BackendConfig& config, const DeviceOptions& options) {
-  return Device(make_backend(backend_name, config), options);
+  d.busy_cycles_base = 0;
 }
 
 Device::~Device() = default;
@@ -468,26 +592,73 @@ uint32_t Device::read_reg(uint32_t offset) { return impl_->rd(offset); }
 void Device::write_reg(uint32_t offset, uint32_t value) { impl_->wr(offset, value); }
 
 HostBuffer Device::alloc(uint64_t bytes, uint64_t alignment) {
+  Impl& d = *impl_;
   if (bytes == 0) throw Error(ErrorKind::kInvalidArgument, "Device::alloc: size 0");
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("Device::alloc: alignment {} is not a power of two", alignment));
   }
-  alignment = std::max<uint64_t>(alignment, impl_->info.dma_beat_bytes());
+  alignment = std::max<uint64_t>(alignment, d.info.dma_beat_bytes());
   // Round sizes up to the beat so DMA rows never straddle into a neighbour's bytes.
-  const uint64_t beat = impl_->info.dma_beat_bytes();
-  const uint64_t size = (bytes + beat - 1) / beat * beat;
-  auto addr = impl_->arena->allocate(size, alignment);
+  const uint64_t beat = d.info.dma_beat_bytes();
+  const uint64_t limit = d.ring_base - kMemPageBytes;
+  if (bytes > limit - d.arena->begin) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: host memory exhausted: cannot allocate {} bytes (the arena is {} bytes)",
+                            d.info.backend, bytes, limit - d.arena->begin));
+  }
+  const uint64_t size = round_up(bytes, beat);
+  auto addr = d.arena->allocate(size, alignment);
+  while (!addr && d.window_end < limit) {
+    // Grow: map more pages at the top of the window (at least kGrowBytes, doubling the arena).
+    const uint64_t want = std::max({size + alignment, kGrowBytes, d.window_end - d.arena->begin});
+    d.grow_window(std::min(limit, round_up(d.window_end + want, kMemPageBytes)));
+    addr = d.arena->allocate(size, alignment);
+  }
   if (!addr) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: host memory exhausted: cannot allocate {} bytes ({} bytes free in "
-                            "fragments; host memory is {} bytes)",
-                            impl_->info.backend, bytes, impl_->arena->free_bytes(), impl_->info.mem_size));
+                            "fragments; the arena is {} bytes)",
+                            d.info.backend, bytes, d.arena->free_bytes(), limit - d.arena->begin));
   }
-  return HostBuffer(impl_->arena, *addr, size);
+  return HostBuffer(d.arena, *addr, size);
 }
 
-uint64_t Device::mem_free() const { return impl_->arena->free_bytes(); }
+uint64_t Device::mem_free() const {
+  const Impl& d = *impl_;
+  return d.arena->free_bytes() + (d.ring_base - kMemPageBytes - d.window_end);
+}
+
+void Device::map_fixed(uint64_t addr, uint64_t bytes) {
+  Impl& d = *impl_;
+  if (bytes == 0) return;
+  if (addr < d.arena->begin || addr > d.ring_base - kMemPageBytes ||
+      bytes > d.ring_base - kMemPageBytes - addr) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: [0x{:x}, +{}) is outside the memory programs may use [0x{:x}, 0x{:x})",
+                            d.info.backend, addr, bytes, d.arena->begin, d.ring_base - kMemPageBytes));
+  }
+  d.grow_window(round_up(addr + bytes, kMemPageBytes));
+  // Take what is still free out of the allocator (overlapping fixed ranges are fine; a live
+  // HostBuffer or the fence sink is not).
+  for (uint64_t a = addr; a < addr + bytes;) {
+    const uint64_t next = std::min(addr + bytes, (a / kMemPageBytes + 1) * kMemPageBytes);
+    bool overlaps_taken = false;
+    if (!d.arena->reserve(a, next - a)) {
+      // Either already reserved by an earlier map_fixed (fine) or allocated (refuse): the fence
+      // sink and HostBuffers are the only allocations a fixed-address program can meet.
+      overlaps_taken = a < d.fence_sink + kFenceSinkBytes && next > d.fence_sink;
+    }
+    if (overlaps_taken) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: [0x{:x}, +{}) overlaps the driver's fence word at 0x{:x}", d.info.backend,
+                              addr, bytes, d.fence_sink));
+    }
+    a = next;
+  }
+}
+
+uint64_t Device::window_end() const { return impl_->window_end; }
 
 namespace {
 void check_range(const HostBuffer& buf, uint64_t offset, uint64_t bytes, const char* what) {
@@ -550,7 +721,12 @@ PerfCounters Device::perf() {
   return p;
 }
 
-void Device::clear_perf() { impl_->wr(spec::reg::kPerfCtrl, spec::reg::kPerfCtrlClear); }
+void Device::clear_perf() {
+  impl_->busy_cycles_base += impl_->perf_counter(spec::reg::kPerfCyclesLo);
+  impl_->wr(spec::reg::kPerfCtrl, spec::reg::kPerfCtrlClear);
+}
+
+uint64_t Device::busy_cycles() { return impl_->busy_cycles_base + impl_->perf_counter(spec::reg::kPerfCyclesLo); }
 
 uint64_t Device::ring_base() const { return impl_->ring_base; }
 

@@ -11,6 +11,7 @@
 #include "tpuw/ref/ref_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -76,7 +77,15 @@ struct RefDevice::Impl {
   uint64_t bw_rd;        // bytes per cycle on the read data channel
   uint64_t bw_wr;        // bytes per cycle on the write data channel
 
-  std::vector<uint8_t> host;
+  // Host memory: one calloc'd block for the whole address range (untouched pages cost nothing)
+  // and a map of the pages mapped so far (Backend::mem_map).
+  struct FreeHost {
+    void operator()(uint8_t* ptr) const noexcept { std::free(ptr); }
+  };
+  std::unique_ptr<uint8_t[], FreeHost> host;
+  std::vector<bool> page_mapped;
+  uint64_t mapped_bytes = 0;
+  uint64_t wait_slice = 20000;
 
   // Local memories. UB/WB rows of n int8, ACC rows of n int32 (kept as uint32 for wrap-around).
   std::vector<int8_t> ub, wb;
@@ -156,7 +165,13 @@ struct RefDevice::Impl {
     beat = p.dma_data_w / 8;
     bw_rd = std::min<uint64_t>(beat, mc.bytes_per_cycle);
     bw_wr = bw_rd;
-    host.assign(mc.size, 0);
+    void* block = std::calloc(static_cast<size_t>(mc.size), 1);
+    if (block == nullptr) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("ref: cannot allocate {} bytes of host memory", mc.size));
+    }
+    host.reset(static_cast<uint8_t*>(block));
+    page_mapped.assign(static_cast<size_t>((mc.size + kMemPageBytes - 1) / kMemPageBytes), false);
+    map(mc.base, std::min(mc.mapped, mc.size));
     ub.assign(static_cast<size_t>(p.ub_depth) * n, 0);
     wb.assign(static_cast<size_t>(p.wb_depth) * n, 0);
     acc.assign(static_cast<size_t>(p.acc_depth) * n, 0);
@@ -167,9 +182,27 @@ struct RefDevice::Impl {
   // ------------------------------------------------------------------------------------------
   // Host memory
   bool in_host(uint64_t addr, uint64_t len) const {
-    return addr >= mc.base && len <= mc.size && addr - mc.base <= mc.size - len;
+    if (!(addr >= mc.base && len <= mc.size && addr - mc.base <= mc.size - len)) return false;
+    if (len == 0) return true;
+    for (uint64_t pg = (addr - mc.base) / kMemPageBytes; pg <= (addr - mc.base + len - 1) / kMemPageBytes; ++pg) {
+      if (!page_mapped[pg]) return false;
+    }
+    return true;
   }
-  uint8_t* hptr(uint64_t addr) { return host.data() + (addr - mc.base); }
+  void map(uint64_t addr, uint64_t len) {
+    if (len == 0) return;
+    if (!(addr >= mc.base && len <= mc.size && addr - mc.base <= mc.size - len)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("ref: cannot map [{:#x}, +{:#x}): outside the host address range [{:#x}, {:#x})", addr,
+                              len, mc.base, mc.base + mc.size));
+    }
+    for (uint64_t pg = (addr - mc.base) / kMemPageBytes; pg <= (addr - mc.base + len - 1) / kMemPageBytes; ++pg) {
+      if (page_mapped[pg]) continue;
+      page_mapped[pg] = true;
+      mapped_bytes += std::min(kMemPageBytes, mc.size - pg * kMemPageBytes);
+    }
+  }
+  uint8_t* hptr(uint64_t addr) { return host.get() + (addr - mc.base); }
   // The device's own accesses (fetch, DMA, FENCE): refused while a memory fault is injected.
   bool dev_in_host(uint64_t addr, uint64_t len) const { return !mem_fault && in_host(addr, len); }
 
@@ -833,11 +866,13 @@ void RefDevice::inject_hang(bool on) { impl_->hang = on; }
 
 uint64_t RefDevice::mem_base() const { return impl_->mc.base; }
 uint64_t RefDevice::mem_size() const { return impl_->mc.size; }
+void RefDevice::mem_map(uint64_t addr, uint64_t bytes) { impl_->map(addr, bytes); }
+uint64_t RefDevice::mem_mapped() const { return impl_->mapped_bytes; }
 
 void RefDevice::mem_write(uint64_t addr, const void* src, size_t bytes) {
   if (!impl_->in_host(addr, bytes)) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("ref: host memory write of {} bytes at {:#x} is outside [{:#x}, {:#x})", bytes, addr,
+                fmt::format("ref: host memory write of {} bytes at {:#x} is outside mapped memory in [{:#x}, {:#x})", bytes, addr,
                             impl_->mc.base, impl_->mc.base + impl_->mc.size));
   }
   if (bytes != 0) std::memcpy(impl_->hptr(addr), src, bytes);
@@ -846,15 +881,33 @@ void RefDevice::mem_write(uint64_t addr, const void* src, size_t bytes) {
 void RefDevice::mem_read(uint64_t addr, void* dst, size_t bytes) {
   if (!impl_->in_host(addr, bytes)) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("ref: host memory read of {} bytes at {:#x} is outside [{:#x}, {:#x})", bytes, addr,
+                fmt::format("ref: host memory read of {} bytes at {:#x} is outside mapped memory in [{:#x}, {:#x})", bytes, addr,
                             impl_->mc.base, impl_->mc.base + impl_->mc.size));
   }
   if (bytes != 0) std::memcpy(dst, impl_->hptr(addr), bytes);
 }
 
+void RefDevice::reset() {
+  if (impl_->hang) return;  // a hung device does not take the reset either
+  impl_->soft_reset();
+  impl_->irq_enable = 0;
+  impl_->win_base = 0;
+  impl_->win_last = 0xFFFFFFFFu;
+}
+
 bool RefDevice::irq() { return impl_->irq_line(); }
+bool RefDevice::wait_irq(double timeout_s) {
+  if (impl_->irq_line()) return true;
+  if (timeout_s <= 0) return false;
+  impl_->run(impl_->wait_slice);
+  return impl_->irq_line();
+}
 uint64_t RefDevice::run(uint64_t max_cycles) { return impl_->run(max_cycles); }
 uint64_t RefDevice::cycles() const { return impl_->now; }
+void RefDevice::set_wait_slice(uint64_t cycles) { impl_->wait_slice = cycles == 0 ? 1 : cycles; }
+void RefDevice::start_wave(const std::string&, uint64_t, uint64_t) {
+  throw Error(ErrorKind::kUnsupported, "waveforms need the rtl backend; the ref backend has no signals to trace");
+}
 const DeviceParams& RefDevice::params() const { return impl_->p; }
 const PerfModel& RefDevice::perf_model() const { return impl_->pm; }
 

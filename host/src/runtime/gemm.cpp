@@ -280,12 +280,12 @@ GemmResult gemm(Device& device, std::span<const int8_t> a, std::span<const int8_
       options.progress(static_cast<double>(done) / static_cast<double>(prog.fold_index.size()));
     };
   }
-  const uint64_t cyc0 = device.backend().cycles();
+  const uint64_t cyc0 = device.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t fence = device.submit(prog.code, progress);
   device.wait(fence, progress);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.sim_cycles = device.backend().cycles() - cyc0;
+  r.sim_cycles = device.busy_cycles() - cyc0;
   if (options.progress) options.progress(1.0);
 
   std::vector<int32_t> cp(p.c_bytes() / 4);

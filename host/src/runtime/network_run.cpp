@@ -245,12 +245,12 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
                                                : static_cast<double>(done) / static_cast<double>(prog.fold_index.size()));
     };
   }
-  const uint64_t cyc0 = device.backend().cycles();
+  const uint64_t cyc0 = device.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t fence = submit_network(device, prog, buffers, input_q, progress);
   device.wait(fence, progress);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.sim_cycles = device.backend().cycles() - cyc0;
+  r.sim_cycles = device.busy_cycles() - cyc0;
   r.sim_cycles_per_s = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
   if (options.progress) options.progress(1.0);
 

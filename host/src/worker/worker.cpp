@@ -239,7 +239,7 @@ struct Worker::State {
     ++job->attempts;
     DeviceSlot slot{i, *dev, resident, generation};
     const auto t0 = Clock::now();
-    const uint64_t c0 = dev->backend().cycles();
+    const uint64_t c0 = dev->busy_cycles();
     bool failed = false;
     ErrorKind kind = ErrorKind::kInternal;
     std::string message;
@@ -258,7 +258,11 @@ struct Worker::State {
       own_error = std::current_exception();
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const uint64_t dc = dev->backend().cycles() - c0;
+    uint64_t dc = 0;
+    try {
+      dc = dev->busy_cycles() - c0;  // the device's own PERF_CYCLES, not a simulator's clock
+    } catch (const Error&) {  // a device that stopped answering; the failure is handled below
+    }
 
     std::unique_lock lk(mu);
     stats[i].busy_s += dt;

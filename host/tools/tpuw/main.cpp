@@ -273,6 +273,7 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
                               "[0x{:x}, 0x{:x})",
                               path, what, name, addr, bytes, i.mem_base, dev.ring_base()));
     }
+    dev.map_fixed(addr, bytes);  // device-visible and inside the DMA window
   };
   for (const auto& z : prog.zeros) {
     check_region(".zero", z.name, z.addr, z.bytes);
@@ -287,7 +288,7 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
   for (const auto& e : prog.expects) check_region(".expect", e.name, e.addr, e.bytes.size());
 
   dev.clear_perf();
-  const uint64_t cyc0 = dev.backend().cycles();
+  const uint64_t cyc0 = dev.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<FaultReport> fault;
   std::string fault_msg;
@@ -299,7 +300,7 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
     fault_msg = e.what();
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const uint64_t sim_cycles = dev.backend().cycles() - cyc0;
+  const uint64_t sim_cycles = dev.busy_cycles() - cyc0;
   const PerfCounters perf = dev.perf();
 
   int rc = kOk;

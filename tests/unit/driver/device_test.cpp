@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "tpuw/device.h"
+#include "tpuw/sim_control.h"
 #include "tpuw/error.h"
 
 namespace tpuw {
@@ -49,11 +50,14 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (backend_array_sizes(GetParam()).empty()) GTEST_SKIP() << GetParam() << " backend not built";
   }
-  Device open(DeviceOptions opt = {}, unsigned n = 16) {
+  // wait_slice: device cycles one Backend::wait_irq() simulates (SimControl), 0 = default.
+  Device open(DeviceOptions opt = {}, unsigned n = 16, uint64_t wait_slice = 0) {
     BackendConfig cfg;
     cfg.array_n = n;
     cfg.memory.size = 4u << 20;
-    return Device(make_backend(GetParam(), cfg), opt);
+    auto b = make_backend(GetParam(), cfg);
+    if (wait_slice != 0) b->sim_control()->set_wait_slice(wait_slice);
+    return Device(std::move(b), opt);
   }
 };
 
@@ -72,7 +76,10 @@ TEST_P(DeviceTest, OpenReadsConfiguration) {
   EXPECT_EQ(i.params.queue_depth, want.queue_depth);
   EXPECT_EQ(i.mem_size, 4u << 20);
   EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinBase), 0u);
-  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), (4u << 20) - 1);
+  // The DMA window covers the arena and stops below the driver's command ring.
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), dev.window_end() - 1);
+  EXPECT_LT(dev.window_end(), dev.ring_base());
+  EXPECT_EQ(dev.ring_base(), (4u << 20) - 4096u * 16u);  // 4096 entries of 16 bytes at the top
   EXPECT_EQ(dev.read_reg(spec::reg::kIrqEnable), spec::reg::kIrqEnableFence | spec::reg::kIrqEnableFault);
 }
 
@@ -159,9 +166,8 @@ TEST_P(DeviceTest, OutOfWindowDmaThenResetAndRunAgain) {
 TEST_P(DeviceTest, DeadlockTimesOutQuicklyAndResetRecovers) {
   DeviceOptions opt;
   opt.timeout_cycles = 20000;
-  opt.slice_cycles = 2000;
   opt.timeout_seconds = 20;
-  Device dev = open(opt);
+  Device dev = open(opt, 16, 2000);
   // A NOP that pops a token no LOAD ever pushes: the compute queue waits forever.
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -180,8 +186,7 @@ TEST_P(DeviceTest, DeadlockTimesOutQuicklyAndResetRecovers) {
 TEST_P(DeviceTest, RingWrapsWithoutOverwritingUnfetchedEntries) {
   DeviceOptions opt;
   opt.ring_entries = 8;
-  opt.slice_cycles = 16;
-  Device dev = open(opt);
+  Device dev = open(opt, 16, 16);
   HostBuffer src = dev.alloc(32), dst = dev.alloc(32 * 40);
   std::vector<uint8_t> data(32);
   std::iota(data.begin(), data.end(), uint8_t{1});
@@ -251,6 +256,134 @@ TEST_P(DeviceTest, TwoDevicesInOneProcess) {
   EXPECT_THROW(d1.run(std::vector<Word>{bad}), Error);
   d2.run(copy_program(s2.addr(), t2.addr(), 64, 16));
   EXPECT_FALSE(d2.fault().has_value());
+}
+
+// Issue 14, class 7: the device cannot forge the driver's bookkeeping. The command ring lies
+// outside the DMA window, so a program that writes it faults DMA_WINDOW; and a program FENCE that
+// carries the value the driver waits for does not end the run early.
+Word fence_instr(uint32_t value, uint64_t host_addr, bool irq) {
+  Instr f = isa::make_instr(spec::Opcode::kFence);
+  f.set("irq", irq ? 1 : 0);
+  f.set("value", value);
+  f.set("host_addr", host_addr);
+  return isa::encode(f);
+}
+
+void expect_dma_window_fault(Device& dev, const std::vector<Word>& prog, uint64_t info, uint64_t index) {
+  try {
+    dev.run(prog);
+    FAIL() << "the program was not stopped";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kDeviceFault) << e.what();
+  }
+  const auto r = dev.fault();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->cause, spec::Fault::kDmaWindow);
+  EXPECT_EQ(r->info, info);
+  EXPECT_EQ(r->program_index, index);
+}
+
+// The issue's example: the program writes the next fence value over the driver's completion
+// record (in this driver's layout, the command ring's top, where the fence word used to live).
+TEST_P(DeviceTest, ProgramFenceIntoDriverMemoryFaultsDmaWindow) {
+  Device dev = open();
+  const uint32_t f = dev.submit(std::vector<Word>{nop()});
+  dev.wait(f);
+  const uint64_t top = dev.info().mem_base + dev.info().mem_size - 4;
+  expect_dma_window_fault(dev, {fence_instr(f + 1, top, true), nop()}, top, 0);
+  dev.reset();
+  // Variant: any word of the ring itself.
+  expect_dma_window_fault(dev, {nop(), fence_instr(f + 5, dev.ring_base() + 16, false)}, dev.ring_base() + 16, 1);
+  dev.reset();
+  dev.run(std::vector<Word>{nop()});  // the device is healthy again
+}
+
+// Variant: a STORE over the command ring (it would overwrite instructions not yet fetched).
+TEST_P(DeviceTest, ProgramStoreIntoTheRingFaultsDmaWindow) {
+  Device dev = open();
+  std::vector<Word> prog = {nop(false, false), dma(spec::Opcode::kStore, spec::Mem::kUb, 0, dev.ring_base(), 1, 16)};
+  expect_dma_window_fault(dev, prog, dev.ring_base(), 1);
+  dev.reset();
+  EXPECT_FALSE(dev.fault().has_value());
+  // The window ends below the ring: its last word is still refused, the byte below the window
+  // end is accepted.
+  HostBuffer b = dev.alloc(64);
+  dev.run(std::vector<Word>{dma(spec::Opcode::kLoad, spec::Mem::kUb, 0, b.addr(), 1, 16)});
+  expect_dma_window_fault(dev, {dma(spec::Opcode::kLoad, spec::Mem::kUb, 0, dev.window_end(), 1, 16)},
+                          dev.window_end(), 0);
+}
+
+// Variant: the forged value goes to FENCE_VALUE (an in-window FENCE with the values the driver is
+// about to use), followed by a copy: wait() returns only after the copy, whatever FENCE_VALUE said.
+TEST_P(DeviceTest, ForgedFenceValueDoesNotEndARunEarly) {
+  Device dev = open();
+  const uint32_t f0 = dev.submit(std::vector<Word>{nop()});
+  dev.wait(f0);
+  HostBuffer scratch = dev.alloc(64), src = dev.alloc(4096), dst = dev.alloc(4096);
+  std::vector<uint8_t> data(4096);
+  std::iota(data.begin(), data.end(), uint8_t{7});
+  dev.write(src, 0, data.data(), data.size());
+  std::vector<Word> prog;
+  for (uint32_t v = f0 + 1; v < f0 + 5; ++v) prog.push_back(fence_instr(v, scratch.addr(), true));
+  for (unsigned rep = 0; rep < 4; ++rep) {
+    for (unsigned i = 0; i < 16; ++i) {
+      for (const Word& w : copy_program(src.addr() + 256 * i, dst.addr() + 256 * i, 256, 16)) prog.push_back(w);
+    }
+  }
+  const uint32_t f = dev.submit(prog);
+  EXPECT_GE(f, f0 + 5);  // never one of the program's values
+  dev.wait(f);
+  EXPECT_EQ(dev.instructions_consumed(), dev.instructions_submitted());
+  EXPECT_EQ(dev.read_reg(spec::reg::kStatus) & spec::reg::kStatusBusy, 0u);
+  std::vector<uint8_t> out(4096);
+  dev.read(dst, 0, out.data(), out.size());
+  EXPECT_EQ(out, data);
+}
+
+// Device-visible memory grows while the device is open: a backend created with little memory
+// mapped gets more pages as buffers are allocated, and the DMA window follows.
+TEST_P(DeviceTest, MemoryGrowsWhileOpen) {
+  BackendConfig cfg;
+  cfg.memory.size = 64u << 20;
+  cfg.memory.mapped = 0;
+  Device dev(make_backend(GetParam(), cfg));
+  const uint64_t end0 = dev.window_end();
+  EXPECT_LE(dev.backend().mem_mapped(), (1u << 20) + 65536u);  // first step + the ring
+  HostBuffer small = dev.alloc(4096);
+  HostBuffer big = dev.alloc(8u << 20);
+  EXPECT_GT(dev.window_end(), end0);
+  EXPECT_GE(dev.window_end(), big.addr() + big.size());
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), dev.window_end() - 1);
+  EXPECT_LT(dev.backend().mem_mapped(), 32u << 20);  // grown, not sized at open
+  std::vector<uint8_t> data(64, 0x3C), out(64, 0);
+  dev.write(small, 0, data.data(), 64);
+  dev.run(copy_program(small.addr(), big.addr() + big.size() - 64, 64, 16));
+  dev.read(big, big.size() - 64, out.data(), 64);
+  EXPECT_EQ(out, data);
+}
+
+// Backend::reset: the device's own reset brings a faulted device back to its power-on register
+// values (the driver's soft reset keeps the DMA window and IRQ_ENABLE); memory is kept.
+TEST_P(DeviceTest, BackendResetRestoresPowerOnState) {
+  Device dev = open();
+  HostBuffer buf = dev.alloc(64);
+  std::vector<uint8_t> data(64, 0x6B), out(64, 0);
+  dev.write(buf, 0, data.data(), 64);
+  Word bad{};
+  bad[0] = 0xFF;
+  EXPECT_THROW(dev.run(std::vector<Word>{bad}), Error);
+  ASSERT_TRUE(dev.fault().has_value());
+  dev.backend().reset();
+  EXPECT_EQ(dev.read_reg(spec::reg::kStatus), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kIrqEnable), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinBase), 0u);
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), 0xFFFFFFFFu);
+  EXPECT_EQ(dev.read_reg(spec::reg::kRingSize), 0u);
+  dev.read(buf, 0, out.data(), 64);
+  EXPECT_EQ(out, data);
+  dev.reset();  // the driver programs ring, window and interrupts again
+  dev.run(std::vector<Word>{nop()});
+  EXPECT_EQ(dev.read_reg(spec::reg::kDmaWinLast), dev.window_end() - 1);
 }
 
 TEST(BackendFactory, NamesAndErrors) {

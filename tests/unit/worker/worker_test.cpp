@@ -20,6 +20,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/gemm.h"
+#include "tpuw/sim_control.h"
 #include "tpuw/worker/worker.h"
 
 #ifndef TPUW_WORKER_TEST_BACKEND
@@ -60,8 +61,12 @@ WorkerOptions options_for(unsigned devices) {
   WorkerOptions o;
   o.backend = kBackend;
   o.devices = devices;
-  // Small slices: the GEMM's progress callback (where faults are injected) runs early and often.
-  o.device_options.slice_cycles = 512;
+  // Small wait slices: the GEMM's progress callback (where faults are injected) runs early and often.
+  o.make_backend = [backend = o.backend, config = o.config](unsigned) {
+    auto b = make_backend(backend, config);
+    b->sim_control()->set_wait_slice(512);
+    return b;
+  };
   o.device_options.timeout_seconds = 20.0;
   return o;
 }
@@ -81,8 +86,8 @@ TaskRun gemm_task(const Case& c, DeviceSlot& slot, const runtime::GemmOptions& g
   return r;
 }
 
-FaultInjection& hook(DeviceSlot& slot) {
-  FaultInjection* f = slot.device.backend().fault_injection();
+SimControl& hook(DeviceSlot& slot) {
+  SimControl* f = slot.device.backend().sim_control();
   if (f == nullptr) throw std::logic_error("backend has no fault injection");
   return *f;
 }
@@ -356,7 +361,7 @@ TEST(WorkerFault, AllDevicesFailingFailsEveryFutureWithoutHanging) {
   auto created = std::make_shared<std::array<std::atomic<int>, 2>>();
   o.make_backend = [created, backend = o.backend, config = o.config](unsigned index) {
     auto b = make_backend(backend, config);
-    if ((*created)[index]++ > 0) b->fault_injection()->inject_memory_fault(true);  // broken for good
+    if ((*created)[index]++ > 0) b->sim_control()->inject_memory_fault(true);  // broken for good
     return b;
   };
   const auto start = std::chrono::steady_clock::now();
@@ -406,6 +411,7 @@ TEST(WorkerFault, AllDevicesFailingFailsEveryFutureWithoutHanging) {
 TEST(WorkerFault, OpeningErrorIsThrownByTheConstructor) {
   auto o = options_for(2);
   o.backend = "no-such-backend";
+  o.make_backend = {};  // make_backend(o.backend, ...) itself
   try {
     Worker w(o);
     FAIL() << "opened";

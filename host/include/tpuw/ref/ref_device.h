@@ -13,6 +13,7 @@
 
 #include "tpuw/backend.h"
 #include "tpuw/device_configs.h"
+#include "tpuw/sim_control.h"
 
 namespace tpuw::ref {
 
@@ -49,7 +50,7 @@ struct PerfModel {
   unsigned fence_overhead = 2;        // drain detected -> AW issued; plus 1 beat + write latency
 };
 
-class RefDevice final : public Backend, public FaultInjection {
+class RefDevice final : public Backend, public SimControl {
  public:
   /// Any array_n >= 1 is accepted; the depths must be >= 1 and dma_data_w a power of two >= 8.
   /// Throws Error(kInvalidArgument) otherwise.
@@ -68,17 +69,31 @@ class RefDevice final : public Backend, public FaultInjection {
 
   uint64_t mem_base() const override;
   uint64_t mem_size() const override;
-  /// Throws Error(kInvalidArgument) when the range is not inside host memory.
+  void mem_map(uint64_t addr, uint64_t bytes) override;
+  uint64_t mem_mapped() const override;
+  /// Throws Error(kInvalidArgument) when the range is not mapped host memory.
   void mem_write(uint64_t addr, const void* src, size_t bytes) override;
   void mem_read(uint64_t addr, void* dst, size_t bytes) override;
 
-  bool irq() override;
+  /// Power-on state: registers at their reset values (DMA window [0, 0xFFFFFFFF], IRQ_ENABLE 0),
+  /// queues, tokens and the MXU's weight registers cleared; memories kept, time keeps counting.
+  void reset() override;
+
+  /// Runs one slice of model time (set_wait_slice, default 20000 cycles) unless irq is high.
+  bool wait_irq(double timeout_s) override;
+  SimControl* sim_control() override { return this; }
+
+  // SimControl
+  /// Level of the interrupt line.
+  bool irq();
   uint64_t run(uint64_t max_cycles) override;
   uint64_t cycles() const override;
-
+  void set_wait_slice(uint64_t cycles) override;
+  /// The ref model has no signals to trace: Error(kUnsupported).
+  void start_wave(const std::string& path, uint64_t from, uint64_t to) override;
+  void stop_wave() override {}
   /// Fault injection: a memory fault refuses every device access to host memory (AXI_ERROR
   /// fault); a hang lets run() pass time without progress and fails register accesses (kTimeout).
-  FaultInjection* fault_injection() override { return this; }
   void inject_memory_fault(bool on) override;
   void inject_hang(bool on) override;
 

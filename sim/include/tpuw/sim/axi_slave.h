@@ -99,6 +99,9 @@ class AxiSlave {
   const AxiSlaveSignals& out() const noexcept { return out_; }
   void posedge(const AxiMasterSignals& in) noexcept;
 
+  /// Forgets every burst in flight and drives idle outputs (the device's reset: rst_ni low).
+  void reset() noexcept;
+
   /// Nothing in flight in either direction.
   bool idle() const noexcept { return nar_ == 0 && naw_ == 0 && nb_ == 0; }
   uint64_t cycle() const noexcept { return now_; }

@@ -82,6 +82,10 @@ class SimDevice {
   /// Clock until irq_o is high or `max_cycles` have run; returns the cycles run (0 when irq_o is
   /// already high).
   uint64_t run(uint64_t max_cycles);
+  /// Device reset: rst_ni low for reset_cycles cycles (SimDeviceConfig) with the emulated host idle;
+  /// bursts in flight are dropped, host memory is kept, cycle() keeps counting. A hang injection
+  /// stays in force (the reset is not clocked while it is on).
+  void reset();
   /// Clock exactly n cycles.
   void tick(uint64_t n = 1);
   /// Clock cycles since construction (reset cycles included).
