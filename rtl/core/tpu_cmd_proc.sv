@@ -116,8 +116,9 @@ module tpu_cmd_proc #(
   localparam int unsigned PushPrev = tpu_isa_pkg::HDR_PUSH_PREV_LSB;
   localparam int unsigned PushNext = tpu_isa_pkg::HDR_PUSH_NEXT_LSB;
 
-  localparam logic [3:0] CauseAxi  = 4'(tpu_isa_pkg::FaultAxiError);
-  localparam logic [3:0] CauseRing = 4'(tpu_isa_pkg::FaultRingConfig);
+  localparam logic [3:0] CauseAxi   = 4'(tpu_isa_pkg::FaultAxiError);
+  localparam logic [3:0] CauseRing  = 4'(tpu_isa_pkg::FaultRingConfig);
+  localparam logic [3:0] CauseToken = 4'(tpu_isa_pkg::FaultTokenOverflow);
 
   // =============================================================================================
   // Fault state (declared early: fetch and dispatch stop on it)
@@ -300,6 +301,47 @@ module tpu_cmd_proc #(
     .fault_o(d_fault), .cause_o(d_cause), .info_o(d_info), .queue_o(d_queue)
   );
 
+  // Token overflow (decode time): per counter, the tokens pushed minus those popped by the
+  // instructions dispatched so far, in program order. It lies in [-QueueDepth, TOKEN_MAX]: a pop
+  // that is dispatched waits in its queue until its token arrives, so at most QueueDepth of them
+  // run ahead. The live counters below hold at most TOKEN_MAX + QueueDepth and never wrap.
+  localparam int unsigned TokBalW = 10;
+  localparam logic [TokBalW-1:0] TokMax = TokBalW'(tpu_isa_pkg::TOKEN_MAX);
+  logic [TokBalW-1:0] tok_bal_q [4];   // two's complement, index = tpu_isa_pkg::token_e
+  logic [3:0]         d_tok_push, d_tok_pop, d_tok_over;
+  logic               d_tok_fault;
+  logic [31:0]        d_tok_info;
+
+  always_comb begin
+    d_tok_push = '0;
+    d_tok_pop  = '0;
+    unique case (d_queue)
+      2'(tpu_isa_pkg::QueueLoad): begin
+        d_tok_push[tpu_isa_pkg::TokenLd2cmp] = d_instr[PushNext];
+        d_tok_pop[tpu_isa_pkg::TokenCmp2ld]  = d_instr[PopNext];
+      end
+      2'(tpu_isa_pkg::QueueCompute): begin
+        d_tok_push[tpu_isa_pkg::TokenCmp2ld] = d_instr[PushPrev];
+        d_tok_push[tpu_isa_pkg::TokenCmp2st] = d_instr[PushNext];
+        d_tok_pop[tpu_isa_pkg::TokenLd2cmp]  = d_instr[PopPrev];
+        d_tok_pop[tpu_isa_pkg::TokenSt2cmp]  = d_instr[PopNext];
+      end
+      2'(tpu_isa_pkg::QueueStore): begin
+        d_tok_push[tpu_isa_pkg::TokenSt2cmp] = d_instr[PushPrev];
+        d_tok_pop[tpu_isa_pkg::TokenCmp2st]  = d_instr[PopPrev];
+      end
+      default: ;
+    endcase
+    for (int i = 0; i < 4; i++) begin
+      d_tok_over[i] = d_tok_push[i] && !tok_bal_q[i][TokBalW-1] && (tok_bal_q[i] >= TokMax);
+    end
+    d_tok_fault = |d_tok_over;
+    d_tok_info  = '0;
+    for (int i = 3; i >= 0; i--) begin
+      if (d_tok_over[i]) d_tok_info = 32'(i);
+    end
+  end
+
   // =============================================================================================
   // Queues
   // =============================================================================================
@@ -342,7 +384,7 @@ module tpu_cmd_proc #(
     endcase
   end
 
-  assign d_fault_take = d_valid && (d_ferr || d_fault);
+  assign d_fault_take = d_valid && (d_ferr || d_fault || d_tok_fault);
   assign d_fence_take = d_valid && !d_fault_take && (d_queue == 2'(tpu_isa_pkg::QueueCtrl));
   assign d_take       = d_valid && !d_fault_take && !q_full;   // includes FENCE
 
@@ -357,6 +399,16 @@ module tpu_cmd_proc #(
       head_q <= '0;
     end else if (head_adv) begin
       head_q <= ring_next(head_q, 32'd1, ring_size_i);
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      for (int i = 0; i < 4; i++) tok_bal_q[i] <= '0;
+    end else if (d_take) begin
+      for (int i = 0; i < 4; i++) begin
+        tok_bal_q[i] <= tok_bal_q[i] + TokBalW'(d_tok_push[i]) - TokBalW'(d_tok_pop[i]);
+      end
     end
   end
 
@@ -551,9 +603,10 @@ module tpu_cmd_proc #(
       cap = 1'b1; cap_cause = CauseAxi; cap_pc = fence_pc_q; cap_info = fence_addr_q;
     end else if (d_fault_take) begin
       cap       = 1'b1;
-      cap_cause = d_ferr ? CauseAxi : d_cause;
+      cap_cause = d_ferr ? CauseAxi : d_fault ? d_cause : CauseToken;
       cap_pc    = d_pc;
-      cap_info  = d_ferr ? d_pc : d_info;   // fetch error: the instruction's address
+      // fetch error: the instruction's address; token overflow: the counter
+      cap_info  = d_ferr ? d_pc : d_fault ? d_info : d_tok_info;
     end else if (ring_bad) begin
       cap = 1'b1; cap_cause = CauseRing; cap_pc = d_pc; cap_info = ring_tail_i;
     end
@@ -628,8 +681,14 @@ module tpu_cmd_proc #(
   `TPU_ASSERT_NEVER(Cmp2LdUnderflow_A, cmp2ld_dec && !cmp2ld_inc && cmp2ld_q == 8'd0, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(Cmp2StUnderflow_A, cmp2st_dec && !cmp2st_inc && cmp2st_q == 8'd0, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(St2CmpUnderflow_A, st2cmp_dec && !st2cmp_inc && st2cmp_q == 8'd0, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(Ld2CmpOverflow_A, ld2cmp_inc && !ld2cmp_dec && ld2cmp_q == 8'hFF, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(Cmp2LdOverflow_A, cmp2ld_inc && !cmp2ld_dec && cmp2ld_q == 8'hFF, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(Cmp2StOverflow_A, cmp2st_inc && !cmp2st_dec && cmp2st_q == 8'hFF, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(St2CmpOverflow_A, st2cmp_inc && !st2cmp_dec && st2cmp_q == 8'hFF, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(FaultStates_A, fault_pend_q && faulted_q, clk_i, !rst_ni)
   `TPU_ASSERT_INIT(FetchWidth_A, DmaDataW >= 32 && DmaDataW <= 128)
   `TPU_ASSERT_INIT(FetchDepthPow_A, FetchDepth >= 2 && FetchDepth <= 64)
+  // live token counters (8 bits) hold at most TOKEN_MAX + QueueDepth; the balance fits TokBalW
+  `TPU_ASSERT_INIT(TokenRange_A, tpu_isa_pkg::TOKEN_MAX + QueueDepth <= 255 && QueueDepth < 256)
 
 endmodule

@@ -46,8 +46,18 @@ package tpu_isa_pkg;
     FaultLocalRange = 4'd3,
     FaultDmaWindow = 4'd4,
     FaultAxiError = 4'd5,
-    FaultRingConfig = 4'd6
+    FaultRingConfig = 4'd6,
+    FaultTokenOverflow = 4'd7
   } fault_e;
+
+  // Dependency-token counters (FAULT_INFO of FaultTokenOverflow).
+  typedef enum logic [1:0] {
+    TokenLd2cmp = 2'd0,
+    TokenCmp2ld = 2'd1,
+    TokenCmp2st = 2'd2,
+    TokenSt2cmp = 2'd3
+  } token_e;
+  localparam int unsigned TOKEN_MAX = 127;  // tokens a counter may hold, in program order
 
   // LOAD (LOAD queue)
   localparam int unsigned LOAD_MEM_LSB = 12;  // destination memory (UB, WB or ACC)
