@@ -361,4 +361,27 @@ module tpu_top #(
                    (DmaDataW & (DmaDataW - 1)) == 0)
   `TPU_ASSERT_INIT(IdWidth_A, AxiIdW >= 1)
 
+  // Never X on what the device shows the outside world: every handshake and the interrupt at
+  // every clock edge out of reset, every response while it is valid.
+  `TPU_ASSERT_KNOWN(AxiAwValidKnown_A, m_axi_awvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiWValidKnown_A, m_axi_wvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiBReadyKnown_A, m_axi_bready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiArValidKnown_A, m_axi_arvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiRReadyKnown_A, m_axi_rready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilAwReadyKnown_A, s_axil_awready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilWReadyKnown_A, s_axil_wready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilBValidKnown_A, s_axil_bvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilArReadyKnown_A, s_axil_arready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilRValidKnown_A, s_axil_rvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(IrqKnown_A, irq_o, clk_i, !rst_ni)
+  `TPU_ASSERT(AxilBRespKnown_A, s_axil_bvalid_o |-> !$isunknown(s_axil_bresp_o), clk_i, !rst_ni)
+  `TPU_ASSERT(AxilRRespKnown_A, s_axil_rvalid_o |-> !$isunknown({s_axil_rresp_o, s_axil_rdata_o}),
+              clk_i, !rst_ni)
+  `TPU_ASSERT(AxiAwKnown_A, m_axi_awvalid_o |-> !$isunknown({m_axi_awid_o, m_axi_awaddr_o,
+              m_axi_awlen_o, m_axi_awsize_o, m_axi_awburst_o}), clk_i, !rst_ni)
+  `TPU_ASSERT(AxiWKnown_A, m_axi_wvalid_o |-> !$isunknown({m_axi_wstrb_o, m_axi_wlast_o}),
+              clk_i, !rst_ni)
+  `TPU_ASSERT(AxiArKnown_A, m_axi_arvalid_o |-> !$isunknown({m_axi_arid_o, m_axi_araddr_o,
+              m_axi_arlen_o, m_axi_arsize_o, m_axi_arburst_o}), clk_i, !rst_ni)
+
 endmodule
