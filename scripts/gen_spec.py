@@ -141,6 +141,34 @@ def gen_isa_pkg(spec: dict) -> str:
     out.append(",\n".join(f"    Token{upper_camel(t['name'])} = 2'd{t['value']}" for t in spec["token"]))
     out.append("  } token_e;")
     out.append(f"  localparam int unsigned TOKEN_MAX = {meta['token_max']};  // tokens a counter may hold, in program order")
+    out.append("")
+    out.append("  // Decoded views: one packed struct per instruction, bit for bit the encoding (reserved bits")
+    out.append("  // are rsvd<lsb> members), so a 128-bit instruction word assigned to one of them is decoded")
+    out.append("  // with no slicing; modules name fields (`mm.ub_addr`) instead of bit positions.")
+    out.append("  typedef struct packed {")
+    for h in sorted(spec["header"], key=lambda h: -h["lsb"]):
+        out.append(f"    {sv_logic(h['width'])} {h['name']};  // {h['doc']}")
+    out.append("  } hdr_t;")
+    hdr_end = max(h["lsb"] + h["width"] for h in spec["header"])
+    out.append("")
+    out.append("  typedef struct packed {")
+    out.append(f"    logic [{meta['instr_bits'] - hdr_end - 1}:0] body;")
+    out.append("    hdr_t hdr;")
+    out.append("  } instr_t;")
+    for ins in spec["instr"]:
+        out.append("")
+        out.append(f"  typedef struct packed {{  // {ins['name']}")
+        pos = meta["instr_bits"]
+        for f in sorted(ins["fields"], key=lambda f: -f["lsb"]):
+            top = f["lsb"] + f["width"]
+            if top < pos:
+                out.append(f"    {sv_logic(pos - top)} rsvd{top};")
+            out.append(f"    {sv_logic(f['width'])} {f['name']};  // {f['doc']}")
+            pos = f["lsb"]
+        if pos > hdr_end:
+            out.append(f"    {sv_logic(pos - hdr_end)} rsvd{hdr_end};")
+        out.append("    hdr_t hdr;")
+        out.append(f"  }} {ins['name'].lower()}_t;")
     for ins in spec["instr"]:
         n = ins["name"].upper()
         out.append("")

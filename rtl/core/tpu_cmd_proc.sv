@@ -76,7 +76,7 @@ module tpu_cmd_proc #(
   // LOAD engine
   output logic                  ld_valid_o,
   input  logic                  ld_ready_i,
-  output logic [127:0]          ld_instr_o,
+  output tpu_isa_pkg::load_t    ld_instr_o,
   output logic [31:0]           ld_pc_o,
   input  logic                  ld_done_i,
   input  logic                  ld_idle_i,
@@ -87,14 +87,14 @@ module tpu_cmd_proc #(
   // COMPUTE engine (tpu_datapath)
   output logic                  cmp_valid_o,
   input  logic                  cmp_ready_i,
-  output logic [127:0]          cmp_instr_o,
+  output tpu_isa_pkg::instr_t   cmp_instr_o,
   input  logic                  cmp_done_i,
   input  logic                  cmp_idle_i,
 
   // STORE engine
   output logic                  st_valid_o,
   input  logic                  st_ready_i,
-  output logic [127:0]          st_instr_o,
+  output tpu_isa_pkg::store_t   st_instr_o,
   output logic [31:0]           st_pc_o,
   input  logic                  st_done_i,
   input  logic                  st_idle_i,
@@ -111,10 +111,6 @@ module tpu_cmd_proc #(
   localparam int unsigned FCntW        = $clog2(FetchDepth + 1);
   localparam int unsigned FifoCntW     = $clog2(FetchDepth + 1);
 
-  localparam int unsigned PopPrev  = tpu_isa_pkg::HDR_POP_PREV_LSB;
-  localparam int unsigned PopNext  = tpu_isa_pkg::HDR_POP_NEXT_LSB;
-  localparam int unsigned PushPrev = tpu_isa_pkg::HDR_PUSH_PREV_LSB;
-  localparam int unsigned PushNext = tpu_isa_pkg::HDR_PUSH_NEXT_LSB;
 
   localparam logic [3:0] CauseAxi   = 4'(tpu_isa_pkg::FaultAxiError);
   localparam logic [3:0] CauseRing  = 4'(tpu_isa_pkg::FaultRingConfig);
@@ -208,13 +204,10 @@ module tpu_cmd_proc #(
   assign fb_pop  = f_rvalid_i && f_rlast_i;
 
   logic [FCntW-1:0] fb_cnt_q;
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      fb_cnt_q <= '0;
-    end else begin
-      fb_cnt_q <= fb_cnt_q + (fb_push ? FCntW'(1) : FCntW'(0)) - (fb_pop ? FCntW'(1) : FCntW'(0));
-    end
-  end
+  tpu_counter #(.Width(FCntW)) u_fb_cnt (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(FCntW'(fb_push)), .decr_i(FCntW'(fb_pop)),
+    .q_o(fb_cnt_q)
+  );
   assign fb_empty = (fb_cnt_q == '0);
   assign fb_full  = (fb_cnt_q == FCntW'(FetchDepth));
 
@@ -263,14 +256,12 @@ module tpu_cmd_proc #(
   assign pf_push  = f_rvalid_i && asm_last;
   assign pf_wdata = {asm_err_q || beat_err, asm_full};
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      f_inflight_q <= '0;
-    end else begin
-      f_inflight_q <= f_inflight_q + (f_issue ? FCntW'(f_n) : FCntW'(0))
-                                   - (pf_push ? FCntW'(1) : FCntW'(0));
-    end
-  end
+  logic [FCntW-1:0] f_issued;
+  assign f_issued = f_issue ? FCntW'(f_n) : FCntW'(0);
+  tpu_counter #(.Width(FCntW)) u_f_inflight (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(f_issued), .decr_i(FCntW'(pf_push)),
+    .q_o(f_inflight_q)
+  );
 
   tpu_fifo #(.Width(129), .Depth(FetchDepth)) u_prefetch (
     .clk_i, .rst_ni, .flush_i(1'b0),
@@ -281,7 +272,7 @@ module tpu_cmd_proc #(
   // =============================================================================================
   // Decode
   // =============================================================================================
-  logic [127:0] d_instr;
+  tpu_isa_pkg::instr_t d_instr;
   logic         d_ferr;
   logic [31:0]  d_pc;
   logic         d_fault;
@@ -290,6 +281,8 @@ module tpu_cmd_proc #(
   logic [1:0]   d_queue;
 
   assign d_instr = pf_rdata[127:0];
+  tpu_isa_pkg::fence_t d_fence;   // the same bits, seen as a FENCE
+  assign d_fence = d_instr;
   assign d_ferr  = pf_rdata[128];
   assign d_pc    = ring_base_i + {head_q[27:0], 4'b0000};
 
@@ -317,18 +310,18 @@ module tpu_cmd_proc #(
     d_tok_pop  = '0;
     unique case (d_queue)
       2'(tpu_isa_pkg::QueueLoad): begin
-        d_tok_push[tpu_isa_pkg::TokenLd2cmp] = d_instr[PushNext];
-        d_tok_pop[tpu_isa_pkg::TokenCmp2ld]  = d_instr[PopNext];
+        d_tok_push[tpu_isa_pkg::TokenLd2cmp] = d_instr.hdr.push_next;
+        d_tok_pop[tpu_isa_pkg::TokenCmp2ld]  = d_instr.hdr.pop_next;
       end
       2'(tpu_isa_pkg::QueueCompute): begin
-        d_tok_push[tpu_isa_pkg::TokenCmp2ld] = d_instr[PushPrev];
-        d_tok_push[tpu_isa_pkg::TokenCmp2st] = d_instr[PushNext];
-        d_tok_pop[tpu_isa_pkg::TokenLd2cmp]  = d_instr[PopPrev];
-        d_tok_pop[tpu_isa_pkg::TokenSt2cmp]  = d_instr[PopNext];
+        d_tok_push[tpu_isa_pkg::TokenCmp2ld] = d_instr.hdr.push_prev;
+        d_tok_push[tpu_isa_pkg::TokenCmp2st] = d_instr.hdr.push_next;
+        d_tok_pop[tpu_isa_pkg::TokenLd2cmp]  = d_instr.hdr.pop_prev;
+        d_tok_pop[tpu_isa_pkg::TokenSt2cmp]  = d_instr.hdr.pop_next;
       end
       2'(tpu_isa_pkg::QueueStore): begin
-        d_tok_push[tpu_isa_pkg::TokenSt2cmp] = d_instr[PushPrev];
-        d_tok_pop[tpu_isa_pkg::TokenCmp2st]  = d_instr[PopPrev];
+        d_tok_push[tpu_isa_pkg::TokenSt2cmp] = d_instr.hdr.push_prev;
+        d_tok_pop[tpu_isa_pkg::TokenCmp2st]  = d_instr.hdr.pop_prev;
       end
       default: ;
     endcase
@@ -349,7 +342,7 @@ module tpu_cmd_proc #(
   logic         cq_push, cq_pop, cq_empty, cq_full;
   logic         sq_push, sq_pop, sq_empty, sq_full;
   logic [159:0] lq_rdata, sq_rdata;
-  logic [127:0] cq_rdata;
+  tpu_isa_pkg::instr_t cq_rdata;
 
   tpu_fifo #(.Width(160), .Depth(QueueDepth)) u_load_q (
     .clk_i, .rst_ni, .flush_i(1'b0),
@@ -423,15 +416,15 @@ module tpu_cmd_proc #(
   logic       si_push, si_pop, si_empty, si_full;
   logic [1:0] li_rdata, ci_rdata, si_rdata;
 
-  logic [127:0] lq_instr, sq_instr;
+  tpu_isa_pkg::instr_t lq_instr, sq_instr;
   assign lq_instr = lq_rdata[127:0];
   assign sq_instr = sq_rdata[127:0];
 
   logic ld_tok_ok, cmp_tok_ok, st_tok_ok;
-  assign ld_tok_ok  = !lq_instr[PopNext] || (cmp2ld_q != 8'd0);
-  assign cmp_tok_ok = (!cq_rdata[PopPrev] || (ld2cmp_q != 8'd0)) &&
-                      (!cq_rdata[PopNext] || (st2cmp_q != 8'd0));
-  assign st_tok_ok  = !sq_instr[PopPrev] || (cmp2st_q != 8'd0);
+  assign ld_tok_ok  = !lq_instr.hdr.pop_next || (cmp2ld_q != 8'd0);
+  assign cmp_tok_ok = (!cq_rdata.hdr.pop_prev || (ld2cmp_q != 8'd0)) &&
+                      (!cq_rdata.hdr.pop_next || (st2cmp_q != 8'd0));
+  assign st_tok_ok  = !sq_instr.hdr.pop_prev || (cmp2st_q != 8'd0);
 
   assign ld_valid_o  = !lq_empty && ld_tok_ok && !li_full;
   assign cmp_valid_o = !cq_empty && cmp_tok_ok && !ci_full;
@@ -459,17 +452,17 @@ module tpu_cmd_proc #(
 
   tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_ld_inflight (
     .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(li_push), .wdata_i({lq_instr[PushPrev], lq_instr[PushNext]}), .pop_i(li_pop),
+    .push_i(li_push), .wdata_i({lq_instr.hdr.push_prev, lq_instr.hdr.push_next}), .pop_i(li_pop),
     .rdata_o(li_rdata), .empty_o(li_empty), .full_o(li_full), .count_o()
   );
   tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_cmp_inflight (
     .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(ci_push), .wdata_i({cq_rdata[PushPrev], cq_rdata[PushNext]}), .pop_i(ci_pop),
+    .push_i(ci_push), .wdata_i({cq_rdata.hdr.push_prev, cq_rdata.hdr.push_next}), .pop_i(ci_pop),
     .rdata_o(ci_rdata), .empty_o(ci_empty), .full_o(ci_full), .count_o()
   );
   tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_st_inflight (
     .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(si_push), .wdata_i({sq_instr[PushPrev], sq_instr[PushNext]}), .pop_i(si_pop),
+    .push_i(si_push), .wdata_i({sq_instr.hdr.push_prev, sq_instr.hdr.push_next}), .pop_i(si_pop),
     .rdata_o(si_rdata), .empty_o(si_empty), .full_o(si_full), .count_o()
   );
 
@@ -479,28 +472,23 @@ module tpu_cmd_proc #(
   assign cmp2ld_inc = cmp_done_i && ci_rdata[1];       // COMPUTE push_prev
   assign cmp2st_inc = cmp_done_i && ci_rdata[0];       // COMPUTE push_next
   assign st2cmp_inc = st_done_i && si_rdata[1];        // STORE push_prev
-  assign cmp2ld_dec = ld_fire && lq_instr[PopNext];
-  assign ld2cmp_dec = cmp_fire && cq_rdata[PopPrev];
-  assign st2cmp_dec = cmp_fire && cq_rdata[PopNext];
-  assign cmp2st_dec = st_fire && sq_instr[PopPrev];
+  assign cmp2ld_dec = ld_fire && lq_instr.hdr.pop_next;
+  assign ld2cmp_dec = cmp_fire && cq_rdata.hdr.pop_prev;
+  assign st2cmp_dec = cmp_fire && cq_rdata.hdr.pop_next;
+  assign cmp2st_dec = st_fire && sq_instr.hdr.pop_prev;
 
-  function automatic logic [7:0] tok_next(input logic [7:0] c, input logic inc, input logic dec);
-    tok_next = c + (inc ? 8'd1 : 8'd0) - (dec ? 8'd1 : 8'd0);
-  endfunction
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      ld2cmp_q <= '0;
-      cmp2ld_q <= '0;
-      cmp2st_q <= '0;
-      st2cmp_q <= '0;
-    end else begin
-      ld2cmp_q <= tok_next(ld2cmp_q, ld2cmp_inc, ld2cmp_dec);
-      cmp2ld_q <= tok_next(cmp2ld_q, cmp2ld_inc, cmp2ld_dec);
-      cmp2st_q <= tok_next(cmp2st_q, cmp2st_inc, cmp2st_dec);
-      st2cmp_q <= tok_next(st2cmp_q, st2cmp_inc, st2cmp_dec);
-    end
-  end
+  tpu_counter #(.Width(8)) u_ld2cmp (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(8'(ld2cmp_inc)), .decr_i(8'(ld2cmp_dec)), .q_o(ld2cmp_q)
+  );
+  tpu_counter #(.Width(8)) u_cmp2ld (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(8'(cmp2ld_inc)), .decr_i(8'(cmp2ld_dec)), .q_o(cmp2ld_q)
+  );
+  tpu_counter #(.Width(8)) u_cmp2st (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(8'(cmp2st_inc)), .decr_i(8'(cmp2st_dec)), .q_o(cmp2st_q)
+  );
+  tpu_counter #(.Width(8)) u_st2cmp (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(8'(st2cmp_inc)), .decr_i(8'(st2cmp_dec)), .q_o(st2cmp_q)
+  );
 
   logic engines_idle;
   assign engines_idle = lq_empty && cq_empty && sq_empty && li_empty && ci_empty && si_empty &&
@@ -537,9 +525,9 @@ module tpu_cmd_proc #(
       irq_fence_q <= 1'b0;
       if (d_fence_take && d_take) begin
         fence_active_q <= 1'b1;
-        fence_addr_q   <= d_instr[tpu_isa_pkg::FENCE_HOST_ADDR_LSB +: tpu_isa_pkg::FENCE_HOST_ADDR_W];
-        fence_val_q    <= d_instr[tpu_isa_pkg::FENCE_VALUE_LSB +: tpu_isa_pkg::FENCE_VALUE_W];
-        fence_irq_q    <= d_instr[tpu_isa_pkg::FENCE_IRQ_LSB];
+        fence_addr_q   <= d_fence.host_addr;
+        fence_val_q    <= d_fence.value;
+        fence_irq_q    <= d_fence.irq;
         fence_pc_q     <= d_pc;
       end
       // a fault captured while the fence waits for the drain cancels it (nothing is written)
@@ -652,7 +640,7 @@ module tpu_cmd_proc #(
   assign irq_fault_set_o = irq_fault_q;
   assign busy_o          = ((head_q != ring_tail_i) && !faulted_q) || fence_active_q ||
                            !engines_idle || fault_pend_q;
-  assign perf_dma_wait_o = !cq_empty && cq_rdata[PopPrev] && (ld2cmp_q == 8'd0);
+  assign perf_dma_wait_o = !cq_empty && cq_rdata.hdr.pop_prev && (ld2cmp_q == 8'd0);
   assign perf_instret_inc_o = 3'(ld_done_i) + 3'(cmp_done_i) + 3'(st_done_i) + 3'(fence_ok);
 
   // Deliberately unused: LOAD has no push_prev, STORE no push_next (rejected at decode);
@@ -660,7 +648,8 @@ module tpu_cmd_proc #(
   logic unused_bits;
   // A fetch error reports the failing instruction's own address (docs/perf_model.md, AXI_ERROR
   // rule), so the burst address need not travel with the instruction.
-  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0]};
+  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0],
+                         d_fence.rsvd96, d_fence.rsvd13, d_fence.hdr};
 
   // =============================================================================================
   // Assertions

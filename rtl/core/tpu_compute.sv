@@ -43,7 +43,7 @@ module tpu_compute #(
   // compute engine interface
   input  logic                   cmp_valid_i,
   output logic                   cmp_ready_o,
-  input  logic [127:0]           cmp_instr_i,
+  input  tpu_isa_pkg::instr_t    cmp_instr_i,
   output logic                   cmp_done_o,
   output logic                   cmp_idle_o,
   // UB: read (MATMUL activations), write (ACTIVATE results)
@@ -101,12 +101,20 @@ module tpu_compute #(
   // Head register and decode
   // ---------------------------------------------------------------------------------------------
   logic         head_valid_q;
-  logic [127:0] head_q;
+  tpu_isa_pkg::instr_t head_q;
   logic [1:0]   head_kind;
   logic         head_go;      // the head instruction dispatches this cycle
   logic         accept;
 
-  assign head_kind = kind_of(head_q[tpu_isa_pkg::HDR_OPCODE_LSB +: tpu_isa_pkg::HDR_OPCODE_W]);
+  assign head_kind = kind_of(head_q.hdr.opcode);
+
+  // The head seen as each compute instruction (the same bits, named by the generated structs).
+  tpu_isa_pkg::loadw_t    head_lw;
+  tpu_isa_pkg::matmul_t   head_mm;
+  tpu_isa_pkg::activate_t head_act;
+  assign head_lw  = head_q;
+  assign head_mm  = head_q;
+  assign head_act = head_q;
 
   // LOADW fields
   logic [WbAw-1:0]  lw_wb_addr;
@@ -122,23 +130,23 @@ module tpu_compute #(
   logic [15:0]      act_f_rows;
 
   // Addresses were validated against the depths by the command processor: the low bits suffice.
-  assign lw_wb_addr      = head_q[tpu_isa_pkg::LOADW_WB_ADDR_LSB +: WbAw];
-  assign mm_f_accum      = head_q[tpu_isa_pkg::MATMUL_ACCUMULATE_LSB];
-  assign mm_f_swap       = head_q[tpu_isa_pkg::MATMUL_SWAP_LSB];
-  assign mm_f_ub         = head_q[tpu_isa_pkg::MATMUL_UB_ADDR_LSB +: UbAw];
-  assign mm_f_acc        = head_q[tpu_isa_pkg::MATMUL_ACC_ADDR_LSB +: AccAw];
-  assign mm_f_rows       = head_q[tpu_isa_pkg::MATMUL_ROWS_LSB +: tpu_isa_pkg::MATMUL_ROWS_W];
-  assign act_f_relu      = head_q[tpu_isa_pkg::ACTIVATE_RELU_LSB];
-  assign act_f_bias      = head_q[tpu_isa_pkg::ACTIVATE_BIAS_LSB];
-  assign act_f_acc       = head_q[tpu_isa_pkg::ACTIVATE_ACC_ADDR_LSB +: AccAw];
-  assign act_f_ub        = head_q[tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB +: UbAw];
-  assign act_f_rows      = head_q[tpu_isa_pkg::ACTIVATE_ROWS_LSB +: tpu_isa_pkg::ACTIVATE_ROWS_W];
-  assign act_f_bias_addr = head_q[tpu_isa_pkg::ACTIVATE_BIAS_ADDR_LSB +: AccAw];
-  assign act_f_qp        = head_q[tpu_isa_pkg::ACTIVATE_QPARAM_ADDR_LSB +: AccAw];
+  assign lw_wb_addr      = head_lw.wb_addr[WbAw-1:0];
+  assign mm_f_accum      = head_mm.accumulate;
+  assign mm_f_swap       = head_mm.swap;
+  assign mm_f_ub         = head_mm.ub_addr[UbAw-1:0];
+  assign mm_f_acc        = head_mm.acc_addr[AccAw-1:0];
+  assign mm_f_rows       = head_mm.rows;
+  assign act_f_relu      = head_act.relu;
+  assign act_f_bias      = head_act.bias;
+  assign act_f_acc       = head_act.acc_addr[AccAw-1:0];
+  assign act_f_ub        = head_act.ub_addr[UbAw-1:0];
+  assign act_f_rows      = head_act.rows;
+  assign act_f_bias_addr = head_act.bias_addr[AccAw-1:0];
+  assign act_f_qp        = head_act.qparam_addr[AccAw-1:0];
 
   // Header flags, reserved bits and the unused high address bits are the command processor's.
   logic unused_head;
-  assign unused_head = ^head_q;
+  assign unused_head = ^{head_q, head_lw, head_mm, head_act};
 
   // ---------------------------------------------------------------------------------------------
   // Unit state
@@ -243,23 +251,17 @@ module tpu_compute #(
   assign accept      = cmp_valid_i && cmp_ready_o;
 
   always_ff @(posedge clk_i) begin
-    if (accept) rt_mem[rt_wptr_q[RtPtrW-1:0]] <= kind_of(cmp_instr_i[7:0]);
+    if (accept) rt_mem[rt_wptr_q[RtPtrW-1:0]] <= kind_of(cmp_instr_i.hdr.opcode);
   end
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       rt_wptr_q    <= '0;
       rt_rptr_q    <= '0;
-      cnt_lw_q     <= '0;
-      cnt_mm_q     <= '0;
-      cnt_act_q    <= '0;
       head_valid_q <= 1'b0;
     end else begin
       if (accept)     rt_wptr_q <= rt_wptr_q + 1'b1;
       if (cmp_done_o) rt_rptr_q <= rt_rptr_q + 1'b1;
-      cnt_lw_q  <= cnt_lw_q  + (RtPtrW+1)'(ev_lw)  - (RtPtrW+1)'(ret_lw);
-      cnt_mm_q  <= cnt_mm_q  + (RtPtrW+1)'(ev_mm)  - (RtPtrW+1)'(ret_mm);
-      cnt_act_q <= cnt_act_q + (RtPtrW+1)'(ev_act) - (RtPtrW+1)'(ret_act);
       if (accept)       head_valid_q <= 1'b1;
       else if (head_go) head_valid_q <= 1'b0;
     end
@@ -268,6 +270,20 @@ module tpu_compute #(
   always_ff @(posedge clk_i) begin
     if (accept) head_q <= cmp_instr_i;
   end
+
+  // engine events not yet retired, per engine
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_lw (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_lw)), .decr_i((RtPtrW+1)'(ret_lw)),
+    .q_o(cnt_lw_q)
+  );
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_mm (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_mm)), .decr_i((RtPtrW+1)'(ret_mm)),
+    .q_o(cnt_mm_q)
+  );
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_act (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_act)), .decr_i((RtPtrW+1)'(ret_act)),
+    .q_o(cnt_act_q)
+  );
 
   // ---------------------------------------------------------------------------------------------
   // Shifter (LOADW)
@@ -306,15 +322,18 @@ module tpu_compute #(
       mm_busy_q   <= 1'b0;
       iss_valid_q <= 1'b0;
       iss_swap_q  <= 1'b0;
-      mm_out_q    <= '0;
     end else begin
       iss_valid_q <= mm_busy_q;
       iss_swap_q  <= mm_busy_q && mm_swap_q;
-      mm_out_q    <= mm_out_q + (RtPtrW+1)'(go_mm) - (RtPtrW+1)'(ev_mm);
       if (go_mm)        mm_busy_q <= 1'b1;
       else if (mm_last) mm_busy_q <= 1'b0;
     end
   end
+
+  tpu_counter #(.Width(RtPtrW + 1)) u_mm_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(go_mm)), .decr_i((RtPtrW+1)'(ev_mm)),
+    .q_o(mm_out_q)
+  );
 
   always_ff @(posedge clk_i) begin
     if (mm_busy_q) iss_tag_q <= {mm_last, mm_accum_q, mm_acc_q};
@@ -553,7 +572,7 @@ module tpu_compute #(
   `TPU_ASSERT_INIT(DepthsHoldTile_A, WbDepth >= ArrayN && AccDepth >= 2 && UbDepth >= 2)
   // Only compute-queue instructions arrive here.
   `TPU_ASSERT(ComputeOpcode_A, !accept ||
-              cmp_instr_i[7:0] inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
+              cmp_instr_i.hdr.opcode inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
                                        tpu_isa_pkg::OpActivate, tpu_isa_pkg::OpNop},
               clk_i, !rst_ni)
   `TPU_ASSERT(MatmulRows_A, !go_mm || mm_f_rows != '0, clk_i, !rst_ni)

@@ -198,13 +198,10 @@ module tpu_reg_block #(
                        reg2hw.perf_cycles_lo.re};
 
   for (genvar i = 0; i < NumPerf; i++) begin : g_perf
-    always_ff @(posedge clk_i) begin
-      if (!rst_ni || soft_rst_q || perf_clear) begin
-        perf_q[i] <= '0;
-      end else begin
-        perf_q[i] <= perf_q[i] + perf_inc[i];
-      end
-    end
+    tpu_counter #(.Width(PerfCntW)) u_cnt (
+      .clk_i, .rst_ni, .clr_i(soft_rst_q || perf_clear), .incr_i(perf_inc[i]),
+      .decr_i('0), .q_o(perf_q[i])
+    );
     assign perf_lo[i] = perf_q[i][31:0];
     if (PerfCntW > 32) begin : g_hi
       always_ff @(posedge clk_i) begin

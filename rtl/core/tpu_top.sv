@@ -147,12 +147,12 @@ module tpu_top #(
   logic [BeatBytes-1:0] fw_wstrb;
 
   logic         ld_valid, ld_ready, ld_done, ld_idle, ld_err;
-  logic [127:0] ld_instr;
+  tpu_isa_pkg::load_t  ld_instr;
   logic [31:0]  ld_pc, ld_err_addr, ld_err_pc;
   logic         cmp_valid, cmp_ready, cmp_done, cmp_idle;
-  logic [127:0] cmp_instr;
+  tpu_isa_pkg::instr_t cmp_instr;
   logic         st_valid, st_ready, st_done, st_idle, st_err;
-  logic [127:0] st_instr;
+  tpu_isa_pkg::store_t st_instr;
   logic [31:0]  st_pc, st_err_addr, st_err_pc;
 
   tpu_cmd_proc #(
@@ -251,17 +251,19 @@ module tpu_top #(
   // ---------------------------------------------------------------------------------------------
   // AXI read: AR arbitration (fetch / LOAD), R routing by RID
   // ---------------------------------------------------------------------------------------------
-  logic [1:0] ar_ready;
+  // Round robin between fetch (0) and LOAD (1); the grant holds while AR waits for arready, so
+  // AR stays stable on the bus.
+  logic [1:0] ar_gnt;
   logic       ar_sel;
-  tpu_axi_ar_arb u_ar_arb (
+  tpu_rr_arb #(.N(2)) u_ar_arb (
     .clk_i, .rst_ni(rst_int_n),
-    .req_valid_i({l_arvalid, f_arvalid}), .req_ready_o(ar_ready),
-    .req0_addr_i(f_araddr), .req0_len_i(f_arlen), .req1_addr_i(l_araddr), .req1_len_i(l_arlen),
-    .arvalid_o(m_axi_arvalid_o), .arready_i(m_axi_arready_i), .arsel_o(ar_sel),
-    .araddr_o(m_axi_araddr_o), .arlen_o(m_axi_arlen_o)
+    .req_i({l_arvalid, f_arvalid}), .ack_i(m_axi_arready_i),
+    .valid_o(m_axi_arvalid_o), .gnt_o(ar_gnt), .idx_o(ar_sel)
   );
-  assign f_arready       = ar_ready[0];
-  assign l_arready       = ar_ready[1];
+  assign m_axi_araddr_o  = ar_sel ? l_araddr : f_araddr;
+  assign m_axi_arlen_o   = ar_sel ? l_arlen : f_arlen;
+  assign f_arready       = ar_gnt[0] && m_axi_arready_i;
+  assign l_arready       = ar_gnt[1] && m_axi_arready_i;
   assign m_axi_arid_o    = ar_sel ? IdLoad : IdFetch;
   assign m_axi_arsize_o  = AxSize;
   assign m_axi_arburst_o = BurstIncr;
@@ -312,18 +314,17 @@ module tpu_top #(
   assign w_hs      = m_axi_wvalid_o && m_axi_wready_i;
   assign b_hs      = m_axi_bvalid_i && m_axi_bready_o;
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      rd_out_q <= '0;
-      wr_out_q <= '0;
-      w_pend_q <= '0;
-    end else begin
-      rd_out_q <= rd_out_q + (ar_hs ? 16'd1 : 16'd0) - (r_last_hs ? 16'd1 : 16'd0);
-      wr_out_q <= wr_out_q + (aw_hs ? 16'd1 : 16'd0) - (b_hs ? 16'd1 : 16'd0);
-      w_pend_q <= w_pend_q + (aw_hs ? ({8'd0, m_axi_awlen_o} + 16'd1) : 16'd0)
-                           - (w_hs ? 16'd1 : 16'd0);
-    end
-  end
+  tpu_counter #(.Width(16)) u_rd_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(16'(ar_hs)), .decr_i(16'(r_last_hs)), .q_o(rd_out_q)
+  );
+  tpu_counter #(.Width(16)) u_wr_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(16'(aw_hs)), .decr_i(16'(b_hs)), .q_o(wr_out_q)
+  );
+  logic [15:0] aw_beats;
+  assign aw_beats = aw_hs ? ({8'd0, m_axi_awlen_o} + 16'd1) : 16'd0;
+  tpu_counter #(.Width(16)) u_w_pend (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(aw_beats), .decr_i(16'(w_hs)), .q_o(w_pend_q)
+  );
   assign axi_quiet = !m_axi_arvalid_o && !m_axi_awvalid_o && !m_axi_wvalid_o &&
                      (rd_out_q == '0) && (wr_out_q == '0) && (w_pend_q == '0);
 
@@ -360,6 +361,9 @@ module tpu_top #(
   `TPU_ASSERT_INIT(DataWidth_A, DmaDataW >= 32 && DmaDataW <= 128 &&
                    (DmaDataW & (DmaDataW - 1)) == 0)
   `TPU_ASSERT_INIT(IdWidth_A, AxiIdW >= 1)
+  `TPU_ASSERT(ArStable_A, m_axi_arvalid_o && !m_axi_arready_i |=> m_axi_arvalid_o &&
+              $stable(m_axi_araddr_o) && $stable(m_axi_arlen_o) && $stable(m_axi_arid_o),
+              clk_i, !rst_ni)
 
   // Never X on what the device shows the outside world: every handshake and the interrupt at
   // every clock edge out of reset, every response while it is valid.
