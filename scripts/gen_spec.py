@@ -332,8 +332,10 @@ def gen_reg_top(spec: dict) -> str:
            "  localparam logic [1:0] RespOkay   = 2'b00;",
            "  localparam logic [1:0] RespSlvErr = 2'b10;",
            "",
+           "  // Plain (not unique) case statements: the offsets are distinct constants, and with",
+           "  // --assert a unique case adds a uniqueness check to every evaluation.",
            "  function automatic logic addr_known(input logic [11:0] a);",
-           "    unique case (a)",
+           "    case (a)",
            ]
     names = [f"tpu_reg_pkg::REG_{r['name']}" for r in regs]
     lines = []
@@ -386,7 +388,7 @@ def gen_reg_top(spec: dict) -> str:
             "  logic        rd_fire, rvalid_q;",
             "  logic [1:0]  rresp_q;",
             "  logic [11:0] raddr;",
-            "  logic [31:0] rdata_q, rdata_d;",
+            "  logic [31:0] rdata_q;",
             "",
             "  assign raddr            = s_axil_araddr_i;",
             "  assign rd_fire          = s_axil_arvalid_i && !rvalid_q;",
@@ -463,28 +465,9 @@ def gen_reg_top(spec: dict) -> str:
         out.append("")
         read_terms[rn] = terms
     out += ["  // ---------------------------------------------------------------------------------------------",
-            "  // Read data",
+            "  // Read data: the mux sits inside the accepting branch, so simulation evaluates it only",
+            "  // when a read is accepted, not every cycle.",
             "  // ---------------------------------------------------------------------------------------------",
-            "  always_comb begin",
-            "    rdata_d = '0;",
-            "    unique case (raddr)"]
-    for r in regs:
-        terms = read_terms[r["name"]]
-        if not terms:
-            out.append(f"      tpu_reg_pkg::REG_{r['name']}: rdata_d = '0;")
-            continue
-        if len(terms) == 1 and terms[0][0] == 0 and terms[0][1] == 32:
-            out.append(f"      tpu_reg_pkg::REG_{r['name']}: rdata_d = {terms[0][2]};")
-            continue
-        out.append(f"      tpu_reg_pkg::REG_{r['name']}: begin")
-        for lsb, w, e in terms:
-            sl = f"[{lsb}]" if w == 1 else f"[{lsb + w - 1}:{lsb}]"
-            out.append(f"        rdata_d{sl} = {e};")
-        out.append("      end")
-    out += ["      default: rdata_d = '0;",
-            "    endcase",
-            "  end",
-            "",
             "  always_ff @(posedge clk_i) begin",
             "    if (!rst_ni) begin",
             "      rvalid_q <= 1'b0;",
@@ -492,8 +475,23 @@ def gen_reg_top(spec: dict) -> str:
             "      rresp_q  <= RespOkay;",
             "    end else if (rd_fire) begin",
             "      rvalid_q <= 1'b1;",
-            "      rdata_q  <= rdata_d;",
             "      rresp_q  <= addr_known(raddr) ? RespOkay : RespSlvErr;",
+            "      rdata_q  <= '0;",
+            "      case (raddr)"]
+    for r in regs:
+        terms = read_terms[r["name"]]
+        if not terms:
+            continue
+        if len(terms) == 1 and terms[0][0] == 0 and terms[0][1] == 32:
+            out.append(f"        tpu_reg_pkg::REG_{r['name']}: rdata_q <= {terms[0][2]};")
+            continue
+        out.append(f"        tpu_reg_pkg::REG_{r['name']}: begin")
+        for lsb, w, e in terms:
+            sl = f"[{lsb}]" if w == 1 else f"[{lsb + w - 1}:{lsb}]"
+            out.append(f"          rdata_q{sl} <= {e};")
+        out.append("        end")
+    out += ["        default: ;",
+            "      endcase",
             "    end else if (s_axil_rready_i) begin",
             "      rvalid_q <= 1'b0;",
             "    end",

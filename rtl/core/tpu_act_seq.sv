@@ -181,6 +181,5 @@ module tpu_act_seq #(
   // The pacing delivers every ACC row the cycle the unit can take it (the data cannot wait).
   `TPU_ASSERT_NEVER(ActRowDropped_A, act_in_valid && !act_in_ready, clk_i, !rst_ni)
   `TPU_ASSERT(ActivateRows_A, !go_i || rows_i != '0, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(GoWhileBusy_A, go_i && act_busy_q, clk_i, !rst_ni)
 
 endmodule

@@ -191,7 +191,5 @@ module tpu_cmd_dispatch #(
   `TPU_ASSERT_NEVER(Cmp2LdOverflow_A, cmp2ld_inc && !cmp2ld_dec && cmp2ld_q == 8'hFF, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(Cmp2StOverflow_A, cmp2st_inc && !cmp2st_dec && cmp2st_q == 8'hFF, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(St2CmpOverflow_A, st2cmp_inc && !st2cmp_dec && st2cmp_q == 8'hFF, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(PushCtrl_A, push_i && queue_i == 2'(tpu_isa_pkg::QueueCtrl), clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(PushFull_A, push_i && full_o, clk_i, !rst_ni)
 
 endmodule

@@ -191,7 +191,6 @@ module tpu_cmd_fetch #(
               && $stable(f_arlen_o), clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(FetchRNoBurst_A, f_rvalid_i && fb_empty, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(PrefetchOverflow_A, pf_push && pf_full, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(PopEmpty_A, instr_pop_i && pf_empty, clk_i, !rst_ni)
   `TPU_ASSERT_INIT(FetchWidth_A, DmaDataW >= 32 && DmaDataW <= 128)
   `TPU_ASSERT_INIT(FetchDepthPow_A, FetchDepth >= 2 && FetchDepth <= 64)
 

@@ -188,7 +188,7 @@ module tpu_cmd_proc #(
   always_comb begin
     d_tok_push = '0;
     d_tok_pop  = '0;
-    unique case (d_queue)
+    case (d_queue)
       2'(tpu_isa_pkg::QueueLoad): begin
         d_tok_push[tpu_isa_pkg::TokenLd2cmp] = d_instr.hdr.push_next;
         d_tok_pop[tpu_isa_pkg::TokenCmp2ld]  = d_instr.hdr.pop_next;

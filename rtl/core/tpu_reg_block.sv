@@ -198,7 +198,7 @@ module tpu_reg_block #(
                        reg2hw.perf_cycles_lo.re};
 
   for (genvar i = 0; i < NumPerf; i++) begin : g_perf
-    tpu_counter #(.Width(PerfCntW)) u_cnt (
+    tpu_counter #(.Width(PerfCntW), .CountDown(1'b0)) u_cnt (
       .clk_i, .rst_ni, .clr_i(soft_rst_q || perf_clear), .incr_i(perf_inc[i]),
       .decr_i('0), .q_o(perf_q[i])
     );
@@ -241,7 +241,6 @@ module tpu_reg_block #(
   // Assertions
   // ---------------------------------------------------------------------------------------------
   `TPU_ASSERT_NEVER(SoftRstWhileBusyAxi_A, soft_rst_q && !axi_quiet_i, clk_i, !rst_ni)
-  `TPU_ASSERT(PerfReadOneHot_A, $onehot0(perf_lo_re), clk_i, !rst_ni)
   `TPU_ASSERT_INIT(PerfCntW_A, PerfCntW == 32 || PerfCntW == 64)
 
 endmodule

@@ -43,8 +43,10 @@ module tpu_reg_top (
   localparam logic [1:0] RespOkay   = 2'b00;
   localparam logic [1:0] RespSlvErr = 2'b10;
 
+  // Plain (not unique) case statements: the offsets are distinct constants, and with
+  // --assert a unique case adds a uniqueness check to every evaluation.
   function automatic logic addr_known(input logic [11:0] a);
-    unique case (a)
+    case (a)
       tpu_reg_pkg::REG_ID, tpu_reg_pkg::REG_VERSION, tpu_reg_pkg::REG_ARRAY_N,
       tpu_reg_pkg::REG_UB_DEPTH, tpu_reg_pkg::REG_WB_DEPTH, tpu_reg_pkg::REG_ACC_DEPTH,
       tpu_reg_pkg::REG_DMA_DATA_W, tpu_reg_pkg::REG_FEATURES, tpu_reg_pkg::REG_QUEUE_DEPTH,
@@ -102,7 +104,7 @@ module tpu_reg_top (
   logic        rd_fire, rvalid_q;
   logic [1:0]  rresp_q;
   logic [11:0] raddr;
-  logic [31:0] rdata_q, rdata_d;
+  logic [31:0] rdata_q;
 
   assign raddr            = s_axil_araddr_i;
   assign rd_fire          = s_axil_arvalid_i && !rvalid_q;
@@ -325,78 +327,9 @@ module tpu_reg_top (
   // PERF_WR_BYTES_HI @ 0x0C4 (ro): high word
 
   // ---------------------------------------------------------------------------------------------
-  // Read data
+  // Read data: the mux sits inside the accepting branch, so simulation evaluates it only
+  // when a read is accepted, not every cycle.
   // ---------------------------------------------------------------------------------------------
-  always_comb begin
-    rdata_d = '0;
-    unique case (raddr)
-      tpu_reg_pkg::REG_ID: rdata_d = 32'h54505557;
-      tpu_reg_pkg::REG_VERSION: rdata_d = 32'h10000;
-      tpu_reg_pkg::REG_ARRAY_N: rdata_d = hw2reg_i.array_n.d;
-      tpu_reg_pkg::REG_UB_DEPTH: rdata_d = hw2reg_i.ub_depth.d;
-      tpu_reg_pkg::REG_WB_DEPTH: rdata_d = hw2reg_i.wb_depth.d;
-      tpu_reg_pkg::REG_ACC_DEPTH: rdata_d = hw2reg_i.acc_depth.d;
-      tpu_reg_pkg::REG_DMA_DATA_W: rdata_d = hw2reg_i.dma_data_w.d;
-      tpu_reg_pkg::REG_FEATURES: begin
-        rdata_d[0] = 1'h1;
-        rdata_d[1] = 1'h1;
-        rdata_d[2] = 1'h1;
-        rdata_d[3] = 1'h1;
-      end
-      tpu_reg_pkg::REG_QUEUE_DEPTH: rdata_d = hw2reg_i.queue_depth.d;
-      tpu_reg_pkg::REG_CTRL: begin
-        rdata_d[0] = hw2reg_i.ctrl.soft_reset.d;
-      end
-      tpu_reg_pkg::REG_STATUS: begin
-        rdata_d[0] = hw2reg_i.status.busy.d;
-        rdata_d[1] = hw2reg_i.status.fault.d;
-        rdata_d[2] = hw2reg_i.status.resetting.d;
-      end
-      tpu_reg_pkg::REG_IRQ_ENABLE: begin
-        rdata_d[0] = irq_enable_fence_q;
-        rdata_d[1] = irq_enable_fault_q;
-      end
-      tpu_reg_pkg::REG_IRQ_STATUS: begin
-        rdata_d[0] = irq_status_fence_q;
-        rdata_d[1] = irq_status_fault_q;
-      end
-      tpu_reg_pkg::REG_RING_BASE: rdata_d = ring_base_q;
-      tpu_reg_pkg::REG_RING_SIZE: rdata_d = ring_size_q;
-      tpu_reg_pkg::REG_RING_HEAD: rdata_d = hw2reg_i.ring_head.d;
-      tpu_reg_pkg::REG_RING_TAIL: rdata_d = ring_tail_q;
-      tpu_reg_pkg::REG_FENCE_VALUE: rdata_d = hw2reg_i.fence_value.d;
-      tpu_reg_pkg::REG_FAULT_CAUSE: begin
-        rdata_d[3:0] = hw2reg_i.fault_cause.d;
-      end
-      tpu_reg_pkg::REG_FAULT_PC: rdata_d = hw2reg_i.fault_pc.d;
-      tpu_reg_pkg::REG_FAULT_INFO: rdata_d = hw2reg_i.fault_info.d;
-      tpu_reg_pkg::REG_DMA_WIN_BASE: rdata_d = dma_win_base_q;
-      tpu_reg_pkg::REG_DMA_WIN_LAST: rdata_d = dma_win_last_q;
-      tpu_reg_pkg::REG_PERF_CTRL: begin
-        rdata_d[0] = hw2reg_i.perf_ctrl.clear.d;
-      end
-      tpu_reg_pkg::REG_PERF_CYCLES_LO: rdata_d = hw2reg_i.perf_cycles_lo.d;
-      tpu_reg_pkg::REG_PERF_CYCLES_HI: rdata_d = hw2reg_i.perf_cycles_hi.d;
-      tpu_reg_pkg::REG_PERF_MXU_ACTIVE_LO: rdata_d = hw2reg_i.perf_mxu_active_lo.d;
-      tpu_reg_pkg::REG_PERF_MXU_ACTIVE_HI: rdata_d = hw2reg_i.perf_mxu_active_hi.d;
-      tpu_reg_pkg::REG_PERF_WEIGHT_STALL_LO: rdata_d = hw2reg_i.perf_weight_stall_lo.d;
-      tpu_reg_pkg::REG_PERF_WEIGHT_STALL_HI: rdata_d = hw2reg_i.perf_weight_stall_hi.d;
-      tpu_reg_pkg::REG_PERF_WEIGHT_SHIFT_LO: rdata_d = hw2reg_i.perf_weight_shift_lo.d;
-      tpu_reg_pkg::REG_PERF_WEIGHT_SHIFT_HI: rdata_d = hw2reg_i.perf_weight_shift_hi.d;
-      tpu_reg_pkg::REG_PERF_DMA_WAIT_LO: rdata_d = hw2reg_i.perf_dma_wait_lo.d;
-      tpu_reg_pkg::REG_PERF_DMA_WAIT_HI: rdata_d = hw2reg_i.perf_dma_wait_hi.d;
-      tpu_reg_pkg::REG_PERF_ACT_BUSY_LO: rdata_d = hw2reg_i.perf_act_busy_lo.d;
-      tpu_reg_pkg::REG_PERF_ACT_BUSY_HI: rdata_d = hw2reg_i.perf_act_busy_hi.d;
-      tpu_reg_pkg::REG_PERF_INSTRET_LO: rdata_d = hw2reg_i.perf_instret_lo.d;
-      tpu_reg_pkg::REG_PERF_INSTRET_HI: rdata_d = hw2reg_i.perf_instret_hi.d;
-      tpu_reg_pkg::REG_PERF_RD_BYTES_LO: rdata_d = hw2reg_i.perf_rd_bytes_lo.d;
-      tpu_reg_pkg::REG_PERF_RD_BYTES_HI: rdata_d = hw2reg_i.perf_rd_bytes_hi.d;
-      tpu_reg_pkg::REG_PERF_WR_BYTES_LO: rdata_d = hw2reg_i.perf_wr_bytes_lo.d;
-      tpu_reg_pkg::REG_PERF_WR_BYTES_HI: rdata_d = hw2reg_i.perf_wr_bytes_hi.d;
-      default: rdata_d = '0;
-    endcase
-  end
-
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       rvalid_q <= 1'b0;
@@ -404,8 +337,74 @@ module tpu_reg_top (
       rresp_q  <= RespOkay;
     end else if (rd_fire) begin
       rvalid_q <= 1'b1;
-      rdata_q  <= rdata_d;
       rresp_q  <= addr_known(raddr) ? RespOkay : RespSlvErr;
+      rdata_q  <= '0;
+      case (raddr)
+        tpu_reg_pkg::REG_ID: rdata_q <= 32'h54505557;
+        tpu_reg_pkg::REG_VERSION: rdata_q <= 32'h10000;
+        tpu_reg_pkg::REG_ARRAY_N: rdata_q <= hw2reg_i.array_n.d;
+        tpu_reg_pkg::REG_UB_DEPTH: rdata_q <= hw2reg_i.ub_depth.d;
+        tpu_reg_pkg::REG_WB_DEPTH: rdata_q <= hw2reg_i.wb_depth.d;
+        tpu_reg_pkg::REG_ACC_DEPTH: rdata_q <= hw2reg_i.acc_depth.d;
+        tpu_reg_pkg::REG_DMA_DATA_W: rdata_q <= hw2reg_i.dma_data_w.d;
+        tpu_reg_pkg::REG_FEATURES: begin
+          rdata_q[0] <= 1'h1;
+          rdata_q[1] <= 1'h1;
+          rdata_q[2] <= 1'h1;
+          rdata_q[3] <= 1'h1;
+        end
+        tpu_reg_pkg::REG_QUEUE_DEPTH: rdata_q <= hw2reg_i.queue_depth.d;
+        tpu_reg_pkg::REG_CTRL: begin
+          rdata_q[0] <= hw2reg_i.ctrl.soft_reset.d;
+        end
+        tpu_reg_pkg::REG_STATUS: begin
+          rdata_q[0] <= hw2reg_i.status.busy.d;
+          rdata_q[1] <= hw2reg_i.status.fault.d;
+          rdata_q[2] <= hw2reg_i.status.resetting.d;
+        end
+        tpu_reg_pkg::REG_IRQ_ENABLE: begin
+          rdata_q[0] <= irq_enable_fence_q;
+          rdata_q[1] <= irq_enable_fault_q;
+        end
+        tpu_reg_pkg::REG_IRQ_STATUS: begin
+          rdata_q[0] <= irq_status_fence_q;
+          rdata_q[1] <= irq_status_fault_q;
+        end
+        tpu_reg_pkg::REG_RING_BASE: rdata_q <= ring_base_q;
+        tpu_reg_pkg::REG_RING_SIZE: rdata_q <= ring_size_q;
+        tpu_reg_pkg::REG_RING_HEAD: rdata_q <= hw2reg_i.ring_head.d;
+        tpu_reg_pkg::REG_RING_TAIL: rdata_q <= ring_tail_q;
+        tpu_reg_pkg::REG_FENCE_VALUE: rdata_q <= hw2reg_i.fence_value.d;
+        tpu_reg_pkg::REG_FAULT_CAUSE: begin
+          rdata_q[3:0] <= hw2reg_i.fault_cause.d;
+        end
+        tpu_reg_pkg::REG_FAULT_PC: rdata_q <= hw2reg_i.fault_pc.d;
+        tpu_reg_pkg::REG_FAULT_INFO: rdata_q <= hw2reg_i.fault_info.d;
+        tpu_reg_pkg::REG_DMA_WIN_BASE: rdata_q <= dma_win_base_q;
+        tpu_reg_pkg::REG_DMA_WIN_LAST: rdata_q <= dma_win_last_q;
+        tpu_reg_pkg::REG_PERF_CTRL: begin
+          rdata_q[0] <= hw2reg_i.perf_ctrl.clear.d;
+        end
+        tpu_reg_pkg::REG_PERF_CYCLES_LO: rdata_q <= hw2reg_i.perf_cycles_lo.d;
+        tpu_reg_pkg::REG_PERF_CYCLES_HI: rdata_q <= hw2reg_i.perf_cycles_hi.d;
+        tpu_reg_pkg::REG_PERF_MXU_ACTIVE_LO: rdata_q <= hw2reg_i.perf_mxu_active_lo.d;
+        tpu_reg_pkg::REG_PERF_MXU_ACTIVE_HI: rdata_q <= hw2reg_i.perf_mxu_active_hi.d;
+        tpu_reg_pkg::REG_PERF_WEIGHT_STALL_LO: rdata_q <= hw2reg_i.perf_weight_stall_lo.d;
+        tpu_reg_pkg::REG_PERF_WEIGHT_STALL_HI: rdata_q <= hw2reg_i.perf_weight_stall_hi.d;
+        tpu_reg_pkg::REG_PERF_WEIGHT_SHIFT_LO: rdata_q <= hw2reg_i.perf_weight_shift_lo.d;
+        tpu_reg_pkg::REG_PERF_WEIGHT_SHIFT_HI: rdata_q <= hw2reg_i.perf_weight_shift_hi.d;
+        tpu_reg_pkg::REG_PERF_DMA_WAIT_LO: rdata_q <= hw2reg_i.perf_dma_wait_lo.d;
+        tpu_reg_pkg::REG_PERF_DMA_WAIT_HI: rdata_q <= hw2reg_i.perf_dma_wait_hi.d;
+        tpu_reg_pkg::REG_PERF_ACT_BUSY_LO: rdata_q <= hw2reg_i.perf_act_busy_lo.d;
+        tpu_reg_pkg::REG_PERF_ACT_BUSY_HI: rdata_q <= hw2reg_i.perf_act_busy_hi.d;
+        tpu_reg_pkg::REG_PERF_INSTRET_LO: rdata_q <= hw2reg_i.perf_instret_lo.d;
+        tpu_reg_pkg::REG_PERF_INSTRET_HI: rdata_q <= hw2reg_i.perf_instret_hi.d;
+        tpu_reg_pkg::REG_PERF_RD_BYTES_LO: rdata_q <= hw2reg_i.perf_rd_bytes_lo.d;
+        tpu_reg_pkg::REG_PERF_RD_BYTES_HI: rdata_q <= hw2reg_i.perf_rd_bytes_hi.d;
+        tpu_reg_pkg::REG_PERF_WR_BYTES_LO: rdata_q <= hw2reg_i.perf_wr_bytes_lo.d;
+        tpu_reg_pkg::REG_PERF_WR_BYTES_HI: rdata_q <= hw2reg_i.perf_wr_bytes_hi.d;
+        default: ;
+      endcase
     end else if (s_axil_rready_i) begin
       rvalid_q <= 1'b0;
     end

@@ -361,9 +361,6 @@ module tpu_top #(
   `TPU_ASSERT_INIT(DataWidth_A, DmaDataW >= 32 && DmaDataW <= 128 &&
                    (DmaDataW & (DmaDataW - 1)) == 0)
   `TPU_ASSERT_INIT(IdWidth_A, AxiIdW >= 1)
-  `TPU_ASSERT(ArStable_A, m_axi_arvalid_o && !m_axi_arready_i |=> m_axi_arvalid_o &&
-              $stable(m_axi_araddr_o) && $stable(m_axi_arlen_o) && $stable(m_axi_arid_o),
-              clk_i, !rst_ni)
 
   // Never X on what the device shows the outside world: every handshake and the interrupt at
   // every clock edge out of reset, every response while it is valid.
