@@ -38,6 +38,60 @@ def check_layout(spec: dict) -> None:
     offsets = [r["offset"] for r in spec["reg"]]
     if len(set(offsets)) != len(offsets):
         sys.exit("gen_spec: two registers share an offset")
+    for r in spec["reg"]:
+        if r["access"] not in ACCESS:
+            sys.exit(f"gen_spec: register {r['name']}: unknown access {r['access']!r}")
+        if r["offset"] % 4 != 0 or r["offset"] >= spec["meta"]["reg_bytes"]:
+            sys.exit(f"gen_spec: register {r['name']}: offset not word aligned or outside the window")
+        if r.get("qe") and r["access"] != "rw":
+            sys.exit(f"gen_spec: register {r['name']}: qe is for rw registers")
+        if r.get("re") and (r["access"] != "ro" or r.get("fields")):
+            sys.exit(f"gen_spec: register {r['name']}: re is for field-less ro registers")
+        used = 0
+        for f in reg_fields(r):
+            m = ((1 << f["width"]) - 1) << f["lsb"]
+            if f["lsb"] + f["width"] > 32 or used & m:
+                sys.exit(f"gen_spec: register {r['name']}.{f['name']} overlaps or exceeds 32 bits")
+            used |= m
+            if "value" in f and r["access"] != "ro":
+                sys.exit(f"gen_spec: register {r['name']}.{f['name']}: a constant must be ro")
+    regs = {r["name"]: r for r in spec["reg"]}
+    meta = spec["meta"]
+    if regs["ID"].get("value") != meta["id"]:
+        sys.exit("gen_spec: ID value differs from meta.id")
+    if regs["VERSION"].get("value") != (meta["version_major"] << 16 | meta["version_minor"]):
+        sys.exit("gen_spec: VERSION value differs from meta.version_major/minor")
+
+
+ACCESS = ("ro", "rw", "wo", "w1c", "w1s")
+
+
+def reg_fields(r: dict) -> list[dict]:
+    """The fields of a register; a register without `fields` is one field named after it."""
+    if r.get("fields"):
+        return [dict(f) for f in r["fields"]]
+    f = {"name": r["name"], "lsb": 0, "width": r.get("width", 32), "doc": r["doc"]}
+    if "value" in r:
+        f["value"] = r["value"]
+    return [f]
+
+
+def field_reset(r: dict, f: dict) -> int:
+    if "value" in f:
+        return f["value"]
+    if r["access"] in ("rw", "wo", "w1c"):
+        return f.get("reset", r.get("reset", 0)) & ((1 << f["width"]) - 1)
+    return 0
+
+
+def reg_mask(r: dict) -> int:
+    """Bits of the register that exist (the others read 0 and ignore writes)."""
+    return sum(((1 << f["width"]) - 1) << f["lsb"] for f in reg_fields(r))
+
+
+def reg_reset(r: dict) -> int:
+    """The value a read returns after reset, for registers whose value the spec fixes."""
+    return sum(field_reset(r, f) << f["lsb"] for f in reg_fields(r))
 
 
 def reserved_mask(spec: dict, ins: dict) -> list[int]:
@@ -81,6 +135,40 @@ def gen_isa_pkg(spec: dict) -> str:
     out.append("  typedef enum logic [3:0] {")
     out.append(",\n".join(f"    Fault{upper_camel(f['name'])} = 4'd{f['value']}" for f in spec["fault"]))
     out.append("  } fault_e;")
+    out.append("")
+    out.append("  // Dependency-token counters (FAULT_INFO of FaultTokenOverflow).")
+    out.append("  typedef enum logic [1:0] {")
+    out.append(",\n".join(f"    Token{upper_camel(t['name'])} = 2'd{t['value']}" for t in spec["token"]))
+    out.append("  } token_e;")
+    out.append(f"  localparam int unsigned TOKEN_MAX = {meta['token_max']};  // tokens a counter may hold, in program order")
+    out.append("")
+    out.append("  // Decoded views: one packed struct per instruction, bit for bit the encoding (reserved bits")
+    out.append("  // are rsvd<lsb> members), so a 128-bit instruction word assigned to one of them is decoded")
+    out.append("  // with no slicing; modules name fields (`mm.ub_addr`) instead of bit positions.")
+    out.append("  typedef struct packed {")
+    for h in sorted(spec["header"], key=lambda h: -h["lsb"]):
+        out.append(f"    {sv_logic(h['width'])} {h['name']};  // {h['doc']}")
+    out.append("  } hdr_t;")
+    hdr_end = max(h["lsb"] + h["width"] for h in spec["header"])
+    out.append("")
+    out.append("  typedef struct packed {")
+    out.append(f"    logic [{meta['instr_bits'] - hdr_end - 1}:0] body;")
+    out.append("    hdr_t hdr;")
+    out.append("  } instr_t;")
+    for ins in spec["instr"]:
+        out.append("")
+        out.append(f"  typedef struct packed {{  // {ins['name']}")
+        pos = meta["instr_bits"]
+        for f in sorted(ins["fields"], key=lambda f: -f["lsb"]):
+            top = f["lsb"] + f["width"]
+            if top < pos:
+                out.append(f"    {sv_logic(pos - top)} rsvd{top};")
+            out.append(f"    {sv_logic(f['width'])} {f['name']};  // {f['doc']}")
+            pos = f["lsb"]
+        if pos > hdr_end:
+            out.append(f"    {sv_logic(pos - hdr_end)} rsvd{hdr_end};")
+        out.append("    hdr_t hdr;")
+        out.append(f"  }} {ins['name'].lower()}_t;")
     for ins in spec["instr"]:
         n = ins["name"].upper()
         out.append("")
@@ -98,6 +186,78 @@ def gen_isa_pkg(spec: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def sv_logic(width: int) -> str:
+    return "logic" if width == 1 else f"logic [{width - 1}:0]"
+
+
+def reg2hw_members(r: dict) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(field, [(member, width)]) of what the generated block hands to the hardware."""
+    out = []
+    acc = r["access"]
+    for f in reg_fields(r):
+        w = f["width"]
+        if acc in ("rw", "wo"):
+            m = [("q", w)]
+            if r.get("qe"):
+                m += [("qe", 1), ("wd", w)]
+        elif acc in ("w1s", "w1c"):
+            m = [("q", w)]
+        else:
+            m = []
+        if m:
+            out.append((f["name"], m))
+    if r.get("re"):
+        out.append((r["name"], [("re", 1)]))
+    return out
+
+
+def hw2reg_members(r: dict) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(field, [(member, width)]) of what the hardware hands to the generated block."""
+    out = []
+    acc = r["access"]
+    for f in reg_fields(r):
+        w = f["width"]
+        if acc == "ro" and "value" not in f:
+            out.append((f["name"], [("d", w)]))
+        elif acc == "w1s":
+            out.append((f["name"], [("d", w)]))
+        elif acc == "w1c":
+            out.append((f["name"], [("d", w), ("de", 1)]))
+    return out
+
+
+def sv_struct_typedefs(spec: dict, kind: str, members_of) -> list[str]:
+    out = []
+    top = []
+    for r in spec["reg"]:
+        mem = members_of(r)
+        if not mem:
+            continue
+        tname = f"tpu_{kind}_{r['name'].lower()}_reg_t"
+        out.append("  typedef struct packed {")
+        if len(mem) == 1 and mem[0][0] == r["name"] or not r.get("fields"):
+            # field-less register: the members sit directly in the register struct
+            for _, ms in mem:
+                for m, w in ms:
+                    out.append(f"    {sv_logic(w)} {m};")
+        else:
+            for fname, ms in mem:
+                out.append("    struct packed {")
+                for m, w in ms:
+                    out.append(f"      {sv_logic(w)} {m};")
+                out.append(f"    }} {fname.lower()};")
+        out.append(f"  }} {tname};")
+        out.append("")
+        top.append((tname, r["name"].lower()))
+    out.append(f"  // Everything the generated register block {'hands to the hardware' if kind == 'reg2hw' else 'takes from the hardware'}.")
+    out.append("  typedef struct packed {")
+    for tname, member in top:
+        out.append(f"    {tname} {member};")
+    out.append(f"  }} {kind}_t;")
+    out.append("")
+    return out
+
+
 def gen_reg_pkg(spec: dict) -> str:
     meta = spec["meta"]
     out = [f"// {BANNER}", "package tpu_reg_pkg;", ""]
@@ -110,7 +270,242 @@ def gen_reg_pkg(spec: dict) -> str:
         for f in r.get("fields", []):
             out.append(f"  localparam int unsigned REG_{r['name']}_{f['name']}_BIT = {f['lsb']};  // {f['doc']}")
     out.append("")
+    out.append("  // Hardware interface of the generated register block (rtl/core/tpu_reg_top.sv), in the")
+    out.append("  // manner of OpenTitan's reggen: rw / wo fields give `q` (the stored value; with qe, also")
+    out.append("  // `qe`, the write pulse, and `wd`, the value being written), w1s fields a one-cycle `q`")
+    out.append("  // pulse per bit written 1, w1c fields their stored `q`, ro registers with re a read pulse")
+    out.append("  // `re`; ro fields and w1s read-back take `d` from the hardware, w1c fields are set by")
+    out.append("  // the hardware with `de` (write enable, wins over software) and `d`.")
+    out.append("")
+    out += sv_struct_typedefs(spec, "reg2hw", reg2hw_members)
+    out += sv_struct_typedefs(spec, "hw2reg", hw2reg_members)
     out.append("endpackage")
+    return "\n".join(out) + "\n"
+
+
+def gen_reg_top(spec: dict) -> str:
+    """The register block proper: AXI4-Lite slave, address decode, storage, access semantics."""
+    meta = spec["meta"]
+    regs = spec["reg"]
+    out = [f"// {BANNER}",
+           "//",
+           "// Register block storage and access semantics, generated from the register table (OpenTitan",
+           "// reggen style). The device-specific behaviour (doorbell, performance counters, soft-reset",
+           "// sequencing, interrupt line) lives in the hand-written rtl/core/tpu_reg_block.sv, which talks",
+           "// to this module through tpu_reg_pkg::reg2hw_t and tpu_reg_pkg::hw2reg_t.",
+           "//",
+           "// AXI4-Lite: a write is accepted when AW and W are both valid and no B is pending (one cycle,",
+           "// then B); a read is accepted when no R response is pending (R the next cycle). Offsets other",
+           "// than the exact register offsets answer SLVERR and read 0. Writes to ro registers are",
+           "// ignored (OKAY). wstrb applies byte by byte to rw / wo / w1c / w1s bits. Bits beyond a",
+           "// register's fields read 0. `soft_rst_i` resets every register whose soft_reset is not false.",
+           '`include "tpu_assert.svh"',
+           "",
+           "module tpu_reg_top (",
+           "  input  logic                   clk_i,",
+           "  input  logic                   rst_ni,",
+           "  input  logic                   soft_rst_i,",
+           "",
+           "  // AXI4-Lite slave",
+           "  input  logic [11:0]            s_axil_awaddr_i,",
+           "  input  logic                   s_axil_awvalid_i,",
+           "  output logic                   s_axil_awready_o,",
+           "  input  logic [31:0]            s_axil_wdata_i,",
+           "  input  logic [3:0]             s_axil_wstrb_i,",
+           "  input  logic                   s_axil_wvalid_i,",
+           "  output logic                   s_axil_wready_o,",
+           "  output logic [1:0]             s_axil_bresp_o,",
+           "  output logic                   s_axil_bvalid_o,",
+           "  input  logic                   s_axil_bready_i,",
+           "  input  logic [11:0]            s_axil_araddr_i,",
+           "  input  logic                   s_axil_arvalid_i,",
+           "  output logic                   s_axil_arready_o,",
+           "  output logic [31:0]            s_axil_rdata_o,",
+           "  output logic [1:0]             s_axil_rresp_o,",
+           "  output logic                   s_axil_rvalid_o,",
+           "  input  logic                   s_axil_rready_i,",
+           "",
+           "  output tpu_reg_pkg::reg2hw_t   reg2hw_o,",
+           "  input  tpu_reg_pkg::hw2reg_t   hw2reg_i",
+           ");",
+           "",
+           "  localparam logic [1:0] RespOkay   = 2'b00;",
+           "  localparam logic [1:0] RespSlvErr = 2'b10;",
+           "",
+           "  // Plain (not unique) case statements: the offsets are distinct constants, and with",
+           "  // --assert a unique case adds a uniqueness check to every evaluation.",
+           "  function automatic logic addr_known(input logic [11:0] a);",
+           "    case (a)",
+           ]
+    names = [f"tpu_reg_pkg::REG_{r['name']}" for r in regs]
+    lines = []
+    cur = "      "
+    for i, n in enumerate(names):
+        piece = n + ("," if i + 1 < len(names) else ":")
+        if len(cur) + len(piece) + 1 > 100:
+            lines.append(cur.rstrip())
+            cur = "      "
+        cur += piece + " "
+    lines.append(cur + "addr_known = 1'b1;")
+    out += lines
+    out += ["      default: addr_known = 1'b0;",
+            "    endcase",
+            "  endfunction",
+            "",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  // Write channel",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  logic        wr_fire, bvalid_q;",
+            "  logic [1:0]  bresp_q;",
+            "  logic [11:0] waddr;",
+            "  logic [31:0] wdata, wmask;",
+            "",
+            "  assign wr_fire          = s_axil_awvalid_i && s_axil_wvalid_i && !bvalid_q;",
+            "  assign s_axil_awready_o = wr_fire;",
+            "  assign s_axil_wready_o  = wr_fire;",
+            "  assign s_axil_bvalid_o  = bvalid_q;",
+            "  assign s_axil_bresp_o   = bresp_q;",
+            "  assign waddr            = s_axil_awaddr_i;",
+            "  assign wdata            = s_axil_wdata_i;",
+            "  assign wmask = {{8{s_axil_wstrb_i[3]}}, {8{s_axil_wstrb_i[2]}},",
+            "                  {8{s_axil_wstrb_i[1]}}, {8{s_axil_wstrb_i[0]}}};",
+            "",
+            "  always_ff @(posedge clk_i) begin",
+            "    if (!rst_ni) begin",
+            "      bvalid_q <= 1'b0;",
+            "      bresp_q  <= RespOkay;",
+            "    end else if (wr_fire) begin",
+            "      bvalid_q <= 1'b1;",
+            "      bresp_q  <= addr_known(waddr) ? RespOkay : RespSlvErr;",
+            "    end else if (s_axil_bready_i) begin",
+            "      bvalid_q <= 1'b0;",
+            "    end",
+            "  end",
+            "",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  // Read channel (request side; the data mux is below the registers)",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  logic        rd_fire, rvalid_q;",
+            "  logic [1:0]  rresp_q;",
+            "  logic [11:0] raddr;",
+            "  logic [31:0] rdata_q;",
+            "",
+            "  assign raddr            = s_axil_araddr_i;",
+            "  assign rd_fire          = s_axil_arvalid_i && !rvalid_q;",
+            "  assign s_axil_arready_o = !rvalid_q;",
+            "  assign s_axil_rvalid_o  = rvalid_q;",
+            "  assign s_axil_rdata_o   = rdata_q;",
+            "  assign s_axil_rresp_o   = rresp_q;",
+            "",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  // Registers",
+            "  // ---------------------------------------------------------------------------------------------",
+            ]
+    read_terms: dict[str, list[tuple[int, int, str]]] = {}
+    for r in regs:
+        rn = r["name"]
+        ln = rn.lower()
+        acc = r["access"]
+        multi = bool(r.get("fields"))
+        out.append(f"  // {rn} @ 0x{r['offset']:03X} ({acc}): {r['doc']}")
+        terms = []
+        writable = acc in ("rw", "wo", "w1c", "w1s")
+        if writable:
+            out.append(f"  logic we_{ln};")
+            out.append(f"  assign we_{ln} = wr_fire && (waddr == tpu_reg_pkg::REG_{rn});")
+        if r.get("re"):
+            out.append(f"  assign reg2hw_o.{ln}.re = rd_fire && (raddr == tpu_reg_pkg::REG_{rn});")
+        for f in reg_fields(r):
+            fn = f["name"].lower()
+            w, lsb = f["width"], f["lsb"]
+            path = f"{ln}.{fn}" if multi else ln
+            sig = f"{ln}_{fn}" if multi else ln
+            sl = f"[{lsb}]" if w == 1 else f"[{lsb + w - 1}:{lsb}]"
+            rst = f"{w}'h{field_reset(r, f):x}"
+            rst_cond = "!rst_ni || soft_rst_i" if r.get("soft_reset", True) else "!rst_ni"
+            if acc in ("rw", "wo"):
+                out.append(f"  logic {'' if w == 1 else f'[{w - 1}:0] '}{sig}_q, {sig}_wd;")
+                out.append(f"  assign {sig}_wd = ({sig}_q & ~wmask{sl}) | (wdata{sl} & wmask{sl});")
+                out.append("  always_ff @(posedge clk_i) begin")
+                out.append(f"    if ({rst_cond}) begin")
+                out.append(f"      {sig}_q <= {rst};")
+                out.append(f"    end else if (we_{ln}) begin")
+                out.append(f"      {sig}_q <= {sig}_wd;")
+                out.append("    end")
+                out.append("  end")
+                out.append(f"  assign reg2hw_o.{path}.q = {sig}_q;")
+                if r.get("qe"):
+                    out.append(f"  assign reg2hw_o.{path}.qe = we_{ln};")
+                    out.append(f"  assign reg2hw_o.{path}.wd = {sig}_wd;")
+                if acc == "rw":
+                    terms.append((lsb, w, f"{sig}_q"))
+            elif acc == "w1c":
+                out.append(f"  logic {'' if w == 1 else f'[{w - 1}:0] '}{sig}_q;")
+                out.append("  always_ff @(posedge clk_i) begin")
+                out.append(f"    if ({rst_cond}) begin")
+                out.append(f"      {sig}_q <= {rst};")
+                out.append(f"    end else if (hw2reg_i.{path}.de) begin")
+                out.append(f"      {sig}_q <= hw2reg_i.{path}.d;")
+                out.append(f"    end else if (we_{ln}) begin")
+                out.append(f"      {sig}_q <= {sig}_q & ~(wdata{sl} & wmask{sl});")
+                out.append("    end")
+                out.append("  end")
+                out.append(f"  assign reg2hw_o.{path}.q = {sig}_q;")
+                terms.append((lsb, w, f"{sig}_q"))
+            elif acc == "w1s":
+                out.append(f"  assign reg2hw_o.{path}.q = {{{w}{{we_{ln}}}}} & wdata{sl} & wmask{sl};")
+                terms.append((lsb, w, f"hw2reg_i.{path}.d"))
+            else:  # ro
+                if "value" in f:
+                    terms.append((lsb, w, f"{w}'h{f['value']:x}"))
+                else:
+                    terms.append((lsb, w, f"hw2reg_i.{path}.d"))
+        if r.get("soft_reset", True) is False:
+            out.append("  // kept across a soft reset")
+        out.append("")
+        read_terms[rn] = terms
+    out += ["  // ---------------------------------------------------------------------------------------------",
+            "  // Read data: the mux sits inside the accepting branch, so simulation evaluates it only",
+            "  // when a read is accepted, not every cycle.",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  always_ff @(posedge clk_i) begin",
+            "    if (!rst_ni) begin",
+            "      rvalid_q <= 1'b0;",
+            "      rdata_q  <= '0;",
+            "      rresp_q  <= RespOkay;",
+            "    end else if (rd_fire) begin",
+            "      rvalid_q <= 1'b1;",
+            "      rresp_q  <= addr_known(raddr) ? RespOkay : RespSlvErr;",
+            "      rdata_q  <= '0;",
+            "      case (raddr)"]
+    for r in regs:
+        terms = read_terms[r["name"]]
+        if not terms:
+            continue
+        if len(terms) == 1 and terms[0][0] == 0 and terms[0][1] == 32:
+            out.append(f"        tpu_reg_pkg::REG_{r['name']}: rdata_q <= {terms[0][2]};")
+            continue
+        out.append(f"        tpu_reg_pkg::REG_{r['name']}: begin")
+        for lsb, w, e in terms:
+            sl = f"[{lsb}]" if w == 1 else f"[{lsb + w - 1}:{lsb}]"
+            out.append(f"          rdata_q{sl} <= {e};")
+        out.append("        end")
+    out += ["        default: ;",
+            "      endcase",
+            "    end else if (s_axil_rready_i) begin",
+            "      rvalid_q <= 1'b0;",
+            "    end",
+            "  end",
+            "",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  // Assertions",
+            "  // ---------------------------------------------------------------------------------------------",
+            "  `TPU_ASSERT(BValidStable_A, bvalid_q && !s_axil_bready_i |=> bvalid_q && $stable(bresp_q),",
+            "              clk_i, !rst_ni)",
+            "  `TPU_ASSERT(RValidStable_A, rvalid_q && !s_axil_rready_i |=> rvalid_q && $stable(rdata_q)",
+            "              && $stable(rresp_q), clk_i, !rst_ni)",
+            "",
+            "endmodule"]
     return "\n".join(out) + "\n"
 
 
@@ -127,6 +522,8 @@ def gen_cpp(spec: dict) -> str:
     out.append(f"inline constexpr unsigned kInstrBits = {meta['instr_bits']};")
     out.append(f"inline constexpr unsigned kInstrBytes = {meta['instr_bits'] // 8};")
     out.append(f"inline constexpr uint32_t kRegWindowBytes = {meta['reg_bytes']};")
+    out.append(f"/// Most tokens a dependency counter may hold, counted in program order (TOKEN_OVERFLOW).")
+    out.append(f"inline constexpr uint32_t kTokenMax = {meta['token_max']};")
     out.append("")
     out.append("/// A bit field of an instruction: `width` bits starting at bit `lsb`.")
     out.append("struct Field {")
@@ -146,7 +543,8 @@ def gen_cpp(spec: dict) -> str:
     for kind, items, utype in (("Opcode", [(i["name"], i["opcode"]) for i in spec["instr"]], "uint8_t"),
                                ("Mem", [(m["name"], m["value"]) for m in spec["memory"]], "uint8_t"),
                                ("Queue", [(q["name"], q["value"]) for q in spec["queue"]], "uint8_t"),
-                               ("Fault", [(f["name"], f["value"]) for f in spec["fault"]], "uint8_t")):
+                               ("Fault", [(f["name"], f["value"]) for f in spec["fault"]], "uint8_t"),
+                               ("Token", [(t["name"], t["value"]) for t in spec["token"]], "uint8_t")):
         out.append(f"enum class {kind} : {utype} {{")
         for name, value in items:
             out.append(f"  k{upper_camel(name)} = 0x{value:02X},")
@@ -217,20 +615,38 @@ def gen_cpp(spec: dict) -> str:
     for r in spec["reg"]:
         out.append(f"inline constexpr uint32_t k{upper_camel(r['name'])} = 0x{r['offset']:03X};  // {r['access']}: {r['doc']}")
         for f in r.get("fields", []):
-            out.append(f"inline constexpr uint32_t k{upper_camel(r['name'])}{upper_camel(f['name'])} = 1u << {f['lsb']};  // {f['doc']}")
+            bits = f"1u << {f['lsb']}" if f["width"] == 1 else f"0x{((1 << f['width']) - 1) << f['lsb']:X}u"
+            out.append(f"inline constexpr uint32_t k{upper_camel(r['name'])}{upper_camel(f['name'])} = {bits};  // {f['doc']}")
     out.append("}  // namespace reg")
     out.append("")
-    out.append("/// Register names by offset, for dumps and the CLI.")
+    out.append("/// Register access types (docs/isa.md).")
+    out.append("enum class Access : uint8_t { kRo, kRw, kWo, kW1c, kW1s };")
+    out.append("")
+    out.append("/// The register table: what the generated register block (rtl/core/tpu_reg_top.sv) implements.")
     out.append("struct RegInfo {")
     out.append("  std::string_view name;")
     out.append("  uint32_t offset;")
     out.append("  std::string_view access;")
     out.append("  std::string_view doc;")
+    out.append("  Access kind;        ///< access, as an enum")
+    out.append("  uint32_t mask;      ///< bits that exist; the others read 0 and ignore writes")
+    out.append("  uint32_t reset;     ///< value after reset (ro registers fed by the hardware: 0)")
+    out.append("  bool soft_reset;    ///< CTRL.SOFT_RESET resets it too")
     out.append("};")
     out.append("inline constexpr std::array<RegInfo, %d> kRegs{{" % len(spec["reg"]))
     for r in spec["reg"]:
-        out.append(f"    {{\"{r['name']}\", 0x{r['offset']:03X}, \"{r['access']}\", \"{r['doc']}\"}},")
+        kind = "k" + r["access"].capitalize()
+        out.append(f"    {{\"{r['name']}\", 0x{r['offset']:03X}, \"{r['access']}\", \"{r['doc']}\", Access::{kind}, "
+                   f"0x{reg_mask(r):08X}u, 0x{reg_reset(r):08X}u, {'true' if r.get('soft_reset', True) else 'false'}}},")
     out.append("}};")
+    out.append("")
+    out.append("/// The table entry of a register offset, or nullptr when no register lives there.")
+    out.append("constexpr const RegInfo* find_reg(uint32_t offset) {")
+    out.append("  for (const auto& r : kRegs) {")
+    out.append("    if (r.offset == offset) return &r;")
+    out.append("  }")
+    out.append("  return nullptr;")
+    out.append("}")
     out.append("")
     out.append("}  // namespace tpuw::spec")
     return "\n".join(out) + "\n"
@@ -258,6 +674,9 @@ def gen_doc(spec: dict) -> str:
     out.append("")
     out.append("Queues: " + "; ".join(f"`{q['name']}` ({q['doc']})" for q in spec["queue"]) + ".")
     out.append("")
+    out.append("Dependency-token counters: " + "; ".join(f"`{t['name']}` = {t['value']} ({t['doc']})" for t in spec["token"])
+               + f". TOKEN_MAX = {meta['token_max']}.")
+    out.append("")
     out.append("## Instructions")
     for ins in spec["instr"]:
         out.append("")
@@ -280,16 +699,29 @@ def gen_doc(spec: dict) -> str:
     out.append("")
     out.append("## Registers")
     out.append("")
-    out.append(f"AXI4-Lite, 32-bit registers, {meta['reg_bytes']}-byte window. Access: ro read-only, rw "
-               "read-write, w1s write 1 to start (reads 1 while running), w1c write 1 to clear.")
+    out.append(f"AXI4-Lite, 32-bit registers, {meta['reg_bytes']}-byte window. Access: ro read-only (writes "
+               "ignored), rw read-write, wo write-only (reads 0), w1s write 1 to start (reads 1 while "
+               "running), w1c write 1 to clear. Bits outside a register's fields read 0 and ignore "
+               "writes; an offset with no register answers SLVERR. Reset is the value after reset "
+               "(\"hw\": the device's state); soft reset \"kept\" means CTRL.SOFT_RESET leaves the register "
+               "alone. The register block's storage and access logic (rtl/core/tpu_reg_top.sv) is "
+               "generated from the same table.")
     out.append("")
-    out.append("| offset | name | access | meaning |")
-    out.append("|---|---|---|---|")
+    out.append("| offset | name | access | bits | reset | meaning |")
+    out.append("|---|---|---|---|---|---|")
     for r in spec["reg"]:
         doc = r["doc"]
         if r.get("fields"):
-            doc += "<br>" + "<br>".join(f"bit {f['lsb']} `{f['name']}`: {f['doc']}" for f in r["fields"])
-        out.append(f"| 0x{r['offset']:03X} | `{r['name']}` | {r['access']} | {doc} |")
+            doc += "<br>" + "<br>".join(
+                (f"bit {f['lsb']}" if f["width"] == 1 else f"bits {f['lsb'] + f['width'] - 1}:{f['lsb']}")
+                + f" `{f['name']}`: {f['doc']}" for f in r["fields"])
+        if r.get("soft_reset", True) is False:
+            doc += " (kept across a soft reset)"
+        width = max(f["lsb"] + f["width"] for f in reg_fields(r))
+        bits = "31:0" if width == 32 else f"{width - 1}:0"
+        fixed = r["access"] in ("rw", "wo", "w1c") or all("value" in f for f in reg_fields(r))
+        reset = f"0x{reg_reset(r):X}" if fixed else "hw"
+        out.append(f"| 0x{r['offset']:03X} | `{r['name']}` | {r['access']} | {bits} | {reset} | {doc} |")
     return "\n".join(out) + "\n"
 
 
@@ -305,6 +737,7 @@ def main() -> int:
     outputs = {
         "rtl/pkg/tpu_isa_pkg.sv": gen_isa_pkg(spec),
         "rtl/pkg/tpu_reg_pkg.sv": gen_reg_pkg(spec),
+        "rtl/core/tpu_reg_top.sv": gen_reg_top(spec),
         "host/include/tpuw/spec.h": gen_cpp(spec),
         "docs/isa.md": gen_doc(spec),
     }

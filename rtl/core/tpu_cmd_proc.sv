@@ -76,7 +76,7 @@ module tpu_cmd_proc #(
   // LOAD engine
   output logic                  ld_valid_o,
   input  logic                  ld_ready_i,
-  output logic [127:0]          ld_instr_o,
+  output tpu_isa_pkg::load_t    ld_instr_o,
   output logic [31:0]           ld_pc_o,
   input  logic                  ld_done_i,
   input  logic                  ld_idle_i,
@@ -87,14 +87,14 @@ module tpu_cmd_proc #(
   // COMPUTE engine (tpu_datapath)
   output logic                  cmp_valid_o,
   input  logic                  cmp_ready_i,
-  output logic [127:0]          cmp_instr_o,
+  output tpu_isa_pkg::instr_t   cmp_instr_o,
   input  logic                  cmp_done_i,
   input  logic                  cmp_idle_i,
 
   // STORE engine
   output logic                  st_valid_o,
   input  logic                  st_ready_i,
-  output logic [127:0]          st_instr_o,
+  output tpu_isa_pkg::store_t   st_instr_o,
   output logic [31:0]           st_pc_o,
   input  logic                  st_done_i,
   input  logic                  st_idle_i,
@@ -105,19 +105,11 @@ module tpu_cmd_proc #(
 
   localparam int unsigned BeatBytes    = DmaDataW / 8;
   localparam int unsigned LogBeat      = $clog2(BeatBytes);
-  localparam int unsigned BeatsPerInstr = (DmaDataW >= 128) ? 1 : 128 / DmaDataW;
-  localparam int unsigned BpiW         = (BeatsPerInstr > 1) ? $clog2(BeatsPerInstr) : 1;
-  localparam int unsigned MaxBurstInstr = 256 / BeatsPerInstr;
-  localparam int unsigned FCntW        = $clog2(FetchDepth + 1);
-  localparam int unsigned FifoCntW     = $clog2(FetchDepth + 1);
 
-  localparam int unsigned PopPrev  = tpu_isa_pkg::HDR_POP_PREV_LSB;
-  localparam int unsigned PopNext  = tpu_isa_pkg::HDR_POP_NEXT_LSB;
-  localparam int unsigned PushPrev = tpu_isa_pkg::HDR_PUSH_PREV_LSB;
-  localparam int unsigned PushNext = tpu_isa_pkg::HDR_PUSH_NEXT_LSB;
 
-  localparam logic [3:0] CauseAxi  = 4'(tpu_isa_pkg::FaultAxiError);
-  localparam logic [3:0] CauseRing = 4'(tpu_isa_pkg::FaultRingConfig);
+  localparam logic [3:0] CauseAxi   = 4'(tpu_isa_pkg::FaultAxiError);
+  localparam logic [3:0] CauseRing  = 4'(tpu_isa_pkg::FaultRingConfig);
+  localparam logic [3:0] CauseToken = 4'(tpu_isa_pkg::FaultTokenOverflow);
 
   // =============================================================================================
   // Fault state (declared early: fetch and dispatch stop on it)
@@ -133,7 +125,6 @@ module tpu_cmd_proc #(
   // Ring pointers
   // =============================================================================================
   logic [31:0] head_q;         // next instruction to decode
-  logic [31:0] fptr_q;         // next instruction to fetch
   logic        head_adv;
 
   function automatic logic [31:0] ring_next(input logic [31:0] p, input logic [31:0] n,
@@ -145,142 +136,23 @@ module tpu_cmd_proc #(
   endfunction
 
   // =============================================================================================
-  // Fetch
+  // Fetch (tpu_cmd_fetch: ring reads into the prefetch buffer)
   // =============================================================================================
-  logic              pf_push, pf_pop, pf_empty, pf_full;
-  logic [FifoCntW-1:0] pf_count;
-  logic [128:0]      pf_wdata, pf_rdata;   // {fetch error, instr}
-  logic [FCntW-1:0]  f_inflight_q;         // instructions requested, not yet in the buffer
+  logic                pf_valid, pf_err, pf_pop;
+  tpu_isa_pkg::instr_t pf_instr;
 
-  logic              far_valid_q;
-  logic [31:0]       far_addr_q;
-  logic [7:0]        far_len_q;
-
-  logic [31:0] f_addr, f_avail, f_to4k, f_n;
-  logic [31:0] f_free;
-  logic        f_issue;
-  logic [31:0] f_runtail;  // instructions up to tail or the ring end
-
-  assign f_addr  = ring_base_i + {fptr_q[27:0], 4'b0000};
-  assign f_runtail = (fptr_q <= ring_tail_i) ? (ring_tail_i - fptr_q) : (ring_size_i - fptr_q);
-  logic [12:0] f_to4k_bytes;
-  assign f_to4k_bytes = 13'h1000 - {1'b0, f_addr[11:0]};
-  assign f_to4k  = {23'd0, f_to4k_bytes[12:4]};
-  assign f_free  = 32'(FetchDepth) - 32'(pf_count) - 32'(f_inflight_q);
-  always_comb begin
-    f_avail = f_runtail;
-    if (f_to4k < f_avail) f_avail = f_to4k;
-    if (32'(MaxBurstInstr) < f_avail) f_avail = 32'(MaxBurstInstr);
-    f_n = f_avail;
-    if (f_free < f_n) f_n = f_free;
-  end
-
-  // outstanding fetch bursts (each carries at least one instruction, so FetchDepth bound them)
-  logic fb_push, fb_pop, fb_empty, fb_full;
-  assign f_issue = !halt && (fptr_q != ring_tail_i) && (f_n != 32'd0) && !fb_full &&
-                   (!far_valid_q || f_arready_i) &&
-                   ((f_n == f_avail) || (f_n >= 32'(FetchDepth / 2)));
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      far_valid_q <= 1'b0;
-      far_addr_q  <= '0;
-      far_len_q   <= '0;
-      fptr_q      <= '0;
-    end else begin
-      if (f_arready_i) far_valid_q <= 1'b0;
-      if (f_issue) begin
-        far_valid_q <= 1'b1;
-        far_addr_q  <= f_addr;
-        far_len_q   <= 8'(f_n * BeatsPerInstr - 1);
-        fptr_q      <= ring_next(fptr_q, f_n, ring_size_i);
-      end
-    end
-  end
-
-  assign f_arvalid_o = far_valid_q;
-  assign f_araddr_o  = far_addr_q;
-  assign f_arlen_o   = far_len_q;
-  assign f_rready_o  = 1'b1;   // space is reserved by the credit count
-
-  assign fb_push = f_issue;
-  assign fb_pop  = f_rvalid_i && f_rlast_i;
-
-  logic [FCntW-1:0] fb_cnt_q;
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      fb_cnt_q <= '0;
-    end else begin
-      fb_cnt_q <= fb_cnt_q + (fb_push ? FCntW'(1) : FCntW'(0)) - (fb_pop ? FCntW'(1) : FCntW'(0));
-    end
-  end
-  assign fb_empty = (fb_cnt_q == '0);
-  assign fb_full  = (fb_cnt_q == FCntW'(FetchDepth));
-
-  // beat assembly
-  logic [127:0]  asm_q;
-  logic          asm_err_q;
-  logic [BpiW-1:0] asm_cnt_q;
-  logic          beat_err;
-  logic          asm_last;
-  logic [127:0]  asm_full;
-  assign beat_err = f_rresp_i[1];
-  assign asm_last = (asm_cnt_q == BpiW'(BeatsPerInstr - 1));
-
-  if (BeatsPerInstr == 1) begin : g_asm1
-    assign asm_full = f_rdata_i[127:0];
-    logic unused_asm;
-    assign unused_asm = ^asm_q;
-    if (DmaDataW > 128) begin : g_unused
-      logic unused_hi;
-      assign unused_hi = ^f_rdata_i[DmaDataW-1:128];
-    end
-  end else begin : g_asmn
-    always_comb begin
-      asm_full = asm_q;
-      asm_full[asm_cnt_q*DmaDataW +: DmaDataW] = f_rdata_i;
-    end
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      asm_q     <= '0;
-      asm_err_q <= 1'b0;
-      asm_cnt_q <= '0;
-    end else if (f_rvalid_i) begin
-      asm_q <= asm_full;
-      if (asm_last) begin
-        asm_cnt_q <= '0;
-        asm_err_q <= 1'b0;
-      end else begin
-        asm_cnt_q <= asm_cnt_q + BpiW'(1);
-        asm_err_q <= asm_err_q || beat_err;
-      end
-    end
-  end
-
-  assign pf_push  = f_rvalid_i && asm_last;
-  assign pf_wdata = {asm_err_q || beat_err, asm_full};
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      f_inflight_q <= '0;
-    end else begin
-      f_inflight_q <= f_inflight_q + (f_issue ? FCntW'(f_n) : FCntW'(0))
-                                   - (pf_push ? FCntW'(1) : FCntW'(0));
-    end
-  end
-
-  tpu_fifo #(.Width(129), .Depth(FetchDepth)) u_prefetch (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(pf_push), .wdata_i(pf_wdata), .pop_i(pf_pop), .rdata_o(pf_rdata),
-    .empty_o(pf_empty), .full_o(pf_full), .count_o(pf_count)
+  tpu_cmd_fetch #(.DmaDataW(DmaDataW), .FetchDepth(FetchDepth)) u_fetch (
+    .clk_i, .rst_ni, .halt_i(halt),
+    .ring_base_i, .ring_size_i, .ring_tail_i,
+    .f_arvalid_o, .f_arready_i, .f_araddr_o, .f_arlen_o,
+    .f_rvalid_i, .f_rready_o, .f_rdata_i, .f_rresp_i, .f_rlast_i,
+    .instr_valid_o(pf_valid), .instr_o(pf_instr), .instr_err_o(pf_err), .instr_pop_i(pf_pop)
   );
 
   // =============================================================================================
   // Decode
   // =============================================================================================
-  logic [127:0] d_instr;
+  tpu_isa_pkg::instr_t d_instr;
   logic         d_ferr;
   logic [31:0]  d_pc;
   logic         d_fault;
@@ -288,8 +160,10 @@ module tpu_cmd_proc #(
   logic [31:0]  d_info;
   logic [1:0]   d_queue;
 
-  assign d_instr = pf_rdata[127:0];
-  assign d_ferr  = pf_rdata[128];
+  assign d_instr = pf_instr;
+  tpu_isa_pkg::fence_t d_fence;   // the same bits, seen as a FENCE
+  assign d_fence = d_instr;
+  assign d_ferr  = pf_err;
   assign d_pc    = ring_base_i + {head_q[27:0], 4'b0000};
 
   tpu_decode #(
@@ -300,55 +174,61 @@ module tpu_cmd_proc #(
     .fault_o(d_fault), .cause_o(d_cause), .info_o(d_info), .queue_o(d_queue)
   );
 
-  // =============================================================================================
-  // Queues
-  // =============================================================================================
-  logic         lq_push, lq_pop, lq_empty, lq_full;
-  logic         cq_push, cq_pop, cq_empty, cq_full;
-  logic         sq_push, sq_pop, sq_empty, sq_full;
-  logic [159:0] lq_rdata, sq_rdata;
-  logic [127:0] cq_rdata;
+  // Token overflow (decode time): per counter, the tokens pushed minus those popped by the
+  // instructions dispatched so far, in program order. It lies in [-QueueDepth, TOKEN_MAX]: a pop
+  // that is dispatched waits in its queue until its token arrives, so at most QueueDepth of them
+  // run ahead. The live counters below hold at most TOKEN_MAX + QueueDepth and never wrap.
+  localparam int unsigned TokBalW = 10;
+  localparam logic [TokBalW-1:0] TokMax = TokBalW'(tpu_isa_pkg::TOKEN_MAX);
+  logic [TokBalW-1:0] tok_bal_q [4];   // two's complement, index = tpu_isa_pkg::token_e
+  logic [3:0]         d_tok_push, d_tok_pop, d_tok_over;
+  logic               d_tok_fault;
+  logic [31:0]        d_tok_info;
 
-  tpu_fifo #(.Width(160), .Depth(QueueDepth)) u_load_q (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(lq_push), .wdata_i({d_pc, d_instr}), .pop_i(lq_pop), .rdata_o(lq_rdata),
-    .empty_o(lq_empty), .full_o(lq_full), .count_o()
-  );
-  tpu_fifo #(.Width(128), .Depth(QueueDepth)) u_compute_q (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(cq_push), .wdata_i(d_instr), .pop_i(cq_pop), .rdata_o(cq_rdata),
-    .empty_o(cq_empty), .full_o(cq_full), .count_o()
-  );
-  tpu_fifo #(.Width(160), .Depth(QueueDepth)) u_store_q (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(sq_push), .wdata_i({d_pc, d_instr}), .pop_i(sq_pop), .rdata_o(sq_rdata),
-    .empty_o(sq_empty), .full_o(sq_full), .count_o()
-  );
+  always_comb begin
+    d_tok_push = '0;
+    d_tok_pop  = '0;
+    case (d_queue)
+      2'(tpu_isa_pkg::QueueLoad): begin
+        d_tok_push[tpu_isa_pkg::TokenLd2cmp] = d_instr.hdr.push_next;
+        d_tok_pop[tpu_isa_pkg::TokenCmp2ld]  = d_instr.hdr.pop_next;
+      end
+      2'(tpu_isa_pkg::QueueCompute): begin
+        d_tok_push[tpu_isa_pkg::TokenCmp2ld] = d_instr.hdr.push_prev;
+        d_tok_push[tpu_isa_pkg::TokenCmp2st] = d_instr.hdr.push_next;
+        d_tok_pop[tpu_isa_pkg::TokenLd2cmp]  = d_instr.hdr.pop_prev;
+        d_tok_pop[tpu_isa_pkg::TokenSt2cmp]  = d_instr.hdr.pop_next;
+      end
+      2'(tpu_isa_pkg::QueueStore): begin
+        d_tok_push[tpu_isa_pkg::TokenSt2cmp] = d_instr.hdr.push_prev;
+        d_tok_pop[tpu_isa_pkg::TokenCmp2st]  = d_instr.hdr.pop_prev;
+      end
+      default: ;
+    endcase
+    for (int i = 0; i < 4; i++) begin
+      d_tok_over[i] = d_tok_push[i] && !tok_bal_q[i][TokBalW-1] && (tok_bal_q[i] >= TokMax);
+    end
+    d_tok_fault = |d_tok_over;
+    d_tok_info  = '0;
+    for (int i = 3; i >= 0; i--) begin
+      if (d_tok_over[i]) d_tok_info = 32'(i);
+    end
+  end
 
   // =============================================================================================
   // Dispatch
   // =============================================================================================
   logic fence_active_q;
   logic d_valid, d_take, d_fault_take, d_fence_take;
-  logic q_full;
+  logic q_full, q_push;
 
-  assign d_valid = !pf_empty && !halt && !fence_active_q;
-  always_comb begin
-    unique case (d_queue)
-      2'(tpu_isa_pkg::QueueLoad):    q_full = lq_full;
-      2'(tpu_isa_pkg::QueueCompute): q_full = cq_full;
-      2'(tpu_isa_pkg::QueueStore):   q_full = sq_full;
-      default:                       q_full = 1'b0;
-    endcase
-  end
+  assign d_valid = pf_valid && !halt && !fence_active_q;
 
-  assign d_fault_take = d_valid && (d_ferr || d_fault);
+  assign d_fault_take = d_valid && (d_ferr || d_fault || d_tok_fault);
   assign d_fence_take = d_valid && !d_fault_take && (d_queue == 2'(tpu_isa_pkg::QueueCtrl));
   assign d_take       = d_valid && !d_fault_take && !q_full;   // includes FENCE
 
-  assign lq_push  = d_take && (d_queue == 2'(tpu_isa_pkg::QueueLoad));
-  assign cq_push  = d_take && (d_queue == 2'(tpu_isa_pkg::QueueCompute));
-  assign sq_push  = d_take && (d_queue == 2'(tpu_isa_pkg::QueueStore));
+  assign q_push   = d_take && (d_queue != 2'(tpu_isa_pkg::QueueCtrl));
   assign pf_pop   = d_take;
   assign head_adv = d_take;
 
@@ -360,99 +240,28 @@ module tpu_cmd_proc #(
     end
   end
 
-  // =============================================================================================
-  // Tokens and issue
-  // =============================================================================================
-  logic [7:0] ld2cmp_q, cmp2ld_q, cmp2st_q, st2cmp_q;
-
-  // in-flight push flags per engine: {push_prev, push_next}
-  logic       li_push, li_pop, li_empty, li_full;
-  logic       ci_push, ci_pop, ci_empty, ci_full;
-  logic       si_push, si_pop, si_empty, si_full;
-  logic [1:0] li_rdata, ci_rdata, si_rdata;
-
-  logic [127:0] lq_instr, sq_instr;
-  assign lq_instr = lq_rdata[127:0];
-  assign sq_instr = sq_rdata[127:0];
-
-  logic ld_tok_ok, cmp_tok_ok, st_tok_ok;
-  assign ld_tok_ok  = !lq_instr[PopNext] || (cmp2ld_q != 8'd0);
-  assign cmp_tok_ok = (!cq_rdata[PopPrev] || (ld2cmp_q != 8'd0)) &&
-                      (!cq_rdata[PopNext] || (st2cmp_q != 8'd0));
-  assign st_tok_ok  = !sq_instr[PopPrev] || (cmp2st_q != 8'd0);
-
-  assign ld_valid_o  = !lq_empty && ld_tok_ok && !li_full;
-  assign cmp_valid_o = !cq_empty && cmp_tok_ok && !ci_full;
-  assign st_valid_o  = !sq_empty && st_tok_ok && !si_full;
-  assign ld_instr_o  = lq_instr;
-  assign ld_pc_o     = lq_rdata[159:128];
-  assign cmp_instr_o = cq_rdata;
-  assign st_instr_o  = sq_instr;
-  assign st_pc_o     = sq_rdata[159:128];
-
-  logic ld_fire, cmp_fire, st_fire;
-  assign ld_fire  = ld_valid_o && ld_ready_i;
-  assign cmp_fire = cmp_valid_o && cmp_ready_i;
-  assign st_fire  = st_valid_o && st_ready_i;
-  assign lq_pop = ld_fire;
-  assign cq_pop = cmp_fire;
-  assign sq_pop = st_fire;
-
-  assign li_push = ld_fire;
-  assign ci_push = cmp_fire;
-  assign si_push = st_fire;
-  assign li_pop  = ld_done_i;
-  assign ci_pop  = cmp_done_i;
-  assign si_pop  = st_done_i;
-
-  tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_ld_inflight (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(li_push), .wdata_i({lq_instr[PushPrev], lq_instr[PushNext]}), .pop_i(li_pop),
-    .rdata_o(li_rdata), .empty_o(li_empty), .full_o(li_full), .count_o()
-  );
-  tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_cmp_inflight (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(ci_push), .wdata_i({cq_rdata[PushPrev], cq_rdata[PushNext]}), .pop_i(ci_pop),
-    .rdata_o(ci_rdata), .empty_o(ci_empty), .full_o(ci_full), .count_o()
-  );
-  tpu_fifo #(.Width(2), .Depth(InflightDepth)) u_st_inflight (
-    .clk_i, .rst_ni, .flush_i(1'b0),
-    .push_i(si_push), .wdata_i({sq_instr[PushPrev], sq_instr[PushNext]}), .pop_i(si_pop),
-    .rdata_o(si_rdata), .empty_o(si_empty), .full_o(si_full), .count_o()
-  );
-
-  logic ld2cmp_inc, ld2cmp_dec, cmp2ld_inc, cmp2ld_dec;
-  logic cmp2st_inc, cmp2st_dec, st2cmp_inc, st2cmp_dec;
-  assign ld2cmp_inc = ld_done_i && li_rdata[0];        // LOAD push_next
-  assign cmp2ld_inc = cmp_done_i && ci_rdata[1];       // COMPUTE push_prev
-  assign cmp2st_inc = cmp_done_i && ci_rdata[0];       // COMPUTE push_next
-  assign st2cmp_inc = st_done_i && si_rdata[1];        // STORE push_prev
-  assign cmp2ld_dec = ld_fire && lq_instr[PopNext];
-  assign ld2cmp_dec = cmp_fire && cq_rdata[PopPrev];
-  assign st2cmp_dec = cmp_fire && cq_rdata[PopNext];
-  assign cmp2st_dec = st_fire && sq_instr[PopPrev];
-
-  function automatic logic [7:0] tok_next(input logic [7:0] c, input logic inc, input logic dec);
-    tok_next = c + (inc ? 8'd1 : 8'd0) - (dec ? 8'd1 : 8'd0);
-  endfunction
-
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
-      ld2cmp_q <= '0;
-      cmp2ld_q <= '0;
-      cmp2st_q <= '0;
-      st2cmp_q <= '0;
-    end else begin
-      ld2cmp_q <= tok_next(ld2cmp_q, ld2cmp_inc, ld2cmp_dec);
-      cmp2ld_q <= tok_next(cmp2ld_q, cmp2ld_inc, cmp2ld_dec);
-      cmp2st_q <= tok_next(cmp2st_q, cmp2st_inc, cmp2st_dec);
-      st2cmp_q <= tok_next(st2cmp_q, st2cmp_inc, st2cmp_dec);
+      for (int i = 0; i < 4; i++) tok_bal_q[i] <= '0;
+    end else if (d_take) begin
+      for (int i = 0; i < 4; i++) begin
+        tok_bal_q[i] <= tok_bal_q[i] + TokBalW'(d_tok_push[i]) - TokBalW'(d_tok_pop[i]);
+      end
     end
   end
 
+  // =============================================================================================
+  // Queues, tokens and issue (tpu_cmd_dispatch)
+  // =============================================================================================
   logic engines_idle;
-  assign engines_idle = lq_empty && cq_empty && sq_empty && li_empty && ci_empty && si_empty &&
-                        ld_idle_i && cmp_idle_i && st_idle_i;
+  tpu_cmd_dispatch #(.QueueDepth(QueueDepth), .InflightDepth(InflightDepth)) u_dispatch (
+    .clk_i, .rst_ni,
+    .push_i(q_push), .queue_i(d_queue), .instr_i(d_instr), .pc_i(d_pc), .full_o(q_full),
+    .ld_valid_o, .ld_ready_i, .ld_instr_o, .ld_pc_o, .ld_done_i, .ld_idle_i,
+    .cmp_valid_o, .cmp_ready_i, .cmp_instr_o, .cmp_done_i, .cmp_idle_i,
+    .st_valid_o, .st_ready_i, .st_instr_o, .st_pc_o, .st_done_i, .st_idle_i,
+    .idle_o(engines_idle), .perf_dma_wait_o
+  );
 
   // =============================================================================================
   // FENCE
@@ -485,9 +294,9 @@ module tpu_cmd_proc #(
       irq_fence_q <= 1'b0;
       if (d_fence_take && d_take) begin
         fence_active_q <= 1'b1;
-        fence_addr_q   <= d_instr[tpu_isa_pkg::FENCE_HOST_ADDR_LSB +: tpu_isa_pkg::FENCE_HOST_ADDR_W];
-        fence_val_q    <= d_instr[tpu_isa_pkg::FENCE_VALUE_LSB +: tpu_isa_pkg::FENCE_VALUE_W];
-        fence_irq_q    <= d_instr[tpu_isa_pkg::FENCE_IRQ_LSB];
+        fence_addr_q   <= d_fence.host_addr;
+        fence_val_q    <= d_fence.value;
+        fence_irq_q    <= d_fence.irq;
         fence_pc_q     <= d_pc;
       end
       // a fault captured while the fence waits for the drain cancels it (nothing is written)
@@ -551,9 +360,10 @@ module tpu_cmd_proc #(
       cap = 1'b1; cap_cause = CauseAxi; cap_pc = fence_pc_q; cap_info = fence_addr_q;
     end else if (d_fault_take) begin
       cap       = 1'b1;
-      cap_cause = d_ferr ? CauseAxi : d_cause;
+      cap_cause = d_ferr ? CauseAxi : d_fault ? d_cause : CauseToken;
       cap_pc    = d_pc;
-      cap_info  = d_ferr ? d_pc : d_info;   // fetch error: the instruction's address
+      // fetch error: the instruction's address; token overflow: the counter
+      cap_info  = d_ferr ? d_pc : d_fault ? d_info : d_tok_info;
     end else if (ring_bad) begin
       cap = 1'b1; cap_cause = CauseRing; cap_pc = d_pc; cap_info = ring_tail_i;
     end
@@ -599,7 +409,6 @@ module tpu_cmd_proc #(
   assign irq_fault_set_o = irq_fault_q;
   assign busy_o          = ((head_q != ring_tail_i) && !faulted_q) || fence_active_q ||
                            !engines_idle || fault_pend_q;
-  assign perf_dma_wait_o = !cq_empty && cq_rdata[PopPrev] && (ld2cmp_q == 8'd0);
   assign perf_instret_inc_o = 3'(ld_done_i) + 3'(cmp_done_i) + 3'(st_done_i) + 3'(fence_ok);
 
   // Deliberately unused: LOAD has no push_prev, STORE no push_next (rejected at decode);
@@ -607,29 +416,18 @@ module tpu_cmd_proc #(
   logic unused_bits;
   // A fetch error reports the failing instruction's own address (docs/perf_model.md, AXI_ERROR
   // rule), so the burst address need not travel with the instruction.
-  assign unused_bits = ^{li_rdata[1], si_rdata[0], f_rresp_i[0], fw_bresp_i[0], f_to4k_bytes[3:0]};
+  assign unused_bits = ^{fw_bresp_i[0], d_fence.rsvd96, d_fence.rsvd13, d_fence.hdr};
 
   // =============================================================================================
   // Assertions
   // =============================================================================================
-  `TPU_ASSERT(FetchArStable_A, f_arvalid_o && !f_arready_i |=> f_arvalid_o && $stable(f_araddr_o)
-              && $stable(f_arlen_o), clk_i, !rst_ni)
   `TPU_ASSERT(FenceAwStable_A, fw_awvalid_o && !fw_awready_i |=> fw_awvalid_o &&
               $stable(fw_awaddr_o), clk_i, !rst_ni)
   `TPU_ASSERT(FenceWStable_A, fw_wvalid_o && !fw_wready_i |=> fw_wvalid_o && $stable(fw_wdata_o)
               && $stable(fw_wstrb_o), clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(FetchRNoBurst_A, f_rvalid_i && fb_empty, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(PrefetchOverflow_A, pf_push && pf_full, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(FenceBUnexpected_A, fw_bvalid_i && !fw_wait_b_q, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(LdDoneUnexpected_A, ld_done_i && li_empty, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(CmpDoneUnexpected_A, cmp_done_i && ci_empty, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(StDoneUnexpected_A, st_done_i && si_empty, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(Ld2CmpUnderflow_A, ld2cmp_dec && !ld2cmp_inc && ld2cmp_q == 8'd0, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(Cmp2LdUnderflow_A, cmp2ld_dec && !cmp2ld_inc && cmp2ld_q == 8'd0, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(Cmp2StUnderflow_A, cmp2st_dec && !cmp2st_inc && cmp2st_q == 8'd0, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(St2CmpUnderflow_A, st2cmp_dec && !st2cmp_inc && st2cmp_q == 8'd0, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(FaultStates_A, fault_pend_q && faulted_q, clk_i, !rst_ni)
-  `TPU_ASSERT_INIT(FetchWidth_A, DmaDataW >= 32 && DmaDataW <= 128)
-  `TPU_ASSERT_INIT(FetchDepthPow_A, FetchDepth >= 2 && FetchDepth <= 64)
+  // live token counters (8 bits) hold at most TOKEN_MAX + QueueDepth; the balance fits TokBalW
+  `TPU_ASSERT_INIT(TokenRange_A, tpu_isa_pkg::TOKEN_MAX + QueueDepth <= 255 && QueueDepth < 256)
 
 endmodule

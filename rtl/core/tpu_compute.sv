@@ -43,7 +43,7 @@ module tpu_compute #(
   // compute engine interface
   input  logic                   cmp_valid_i,
   output logic                   cmp_ready_o,
-  input  logic [127:0]           cmp_instr_i,
+  input  tpu_isa_pkg::instr_t    cmp_instr_i,
   output logic                   cmp_done_o,
   output logic                   cmp_idle_o,
   // UB: read (MATMUL activations), write (ACTIVATE results)
@@ -79,8 +79,6 @@ module tpu_compute #(
   localparam int unsigned RetireDepth = 1 << $clog2(2 * ArrayN + 6);
   localparam int unsigned RtPtrW      = $clog2(RetireDepth);
   localparam int unsigned MxuTagW     = AccAw + 2;  // {last, accumulate, acc row}
-  localparam int unsigned ActTagW     = UbAw + 1;   // {last, ub row}
-  localparam int unsigned ActP        = ArrayN / ActLanes;  // cycles per row in tpu_act_unit
 
   // Retire queue entry kinds.
   localparam logic [1:0] RtNop    = 2'd0;
@@ -101,12 +99,20 @@ module tpu_compute #(
   // Head register and decode
   // ---------------------------------------------------------------------------------------------
   logic         head_valid_q;
-  logic [127:0] head_q;
+  tpu_isa_pkg::instr_t head_q;
   logic [1:0]   head_kind;
   logic         head_go;      // the head instruction dispatches this cycle
   logic         accept;
 
-  assign head_kind = kind_of(head_q[tpu_isa_pkg::HDR_OPCODE_LSB +: tpu_isa_pkg::HDR_OPCODE_W]);
+  assign head_kind = kind_of(head_q.hdr.opcode);
+
+  // The head seen as each compute instruction (the same bits, named by the generated structs).
+  tpu_isa_pkg::loadw_t    head_lw;
+  tpu_isa_pkg::matmul_t   head_mm;
+  tpu_isa_pkg::activate_t head_act;
+  assign head_lw  = head_q;
+  assign head_mm  = head_q;
+  assign head_act = head_q;
 
   // LOADW fields
   logic [WbAw-1:0]  lw_wb_addr;
@@ -122,23 +128,23 @@ module tpu_compute #(
   logic [15:0]      act_f_rows;
 
   // Addresses were validated against the depths by the command processor: the low bits suffice.
-  assign lw_wb_addr      = head_q[tpu_isa_pkg::LOADW_WB_ADDR_LSB +: WbAw];
-  assign mm_f_accum      = head_q[tpu_isa_pkg::MATMUL_ACCUMULATE_LSB];
-  assign mm_f_swap       = head_q[tpu_isa_pkg::MATMUL_SWAP_LSB];
-  assign mm_f_ub         = head_q[tpu_isa_pkg::MATMUL_UB_ADDR_LSB +: UbAw];
-  assign mm_f_acc        = head_q[tpu_isa_pkg::MATMUL_ACC_ADDR_LSB +: AccAw];
-  assign mm_f_rows       = head_q[tpu_isa_pkg::MATMUL_ROWS_LSB +: tpu_isa_pkg::MATMUL_ROWS_W];
-  assign act_f_relu      = head_q[tpu_isa_pkg::ACTIVATE_RELU_LSB];
-  assign act_f_bias      = head_q[tpu_isa_pkg::ACTIVATE_BIAS_LSB];
-  assign act_f_acc       = head_q[tpu_isa_pkg::ACTIVATE_ACC_ADDR_LSB +: AccAw];
-  assign act_f_ub        = head_q[tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB +: UbAw];
-  assign act_f_rows      = head_q[tpu_isa_pkg::ACTIVATE_ROWS_LSB +: tpu_isa_pkg::ACTIVATE_ROWS_W];
-  assign act_f_bias_addr = head_q[tpu_isa_pkg::ACTIVATE_BIAS_ADDR_LSB +: AccAw];
-  assign act_f_qp        = head_q[tpu_isa_pkg::ACTIVATE_QPARAM_ADDR_LSB +: AccAw];
+  assign lw_wb_addr      = head_lw.wb_addr[WbAw-1:0];
+  assign mm_f_accum      = head_mm.accumulate;
+  assign mm_f_swap       = head_mm.swap;
+  assign mm_f_ub         = head_mm.ub_addr[UbAw-1:0];
+  assign mm_f_acc        = head_mm.acc_addr[AccAw-1:0];
+  assign mm_f_rows       = head_mm.rows;
+  assign act_f_relu      = head_act.relu;
+  assign act_f_bias      = head_act.bias;
+  assign act_f_acc       = head_act.acc_addr[AccAw-1:0];
+  assign act_f_ub        = head_act.ub_addr[UbAw-1:0];
+  assign act_f_rows      = head_act.rows;
+  assign act_f_bias_addr = head_act.bias_addr[AccAw-1:0];
+  assign act_f_qp        = head_act.qparam_addr[AccAw-1:0];
 
   // Header flags, reserved bits and the unused high address bits are the command processor's.
   logic unused_head;
-  assign unused_head = ^head_q;
+  assign unused_head = ^{head_q, head_lw, head_mm, head_act};
 
   // ---------------------------------------------------------------------------------------------
   // Unit state
@@ -161,29 +167,13 @@ module tpu_compute #(
   logic [MxuTagW-1:0] iss_tag_q;
   logic [RtPtrW:0]  mm_out_q;                  // MATMULs dispatched and not yet completed
 
-  // activation sequencer (ACTIVATE)
-  typedef enum logic [2:0] {
-    ActIdle, ActMult, ActShift, ActBias, ActRows
-  } act_st_e;
-  typedef enum logic [2:0] {
-    KNone, KMult, KShift, KBias, KRow
-  } rd_kind_e;
-
-  act_st_e          act_st_q;
-  logic             act_busy_q;                // dispatched and last UB row not yet written
-  logic [AccAw-1:0] act_acc_q, act_qp_q, act_bias_addr_q;
-  logic [UbAw-1:0]  act_ub_q;
-  logic [15:0]      act_left_q;
-  logic             act_bias_en_q, act_relu_q;
-  rd_kind_e         ak_q;                      // what the ACC read port returns this cycle
-  logic [ActTagW-1:0] ak_tag_q;
-  logic [32*N-1:0]  bias_q, mult_q;
-  logic [6*N-1:0]   shift_q;
+  // activation path (ACTIVATE, tpu_act_seq)
+  logic             act_busy;                  // dispatched and last UB row not yet written
   logic             act_rd_en;
   logic [AccAw-1:0] act_rd_addr;
 
   logic act_idle, mm_none;
-  assign act_idle = !act_busy_q;
+  assign act_idle = !act_busy;
   assign mm_none  = (mm_out_q == '0);
 
   assign lw_last = lw_busy_q && (lw_cnt_q == LastCnt);
@@ -243,23 +233,17 @@ module tpu_compute #(
   assign accept      = cmp_valid_i && cmp_ready_o;
 
   always_ff @(posedge clk_i) begin
-    if (accept) rt_mem[rt_wptr_q[RtPtrW-1:0]] <= kind_of(cmp_instr_i[7:0]);
+    if (accept) rt_mem[rt_wptr_q[RtPtrW-1:0]] <= kind_of(cmp_instr_i.hdr.opcode);
   end
 
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       rt_wptr_q    <= '0;
       rt_rptr_q    <= '0;
-      cnt_lw_q     <= '0;
-      cnt_mm_q     <= '0;
-      cnt_act_q    <= '0;
       head_valid_q <= 1'b0;
     end else begin
       if (accept)     rt_wptr_q <= rt_wptr_q + 1'b1;
       if (cmp_done_o) rt_rptr_q <= rt_rptr_q + 1'b1;
-      cnt_lw_q  <= cnt_lw_q  + (RtPtrW+1)'(ev_lw)  - (RtPtrW+1)'(ret_lw);
-      cnt_mm_q  <= cnt_mm_q  + (RtPtrW+1)'(ev_mm)  - (RtPtrW+1)'(ret_mm);
-      cnt_act_q <= cnt_act_q + (RtPtrW+1)'(ev_act) - (RtPtrW+1)'(ret_act);
       if (accept)       head_valid_q <= 1'b1;
       else if (head_go) head_valid_q <= 1'b0;
     end
@@ -268,6 +252,20 @@ module tpu_compute #(
   always_ff @(posedge clk_i) begin
     if (accept) head_q <= cmp_instr_i;
   end
+
+  // engine events not yet retired, per engine
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_lw (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_lw)), .decr_i((RtPtrW+1)'(ret_lw)),
+    .q_o(cnt_lw_q)
+  );
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_mm (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_mm)), .decr_i((RtPtrW+1)'(ret_mm)),
+    .q_o(cnt_mm_q)
+  );
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_act (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_act)), .decr_i((RtPtrW+1)'(ret_act)),
+    .q_o(cnt_act_q)
+  );
 
   // ---------------------------------------------------------------------------------------------
   // Shifter (LOADW)
@@ -306,15 +304,18 @@ module tpu_compute #(
       mm_busy_q   <= 1'b0;
       iss_valid_q <= 1'b0;
       iss_swap_q  <= 1'b0;
-      mm_out_q    <= '0;
     end else begin
       iss_valid_q <= mm_busy_q;
       iss_swap_q  <= mm_busy_q && mm_swap_q;
-      mm_out_q    <= mm_out_q + (RtPtrW+1)'(go_mm) - (RtPtrW+1)'(ev_mm);
       if (go_mm)        mm_busy_q <= 1'b1;
       else if (mm_last) mm_busy_q <= 1'b0;
     end
   end
+
+  tpu_counter #(.Width(RtPtrW + 1)) u_mm_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(go_mm)), .decr_i((RtPtrW+1)'(ev_mm)),
+    .q_o(mm_out_q)
+  );
 
   always_ff @(posedge clk_i) begin
     if (mm_busy_q) iss_tag_q <= {mm_last, mm_accum_q, mm_acc_q};
@@ -413,123 +414,19 @@ module tpu_compute #(
   assign ev_mm         = w_valid_q && w_last_q;
 
   // ---------------------------------------------------------------------------------------------
-  // Activation sequencer (ACTIVATE)
+  // Activation path (ACTIVATE): parameter rows, ACC row reads, tpu_act_unit, UB writes
   // ---------------------------------------------------------------------------------------------
-  // With time-shared lanes (ActP > 1) the unit takes a row at most every ActP cycles and the
-  // read data cannot wait (nothing buffers it): ActRows issues a read only when the unit will be
-  // ready the cycle the data arrives. A row read at r reaches the unit at r+1, which keeps it busy
-  // through r+ActP, so the next read may issue at r+ActP. At full width act_pace_ok is constant 1
-  // and the sequencer reads one row per cycle, as it always did.
-  logic act_pace_ok;   // ActRows may read an ACC row this cycle
-  logic act_row_rd;    // ActRows reads an ACC row this cycle
-  logic act_rows_last;
-  assign act_row_rd    = (act_st_q == ActRows) && act_pace_ok;
-  assign act_rows_last = act_row_rd && (act_left_q == 16'd1);
-
-  if (ActP == 1) begin : g_act_full
-    assign act_pace_ok = 1'b1;
-  end else begin : g_act_paced
-    localparam int unsigned PaceW = $clog2(ActP);
-    logic [PaceW-1:0] act_pace_q;  // cycles until the next ACC row read may issue
-    always_ff @(posedge clk_i) begin
-      if (!rst_ni)                  act_pace_q <= '0;
-      else if (act_row_rd)          act_pace_q <= PaceW'(ActP - 1);
-      else if (act_pace_q != '0)    act_pace_q <= act_pace_q - 1'b1;
-    end
-    assign act_pace_ok = (act_pace_q == '0);
-  end
-
-  always_comb begin
-    act_rd_en   = 1'b1;
-    act_rd_addr = act_acc_q;
-    case (act_st_q)
-      ActMult:  act_rd_addr = act_qp_q;
-      ActShift: act_rd_addr = act_qp_q + 1'b1;
-      ActBias:  act_rd_addr = act_bias_addr_q;
-      ActRows:  begin act_rd_en = act_pace_ok; act_rd_addr = act_acc_q; end
-      default:  act_rd_en   = 1'b0;
-    endcase
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      act_st_q   <= ActIdle;
-      act_busy_q <= 1'b0;
-      ak_q       <= KNone;
-    end else begin
-      if (go_act)      act_busy_q <= 1'b1;
-      else if (ev_act) act_busy_q <= 1'b0;
-      ak_q <= KNone;
-      case (act_st_q)
-        ActIdle:  if (go_act) act_st_q <= ActMult;
-        ActMult:  begin ak_q <= KMult;  act_st_q <= ActShift; end
-        ActShift: begin ak_q <= KShift; act_st_q <= act_bias_en_q ? ActBias : ActRows; end
-        ActBias:  begin ak_q <= KBias;  act_st_q <= ActRows; end
-        ActRows:  if (act_pace_ok) begin
-                    ak_q <= KRow;
-                    if (act_rows_last) act_st_q <= ActIdle;
-                  end
-        default:  act_st_q <= ActIdle;
-      endcase
-    end
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (go_act) begin
-      act_acc_q       <= act_f_acc;
-      act_ub_q        <= act_f_ub;
-      act_left_q      <= act_f_rows;
-      act_bias_en_q   <= act_f_bias;
-      act_relu_q      <= act_f_relu;
-      act_qp_q        <= act_f_qp;
-      act_bias_addr_q <= act_f_bias_addr;
-    end else if (act_row_rd) begin
-      act_acc_q  <= act_acc_q + 1'b1;
-      act_ub_q   <= act_ub_q + 1'b1;
-      act_left_q <= act_left_q - 16'd1;
-    end
-    if (act_row_rd) ak_tag_q <= {act_rows_last, act_ub_q};
-    // Parameter rows arrive the cycle after their read.
-    if (go_act) bias_q <= '0;  // stays zero without the bias flag
-    if (ak_q == KMult) mult_q <= acc_rd_data_i;
-    if (ak_q == KBias) bias_q <= acc_rd_data_i;
-    if (ak_q == KShift) begin
-      for (int unsigned j = 0; j < N; j++) shift_q[6*j +: 6] <= acc_rd_data_i[32*j +: 6];
-    end
-  end
-
-  logic               act_in_valid, act_in_ready;
-  logic               act_out_valid, act_unit_busy;
-  logic [ActTagW-1:0] act_out_tag;
-  logic               act_out_last;
-  logic [UbAw-1:0]    act_out_ub;
-
-  tpu_act_unit #(
-    .ArrayN   (ArrayN),
-    .ActLanes (ActLanes),
-    .TagW     (ActTagW)
-  ) u_act (
-    .clk_i,
-    .rst_ni,
-    .in_valid_i  (act_in_valid),
-    .in_ready_o  (act_in_ready),
-    .in_acc_i    (acc_rd_data_i),
-    .in_tag_i    (ak_tag_q),
-    .bias_i      (bias_q),
-    .mult_i      (mult_q),
-    .shift_i     (shift_q),
-    .relu_i      (act_relu_q),
-    .out_valid_o (act_out_valid),
-    .out_data_o  (ub_wr_data_o),
-    .out_tag_o   (act_out_tag),
-    .busy_o      (act_unit_busy)
+  tpu_act_seq #(
+    .ArrayN(ArrayN), .UbDepth(UbDepth), .AccDepth(AccDepth), .ActLanes(ActLanes)
+  ) u_act_seq (
+    .clk_i, .rst_ni,
+    .go_i(go_act), .acc_addr_i(act_f_acc), .ub_addr_i(act_f_ub), .rows_i(act_f_rows),
+    .bias_en_i(act_f_bias), .relu_i(act_f_relu), .qparam_addr_i(act_f_qp),
+    .bias_addr_i(act_f_bias_addr),
+    .acc_rd_en_o(act_rd_en), .acc_rd_addr_o(act_rd_addr), .acc_rd_data_i,
+    .ub_wr_en_o, .ub_wr_addr_o, .ub_wr_data_o,
+    .busy_o(act_busy), .done_o(ev_act)
   );
-
-  assign act_in_valid = (ak_q == KRow);
-  assign {act_out_last, act_out_ub} = act_out_tag;
-  assign ub_wr_en_o   = act_out_valid;
-  assign ub_wr_addr_o = act_out_ub;
-  assign ev_act       = act_out_valid && act_out_last;
 
   // ACC read port: the ACC writer (accumulate) and the activation sequencer never overlap.
   logic wr_rd_en;
@@ -544,7 +441,7 @@ module tpu_compute #(
   assign perf_weight_shift_o = lw_busy_q;
   assign perf_weight_stall_o = head_valid_q && (head_kind == RtMatmul) && mm_f_swap &&
                                mm_free && act_idle && !lw_free;
-  assign perf_act_busy_o     = act_busy_q;
+  assign perf_act_busy_o     = act_busy;
 
   // ---------------------------------------------------------------------------------------------
   // Assertions
@@ -553,11 +450,10 @@ module tpu_compute #(
   `TPU_ASSERT_INIT(DepthsHoldTile_A, WbDepth >= ArrayN && AccDepth >= 2 && UbDepth >= 2)
   // Only compute-queue instructions arrive here.
   `TPU_ASSERT(ComputeOpcode_A, !accept ||
-              cmp_instr_i[7:0] inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
+              cmp_instr_i.hdr.opcode inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
                                        tpu_isa_pkg::OpActivate, tpu_isa_pkg::OpNop},
               clk_i, !rst_ni)
   `TPU_ASSERT(MatmulRows_A, !go_mm || mm_f_rows != '0, clk_i, !rst_ni)
-  `TPU_ASSERT(ActivateRows_A, !go_act || act_f_rows != '0, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(RetireOverflow_A, accept && rt_full, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(CompletionUnderflow_A,
                     (ret_lw && cnt_lw_q == '0) || (ret_mm && cnt_mm_q == '0) ||
@@ -566,15 +462,12 @@ module tpu_compute #(
   `TPU_ASSERT_NEVER(SpuriousCompletion_A, (ev_lw || ev_mm || ev_act) && rt_empty, clk_i, !rst_ni)
   // The ACC read port has one user at a time; ACTIVATE never overlaps MATMUL results.
   `TPU_ASSERT_NEVER(AccReadConflict_A, act_rd_en && wr_rd_en, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(ActOverlapsMatmul_A, act_busy_q && (mm_busy_q || iss_valid_q || w_valid_q),
+  `TPU_ASSERT_NEVER(ActOverlapsMatmul_A, act_busy && (mm_busy_q || iss_valid_q || w_valid_q),
                     clk_i, !rst_ni)
   // MATMUL never reads the UB while an ACTIVATE may still write it.
-  `TPU_ASSERT_NEVER(UbReadDuringAct_A, ub_rd_en_o && act_busy_q, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(UbReadDuringAct_A, ub_rd_en_o && act_busy, clk_i, !rst_ni)
   // A swap row never enters while a tile is fed (tpu_mxu's contract, checked here at the source).
   `TPU_ASSERT_NEVER(SwapDuringShift_A, iss_valid_q && iss_swap_q && wt_valid_q, clk_i, !rst_ni)
-  `TPU_ASSERT_NEVER(ActUnitIdleMismatch_A, act_unit_busy && !act_busy_q, clk_i, !rst_ni)
-  // The pacing delivers every ACC row the cycle the unit can take it (the data cannot wait).
-  `TPU_ASSERT_NEVER(ActRowDropped_A, act_in_valid && !act_in_ready, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(MxuBusyWithoutMatmul_A, mxu_out_valid && mm_none, clk_i, !rst_ni)
   `TPU_ASSERT_KNOWN(DoneKnown_A, cmp_done_o, clk_i, !rst_ni)
   `TPU_ASSERT_KNOWN(ReadyKnown_A, cmp_ready_o, clk_i, !rst_ni)

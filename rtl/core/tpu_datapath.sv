@@ -43,7 +43,7 @@ module tpu_datapath #(
   // compute engine interface
   input  logic                  cmp_valid_i,
   output logic                  cmp_ready_o,
-  input  logic [127:0]          cmp_instr_i,
+  input  tpu_isa_pkg::instr_t   cmp_instr_i,
   output logic                  cmp_done_o,
   output logic                  cmp_idle_o,
   // DMA -> local memory, one row per handshake

@@ -30,7 +30,7 @@ module tpu_dma_load #(
 
   input  logic                  valid_i,
   output logic                  ready_o,
-  input  logic [127:0]          instr_i,
+  input  tpu_isa_pkg::load_t    instr_i,
   input  logic [31:0]           pc_i,
   output logic                  done_o,
   output logic                  idle_o,
@@ -78,12 +78,12 @@ module tpu_dma_load #(
   logic [31:0] i_host;
   logic [15:0] i_rows, i_rbytes;
   logic [23:0] i_stride;
-  assign i_mem    = instr_i[tpu_isa_pkg::LOAD_MEM_LSB +: tpu_isa_pkg::LOAD_MEM_W];
-  assign i_local  = instr_i[tpu_isa_pkg::LOAD_LOCAL_ADDR_LSB +: tpu_isa_pkg::LOAD_LOCAL_ADDR_W];
-  assign i_host   = instr_i[tpu_isa_pkg::LOAD_HOST_ADDR_LSB +: tpu_isa_pkg::LOAD_HOST_ADDR_W];
-  assign i_rows   = instr_i[tpu_isa_pkg::LOAD_ROWS_LSB +: tpu_isa_pkg::LOAD_ROWS_W];
-  assign i_rbytes = instr_i[tpu_isa_pkg::LOAD_ROW_BYTES_LSB +: tpu_isa_pkg::LOAD_ROW_BYTES_W];
-  assign i_stride = instr_i[tpu_isa_pkg::LOAD_HOST_STRIDE_LSB +: tpu_isa_pkg::LOAD_HOST_STRIDE_W];
+  assign i_mem    = instr_i.mem;
+  assign i_local  = instr_i.local_addr;
+  assign i_host   = instr_i.host_addr;
+  assign i_rows   = instr_i.rows;
+  assign i_rbytes = instr_i.row_bytes;
+  assign i_stride = instr_i.host_stride;
 
   logic        i_is_acc;
   logic [31:0] i_nrows;
@@ -153,14 +153,12 @@ module tpu_dma_load #(
     end
   end
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      credit_q <= CredW'(BufBeats);
-    end else begin
-      credit_q <= credit_q - (gen_take ? CredW'(gen_beats) : CredW'(0))
-                           + (data_pop ? CredW'(1) : CredW'(0));
-    end
-  end
+  logic [CredW-1:0] credit_take;
+  assign credit_take = gen_take ? CredW'(gen_beats) : CredW'(0);
+  tpu_counter #(.Width(CredW), .ResetValue(BufBeats)) u_credit (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(CredW'(data_pop)), .decr_i(credit_take),
+    .q_o(credit_q)
+  );
 
   assign arvalid_o = ar_valid_q;
   assign araddr_o  = ar_addr_q;
@@ -329,18 +327,19 @@ module tpu_dma_load #(
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       done_q     <= 1'b0;
-      inflight_q <= '0;
     end else begin
       done_q     <= out_fire && out_last_q;
-      inflight_q <= inflight_q + (accept ? IfW'(1) : IfW'(0)) - (done_q ? IfW'(1) : IfW'(0));
     end
   end
+  tpu_counter #(.Width(IfW)) u_inflight (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(IfW'(accept)), .decr_i(IfW'(done_q)), .q_o(inflight_q)
+  );
   assign done_o = done_q;
   assign idle_o = (inflight_q == '0);
 
   logic unused_l;
-  assign unused_l = ^{rresp_i[0], bf_empty, gen_last, instr_i[127:124], instr_i[15:14],
-                      instr_i[11:0]};
+  assign unused_l = ^{rresp_i[0], bf_empty, gen_last, instr_i.rsvd124, instr_i.rsvd14,
+                      instr_i.hdr};
 
   // ---------------------------------------------------------------------------------------------
   // Assertions

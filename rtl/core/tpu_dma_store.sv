@@ -30,7 +30,7 @@ module tpu_dma_store #(
 
   input  logic                  valid_i,
   output logic                  ready_o,
-  input  logic [127:0]          instr_i,
+  input  tpu_isa_pkg::store_t   instr_i,
   input  logic [31:0]           pc_i,
   output logic                  done_o,
   output logic                  idle_o,
@@ -81,13 +81,12 @@ module tpu_dma_store #(
   logic [31:0] i_host;
   logic [15:0] i_rows, i_rbytes, i_rph;
   logic [23:0] i_stride;
-  assign i_mem    = instr_i[tpu_isa_pkg::STORE_MEM_LSB +: tpu_isa_pkg::STORE_MEM_W];
-  assign i_local  = instr_i[tpu_isa_pkg::STORE_LOCAL_ADDR_LSB +: tpu_isa_pkg::STORE_LOCAL_ADDR_W];
-  assign i_host   = instr_i[tpu_isa_pkg::STORE_HOST_ADDR_LSB +: tpu_isa_pkg::STORE_HOST_ADDR_W];
-  assign i_rows   = instr_i[tpu_isa_pkg::STORE_ROWS_LSB +: tpu_isa_pkg::STORE_ROWS_W];
-  assign i_rbytes = instr_i[tpu_isa_pkg::STORE_ROW_BYTES_LSB +: tpu_isa_pkg::STORE_ROW_BYTES_W];
-  assign i_stride =
-      instr_i[tpu_isa_pkg::STORE_HOST_STRIDE_LSB +: tpu_isa_pkg::STORE_HOST_STRIDE_W];
+  assign i_mem    = instr_i.mem;
+  assign i_local  = instr_i.local_addr;
+  assign i_host   = instr_i.host_addr;
+  assign i_rows   = instr_i.rows;
+  assign i_rbytes = instr_i.row_bytes;
+  assign i_stride = instr_i.host_stride;
 
   logic        i_is_acc;
   logic [31:0] i_nrows;
@@ -139,7 +138,6 @@ module tpu_dma_store #(
       aw_last_q  <= 1'b0;
       aw_pc_q    <= '0;
       aw_row_q   <= '0;
-      ob_q       <= '0;
     end else begin
       if (awready_i) aw_valid_q <= 1'b0;
       if (gen_take) begin
@@ -150,9 +148,12 @@ module tpu_dma_store #(
         aw_pc_q    <= gen_pc_q;
         aw_row_q   <= gen_row;
       end
-      ob_q <= ob_q + (gen_take ? ObW'(1) : ObW'(0)) - (b_fire ? ObW'(1) : ObW'(0));
     end
   end
+
+  tpu_counter #(.Width(ObW)) u_ob (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(ObW'(gen_take)), .decr_i(ObW'(b_fire)), .q_o(ob_q)
+  );
 
   assign awvalid_o = aw_valid_q;
   assign awaddr_o  = aw_addr_q;
@@ -208,12 +209,13 @@ module tpu_dma_store #(
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       ridx_q <= '0;
-      rcnt_q <= '0;
     end else begin
       if (req_fire) ridx_q <= desc_pop ? 32'd0 : ridx_q + 32'd1;
-      rcnt_q <= rcnt_q + (req_fire ? RcW'(1) : RcW'(0)) - (row_pop ? RcW'(1) : RcW'(0));
     end
   end
+  tpu_counter #(.Width(RcW)) u_rcnt (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(RcW'(req_fire)), .decr_i(RcW'(row_pop)), .q_o(rcnt_q)
+  );
 
   // memory kind of each requested row, and the returned rows
   logic            mk_empty, mk_full, mk_acc;
@@ -334,18 +336,19 @@ module tpu_dma_store #(
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       done_q     <= 1'b0;
-      inflight_q <= '0;
     end else begin
       done_q     <= b_fire && bt_rdata[64];
-      inflight_q <= inflight_q + (accept ? IfW'(1) : IfW'(0)) - (done_q ? IfW'(1) : IfW'(0));
     end
   end
+  tpu_counter #(.Width(IfW)) u_inflight (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(IfW'(accept)), .decr_i(IfW'(done_q)), .q_o(inflight_q)
+  );
   assign done_o = done_q;
   assign idle_o = (inflight_q == '0);
 
   logic unused_s;
   assign unused_s = ^{bresp_i[0], wl_full, bt_full, mk_empty, mk_full, rb_full,
-                      instr_i[127:124], instr_i[15:14], instr_i[11:0]};
+                      instr_i.rsvd124, instr_i.rsvd14, instr_i.hdr};
 
   // ---------------------------------------------------------------------------------------------
   // Assertions

@@ -1,15 +1,16 @@
-// Register block: AXI4-Lite slave with every register of docs/isa.md, the interrupt line, the
-// performance counters and the soft-reset sequencer.
+// Register block: the device-specific half. The storage, address decode and access semantics of
+// every register of docs/isa.md are generated (tpu_reg_top, from firmware/spec/tpuw.toml); this
+// module adds what is particular to the device: the doorbell, the interrupt line, the
+// performance counters with their _HI snapshots, the soft-reset sequencer and the read-only
+// values that come from the command processor and the parameters.
 //
 // Performance counters are PerfCntW bits wide: 64 (default) or 32 (small FPGA builds, where nine
 // 64-bit adders and their read snapshots cost about a thousand LUT4). Reading _LO snapshots the
 // high half into _HI, so a LO-then-HI read pair is consistent; at 32 bits _HI reads 0 and the
 // counters wrap at 2^32.
 //
-// AXI4-Lite: a write is accepted when AW and W are both valid (one cycle, then B); a read is
-// accepted when no R response is pending. Undefined offsets (anything but the exact register
-// byte offsets) answer SLVERR; reads of them return 0. Writes to read-only registers are ignored.
-// rw registers honour wstrb byte by byte.
+// AXI4-Lite behaviour (handshake, SLVERR on undefined offsets, wstrb, ignored writes to read-only
+// registers) is described in the generated tpu_reg_top.sv.
 //
 // Soft reset: writing CTRL.SOFT_RESET sets `stop_o` (the command processor and DMA engines stop
 // starting new work); once `axi_quiet_i` reports no outstanding AXI transaction, `soft_rst_o`
@@ -86,148 +87,38 @@ module tpu_reg_block #(
   input  logic [15:0] perf_wr_bytes_inc_i
 );
 
-  localparam logic [1:0] RespOkay   = 2'b00;
-  localparam logic [1:0] RespSlvErr = 2'b10;
-
   localparam int unsigned NumPerf = 9;
   // Order matches the register map: CYCLES, MXU_ACTIVE, WEIGHT_STALL, WEIGHT_SHIFT, DMA_WAIT,
   // ACT_BUSY, INSTRET, RD_BYTES, WR_BYTES at PERF_CYCLES_LO + 8*i.
 
   // ---------------------------------------------------------------------------------------------
-  // Registers
+  // Storage and access semantics: the generated register block
   // ---------------------------------------------------------------------------------------------
-  logic [31:0] irq_enable_q, irq_status_q;
-  logic [31:0] ring_base_q, ring_size_q, ring_tail_q;
-  logic [31:0] win_base_q, win_last_q;
-  logic        resetting_q, soft_rst_q;
-  logic [PerfCntW-1:0] perf_q [NumPerf];
-  logic [31:0]         perf_hi_q [NumPerf];
+  tpu_reg_pkg::reg2hw_t reg2hw;
+  tpu_reg_pkg::hw2reg_t hw2reg;
+  logic                 soft_rst_q;
+
+  tpu_reg_top u_reg_top (
+    .clk_i, .rst_ni, .soft_rst_i(soft_rst_q),
+    .s_axil_awaddr_i, .s_axil_awvalid_i, .s_axil_awready_o,
+    .s_axil_wdata_i, .s_axil_wstrb_i, .s_axil_wvalid_i, .s_axil_wready_o,
+    .s_axil_bresp_o, .s_axil_bvalid_o, .s_axil_bready_i,
+    .s_axil_araddr_i, .s_axil_arvalid_i, .s_axil_arready_o,
+    .s_axil_rdata_o, .s_axil_rresp_o, .s_axil_rvalid_o, .s_axil_rready_i,
+    .reg2hw_o(reg2hw), .hw2reg_i(hw2reg)
+  );
 
   // ---------------------------------------------------------------------------------------------
-  // AXI4-Lite write
+  // Soft-reset sequencer
   // ---------------------------------------------------------------------------------------------
-  logic        wr_fire;
-  logic        bvalid_q;
-  logic [1:0]  bresp_q;
-  logic [31:0] wmask;
-  logic [11:0] waddr;
-  logic [31:0] wdata;
-  logic        wr_known;
-
-  assign wr_fire          = s_axil_awvalid_i && s_axil_wvalid_i && !bvalid_q;
-  assign s_axil_awready_o = wr_fire;
-  assign s_axil_wready_o  = wr_fire;
-  assign s_axil_bvalid_o  = bvalid_q;
-  assign s_axil_bresp_o   = bresp_q;
-  assign waddr            = s_axil_awaddr_i;
-  assign wdata            = s_axil_wdata_i;
-  assign wmask = {{8{s_axil_wstrb_i[3]}}, {8{s_axil_wstrb_i[2]}},
-                  {8{s_axil_wstrb_i[1]}}, {8{s_axil_wstrb_i[0]}}};
-
-  function automatic logic addr_known(input logic [11:0] a);
-    logic k;
-    k = 1'b0;
-    if (a == tpu_reg_pkg::REG_ID || a == tpu_reg_pkg::REG_VERSION ||
-        a == tpu_reg_pkg::REG_ARRAY_N || a == tpu_reg_pkg::REG_UB_DEPTH ||
-        a == tpu_reg_pkg::REG_WB_DEPTH || a == tpu_reg_pkg::REG_ACC_DEPTH ||
-        a == tpu_reg_pkg::REG_DMA_DATA_W || a == tpu_reg_pkg::REG_FEATURES ||
-        a == tpu_reg_pkg::REG_QUEUE_DEPTH || a == tpu_reg_pkg::REG_CTRL ||
-        a == tpu_reg_pkg::REG_STATUS || a == tpu_reg_pkg::REG_IRQ_ENABLE ||
-        a == tpu_reg_pkg::REG_IRQ_STATUS || a == tpu_reg_pkg::REG_RING_BASE ||
-        a == tpu_reg_pkg::REG_RING_SIZE || a == tpu_reg_pkg::REG_RING_HEAD ||
-        a == tpu_reg_pkg::REG_RING_TAIL || a == tpu_reg_pkg::REG_FENCE_VALUE ||
-        a == tpu_reg_pkg::REG_FAULT_CAUSE || a == tpu_reg_pkg::REG_FAULT_PC ||
-        a == tpu_reg_pkg::REG_FAULT_INFO || a == tpu_reg_pkg::REG_DMA_WIN_BASE ||
-        a == tpu_reg_pkg::REG_DMA_WIN_LAST || a == tpu_reg_pkg::REG_PERF_CTRL) begin
-      k = 1'b1;
-    end
-    // PERF_*_LO / _HI: PERF_CYCLES_LO .. PERF_WR_BYTES_HI, word aligned.
-    if (a >= tpu_reg_pkg::REG_PERF_CYCLES_LO && a <= tpu_reg_pkg::REG_PERF_WR_BYTES_HI &&
-        a[1:0] == 2'b00) begin
-      k = 1'b1;
-    end
-    addr_known = k;
-  endfunction
-
-  assign wr_known = addr_known(waddr);
-
-  logic wr_ctrl, wr_irq_en, wr_irq_st, wr_ring_base, wr_ring_size, wr_ring_tail;
-  logic wr_win_base, wr_win_last, wr_perf_ctrl;
-  assign wr_ctrl      = wr_fire && (waddr == tpu_reg_pkg::REG_CTRL);
-  assign wr_irq_en    = wr_fire && (waddr == tpu_reg_pkg::REG_IRQ_ENABLE);
-  assign wr_irq_st    = wr_fire && (waddr == tpu_reg_pkg::REG_IRQ_STATUS);
-  assign wr_ring_base = wr_fire && (waddr == tpu_reg_pkg::REG_RING_BASE);
-  assign wr_ring_size = wr_fire && (waddr == tpu_reg_pkg::REG_RING_SIZE);
-  assign wr_ring_tail = wr_fire && (waddr == tpu_reg_pkg::REG_RING_TAIL);
-  assign wr_win_base  = wr_fire && (waddr == tpu_reg_pkg::REG_DMA_WIN_BASE);
-  assign wr_win_last  = wr_fire && (waddr == tpu_reg_pkg::REG_DMA_WIN_LAST);
-  assign wr_perf_ctrl = wr_fire && (waddr == tpu_reg_pkg::REG_PERF_CTRL);
-
-  logic soft_reset_start, perf_clear;
-  assign soft_reset_start = wr_ctrl && (wdata[tpu_reg_pkg::REG_CTRL_SOFT_RESET_BIT] &&
-                                        wmask[tpu_reg_pkg::REG_CTRL_SOFT_RESET_BIT]);
-  assign perf_clear = wr_perf_ctrl && (wdata[tpu_reg_pkg::REG_PERF_CTRL_CLEAR_BIT] &&
-                                       wmask[tpu_reg_pkg::REG_PERF_CTRL_CLEAR_BIT]);
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      bvalid_q <= 1'b0;
-      bresp_q  <= RespOkay;
-    end else if (wr_fire) begin
-      bvalid_q <= 1'b1;
-      bresp_q  <= wr_known ? RespOkay : RespSlvErr;
-    end else if (s_axil_bready_i) begin
-      bvalid_q <= 1'b0;
-    end
-  end
-
-  // Registers kept across a soft reset: DMA window and IRQ enable.
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      irq_enable_q <= '0;
-      win_base_q   <= '0;
-      win_last_q   <= 32'hFFFF_FFFF;
-    end else begin
-      if (wr_irq_en)   irq_enable_q <= (irq_enable_q & ~wmask) | (wdata & wmask);
-      if (wr_win_base) win_base_q   <= (win_base_q & ~wmask) | (wdata & wmask);
-      if (wr_win_last) win_last_q   <= (win_last_q & ~wmask) | (wdata & wmask);
-    end
-  end
-
-  // IRQ_STATUS bits that exist.
-  localparam logic [31:0] IrqMask = (32'd1 << tpu_reg_pkg::REG_IRQ_STATUS_FENCE_BIT) |
-                                    (32'd1 << tpu_reg_pkg::REG_IRQ_STATUS_FAULT_BIT);
-
-  // Registers reset by the soft reset too.
-  logic [31:0] irq_set;
-  always_comb begin
-    irq_set = '0;
-    irq_set[tpu_reg_pkg::REG_IRQ_STATUS_FENCE_BIT] = irq_fence_set_i;
-    irq_set[tpu_reg_pkg::REG_IRQ_STATUS_FAULT_BIT] = irq_fault_set_i;
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni || soft_rst_q) begin
-      irq_status_q <= '0;
-      ring_base_q  <= '0;
-      ring_size_q  <= '0;
-      ring_tail_q  <= '0;
-    end else begin
-      irq_status_q <= ((irq_status_q & ~(wr_irq_st ? (wdata & wmask) : 32'd0)) | irq_set) & IrqMask;
-      if (wr_ring_base) ring_base_q <= (ring_base_q & ~wmask) | (wdata & wmask);
-      if (wr_ring_size) ring_size_q <= (ring_size_q & ~wmask) | (wdata & wmask);
-      if (wr_ring_tail) ring_tail_q <= (ring_tail_q & ~wmask) | (wdata & wmask);
-    end
-  end
-
-  // Soft-reset sequencer.
+  logic resetting_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       resetting_q <= 1'b0;
       soft_rst_q  <= 1'b0;
     end else begin
       soft_rst_q <= 1'b0;
-      if (soft_reset_start) resetting_q <= 1'b1;
+      if (reg2hw.ctrl.soft_reset.q) resetting_q <= 1'b1;
       if (resetting_q && axi_quiet_i && !soft_rst_q) begin
         soft_rst_q  <= 1'b1;
         resetting_q <= 1'b0;
@@ -238,19 +129,58 @@ module tpu_reg_block #(
   assign stop_o     = resetting_q || soft_rst_q;
   assign soft_rst_o = soft_rst_q;
 
-  assign ring_base_o    = ring_base_q;
-  assign ring_size_o    = ring_size_q;
-  assign ring_tail_o    = (wr_ring_tail) ? ((ring_tail_q & ~wmask) | (wdata & wmask)) : ring_tail_q;
-  assign doorbell_o     = wr_ring_tail;
-  assign dma_win_base_o = win_base_q;
-  assign dma_win_last_o = win_last_q;
+  // ---------------------------------------------------------------------------------------------
+  // Command processor interface: ring, doorbell, DMA window, interrupt
+  // ---------------------------------------------------------------------------------------------
+  // The doorbell is the RING_TAIL write itself; the command processor sees the new tail in the
+  // same cycle.
+  assign ring_base_o    = reg2hw.ring_base.q;
+  assign ring_size_o    = reg2hw.ring_size.q;
+  assign ring_tail_o    = reg2hw.ring_tail.qe ? reg2hw.ring_tail.wd : reg2hw.ring_tail.q;
+  assign doorbell_o     = reg2hw.ring_tail.qe;
+  assign dma_win_base_o = reg2hw.dma_win_base.q;
+  assign dma_win_last_o = reg2hw.dma_win_last.q;
 
-  assign irq_o = |(irq_status_q & irq_enable_q);
+  assign irq_o = (reg2hw.irq_status.fence.q && reg2hw.irq_enable.fence.q) ||
+                 (reg2hw.irq_status.fault.q && reg2hw.irq_enable.fault.q);
+
+  assign hw2reg.irq_status.fence.d  = 1'b1;
+  assign hw2reg.irq_status.fence.de = irq_fence_set_i;
+  assign hw2reg.irq_status.fault.d  = 1'b1;
+  assign hw2reg.irq_status.fault.de = irq_fault_set_i;
+
+  // ---------------------------------------------------------------------------------------------
+  // Read-only values
+  // ---------------------------------------------------------------------------------------------
+  assign hw2reg.array_n.d     = 32'(ArrayN);
+  assign hw2reg.ub_depth.d    = 32'(UbDepth);
+  assign hw2reg.wb_depth.d    = 32'(WbDepth);
+  assign hw2reg.acc_depth.d   = 32'(AccDepth);
+  assign hw2reg.dma_data_w.d  = 32'(DmaDataW);
+  assign hw2reg.queue_depth.d = 32'(QueueDepth);
+  assign hw2reg.ctrl.soft_reset.d      = resetting_q || soft_rst_q;
+  assign hw2reg.status.busy.d          = busy_i;
+  assign hw2reg.status.fault.d         = faulted_i;
+  assign hw2reg.status.resetting.d     = resetting_q || soft_rst_q;
+  assign hw2reg.ring_head.d   = ring_head_i;
+  assign hw2reg.fence_value.d = fence_value_i;
+  assign hw2reg.fault_cause.d = fault_cause_i;
+  assign hw2reg.fault_pc.d    = fault_pc_i;
+  assign hw2reg.fault_info.d  = fault_info_i;
+  assign hw2reg.perf_ctrl.clear.d = 1'b0;
 
   // ---------------------------------------------------------------------------------------------
   // Performance counters
   // ---------------------------------------------------------------------------------------------
+  logic                perf_clear;
+  logic [PerfCntW-1:0] perf_q [NumPerf];
+  logic [31:0]         perf_hi_q [NumPerf];
   logic [PerfCntW-1:0] perf_inc [NumPerf];
+  logic [NumPerf-1:0]  perf_lo_re;   // software reads PERF_*_LO: latch the high half
+  logic [31:0]         perf_lo [NumPerf];
+
+  assign perf_clear = reg2hw.perf_ctrl.clear.q;
+
   assign perf_inc[0] = PerfCntW'(perf_busy_i);
   assign perf_inc[1] = PerfCntW'(perf_mxu_active_i);
   assign perf_inc[2] = PerfCntW'(perf_weight_stall_i);
@@ -261,136 +191,56 @@ module tpu_reg_block #(
   assign perf_inc[7] = PerfCntW'(perf_rd_bytes_inc_i);
   assign perf_inc[8] = PerfCntW'(perf_wr_bytes_inc_i);
 
-  // Read decode for the perf window.
-  logic [11:0] raddr;
-  logic        rd_fire;
-  logic        rd_perf, rd_perf_hi;
-  logic [3:0]  rd_perf_idx;
-  logic [11:0] rd_perf_off;
-  assign rd_perf     = (raddr >= tpu_reg_pkg::REG_PERF_CYCLES_LO) &&
-                       (raddr <= tpu_reg_pkg::REG_PERF_WR_BYTES_HI) && (raddr[1:0] == 2'b00);
-  assign rd_perf_off = raddr - tpu_reg_pkg::REG_PERF_CYCLES_LO;
-  assign rd_perf_idx = rd_perf_off[6:3];
-  assign rd_perf_hi  = rd_perf_off[2];
-  logic unused_perf_off;
-  assign unused_perf_off = ^{rd_perf_off[11:7], rd_perf_off[1:0]};
+  assign perf_lo_re = {reg2hw.perf_wr_bytes_lo.re, reg2hw.perf_rd_bytes_lo.re,
+                       reg2hw.perf_instret_lo.re, reg2hw.perf_act_busy_lo.re,
+                       reg2hw.perf_dma_wait_lo.re, reg2hw.perf_weight_shift_lo.re,
+                       reg2hw.perf_weight_stall_lo.re, reg2hw.perf_mxu_active_lo.re,
+                       reg2hw.perf_cycles_lo.re};
 
   for (genvar i = 0; i < NumPerf; i++) begin : g_perf
-    always_ff @(posedge clk_i) begin
-      if (!rst_ni || soft_rst_q || perf_clear) begin
-        perf_q[i] <= '0;
-      end else begin
-        perf_q[i] <= perf_q[i] + perf_inc[i];
-      end
-    end
+    tpu_counter #(.Width(PerfCntW), .CountDown(1'b0)) u_cnt (
+      .clk_i, .rst_ni, .clr_i(soft_rst_q || perf_clear), .incr_i(perf_inc[i]),
+      .decr_i('0), .q_o(perf_q[i])
+    );
+    assign perf_lo[i] = perf_q[i][31:0];
     if (PerfCntW > 32) begin : g_hi
       always_ff @(posedge clk_i) begin
         if (!rst_ni || soft_rst_q || perf_clear) begin
           perf_hi_q[i] <= '0;
-        end else if (rd_fire && rd_perf && !rd_perf_hi && (rd_perf_idx == 4'(i))) begin
+        end else if (perf_lo_re[i]) begin
           perf_hi_q[i] <= 32'(perf_q[i] >> 32);
         end
       end
     end else begin : g_no_hi
       assign perf_hi_q[i] = '0;
+      logic unused_re;
+      assign unused_re = perf_lo_re[i];
     end
   end
 
-  // ---------------------------------------------------------------------------------------------
-  // AXI4-Lite read
-  // ---------------------------------------------------------------------------------------------
-  logic        rvalid_q;
-  logic [31:0] rdata_q;
-  logic [1:0]  rresp_q;
-  logic [31:0] rdata_d;
-
-  assign raddr            = s_axil_araddr_i;
-  assign rd_fire          = s_axil_arvalid_i && !rvalid_q;
-  assign s_axil_arready_o = !rvalid_q;
-  assign s_axil_rvalid_o  = rvalid_q;
-  assign s_axil_rdata_o   = rdata_q;
-  assign s_axil_rresp_o   = rresp_q;
-
-  logic [31:0] features;
-  always_comb begin
-    features = '0;
-    features[tpu_reg_pkg::REG_FEATURES_WEIGHT_DOUBLE_BUFFER_BIT] = 1'b1;
-    features[tpu_reg_pkg::REG_FEATURES_BIAS_BIT]                 = 1'b1;
-    features[tpu_reg_pkg::REG_FEATURES_RELU_BIT]                 = 1'b1;
-    features[tpu_reg_pkg::REG_FEATURES_PER_COLUMN_QUANT_BIT]     = 1'b1;
-  end
-
-  logic [31:0] status;
-  always_comb begin
-    status = '0;
-    status[tpu_reg_pkg::REG_STATUS_BUSY_BIT]      = busy_i;
-    status[tpu_reg_pkg::REG_STATUS_FAULT_BIT]     = faulted_i;
-    status[tpu_reg_pkg::REG_STATUS_RESETTING_BIT] = resetting_q || soft_rst_q;
-  end
-
-  logic [31:0] ctrl_rd;
-  always_comb begin
-    ctrl_rd = '0;
-    ctrl_rd[tpu_reg_pkg::REG_CTRL_SOFT_RESET_BIT] = resetting_q || soft_rst_q;
-  end
-
-  always_comb begin
-    rdata_d = '0;
-    unique case (raddr)
-      tpu_reg_pkg::REG_ID:           rdata_d = tpu_reg_pkg::DEVICE_ID;
-      tpu_reg_pkg::REG_VERSION:      rdata_d = tpu_reg_pkg::DEVICE_VERSION;
-      tpu_reg_pkg::REG_ARRAY_N:      rdata_d = 32'(ArrayN);
-      tpu_reg_pkg::REG_UB_DEPTH:     rdata_d = 32'(UbDepth);
-      tpu_reg_pkg::REG_WB_DEPTH:     rdata_d = 32'(WbDepth);
-      tpu_reg_pkg::REG_ACC_DEPTH:    rdata_d = 32'(AccDepth);
-      tpu_reg_pkg::REG_DMA_DATA_W:   rdata_d = 32'(DmaDataW);
-      tpu_reg_pkg::REG_FEATURES:     rdata_d = features;
-      tpu_reg_pkg::REG_QUEUE_DEPTH:  rdata_d = 32'(QueueDepth);
-      tpu_reg_pkg::REG_CTRL:         rdata_d = ctrl_rd;
-      tpu_reg_pkg::REG_STATUS:       rdata_d = status;
-      tpu_reg_pkg::REG_IRQ_ENABLE:   rdata_d = irq_enable_q;
-      tpu_reg_pkg::REG_IRQ_STATUS:   rdata_d = irq_status_q;
-      tpu_reg_pkg::REG_RING_BASE:    rdata_d = ring_base_q;
-      tpu_reg_pkg::REG_RING_SIZE:    rdata_d = ring_size_q;
-      tpu_reg_pkg::REG_RING_HEAD:    rdata_d = ring_head_i;
-      tpu_reg_pkg::REG_RING_TAIL:    rdata_d = ring_tail_q;
-      tpu_reg_pkg::REG_FENCE_VALUE:  rdata_d = fence_value_i;
-      tpu_reg_pkg::REG_FAULT_CAUSE:  rdata_d = {28'd0, fault_cause_i};
-      tpu_reg_pkg::REG_FAULT_PC:     rdata_d = fault_pc_i;
-      tpu_reg_pkg::REG_FAULT_INFO:   rdata_d = fault_info_i;
-      tpu_reg_pkg::REG_DMA_WIN_BASE: rdata_d = win_base_q;
-      tpu_reg_pkg::REG_DMA_WIN_LAST: rdata_d = win_last_q;
-      tpu_reg_pkg::REG_PERF_CTRL:    rdata_d = '0;
-      default: begin
-        if (rd_perf) begin
-          rdata_d = rd_perf_hi ? perf_hi_q[rd_perf_idx] : perf_q[rd_perf_idx][31:0];
-        end
-      end
-    endcase
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      rvalid_q <= 1'b0;
-      rdata_q  <= '0;
-      rresp_q  <= RespOkay;
-    end else if (rd_fire) begin
-      rvalid_q <= 1'b1;
-      rdata_q  <= rdata_d;
-      rresp_q  <= addr_known(raddr) ? RespOkay : RespSlvErr;
-    end else if (s_axil_rready_i) begin
-      rvalid_q <= 1'b0;
-    end
-  end
+  assign hw2reg.perf_cycles_lo.d       = perf_lo[0];
+  assign hw2reg.perf_cycles_hi.d       = perf_hi_q[0];
+  assign hw2reg.perf_mxu_active_lo.d   = perf_lo[1];
+  assign hw2reg.perf_mxu_active_hi.d   = perf_hi_q[1];
+  assign hw2reg.perf_weight_stall_lo.d = perf_lo[2];
+  assign hw2reg.perf_weight_stall_hi.d = perf_hi_q[2];
+  assign hw2reg.perf_weight_shift_lo.d = perf_lo[3];
+  assign hw2reg.perf_weight_shift_hi.d = perf_hi_q[3];
+  assign hw2reg.perf_dma_wait_lo.d     = perf_lo[4];
+  assign hw2reg.perf_dma_wait_hi.d     = perf_hi_q[4];
+  assign hw2reg.perf_act_busy_lo.d     = perf_lo[5];
+  assign hw2reg.perf_act_busy_hi.d     = perf_hi_q[5];
+  assign hw2reg.perf_instret_lo.d      = perf_lo[6];
+  assign hw2reg.perf_instret_hi.d      = perf_hi_q[6];
+  assign hw2reg.perf_rd_bytes_lo.d     = perf_lo[7];
+  assign hw2reg.perf_rd_bytes_hi.d     = perf_hi_q[7];
+  assign hw2reg.perf_wr_bytes_lo.d     = perf_lo[8];
+  assign hw2reg.perf_wr_bytes_hi.d     = perf_hi_q[8];
 
   // ---------------------------------------------------------------------------------------------
   // Assertions
   // ---------------------------------------------------------------------------------------------
-  `TPU_ASSERT(BValidStable_A, bvalid_q && !s_axil_bready_i |=> bvalid_q, clk_i, !rst_ni)
-  `TPU_ASSERT(RValidStable_A, rvalid_q && !s_axil_rready_i |=> rvalid_q && $stable(rdata_q),
-              clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(SoftRstWhileBusyAxi_A, soft_rst_q && !axi_quiet_i, clk_i, !rst_ni)
-  `TPU_ASSERT_INIT(PerfIdxFits_A, NumPerf <= 16)
   `TPU_ASSERT_INIT(PerfCntW_A, PerfCntW == 32 || PerfCntW == 64)
 
 endmodule

@@ -147,12 +147,12 @@ module tpu_top #(
   logic [BeatBytes-1:0] fw_wstrb;
 
   logic         ld_valid, ld_ready, ld_done, ld_idle, ld_err;
-  logic [127:0] ld_instr;
+  tpu_isa_pkg::load_t  ld_instr;
   logic [31:0]  ld_pc, ld_err_addr, ld_err_pc;
   logic         cmp_valid, cmp_ready, cmp_done, cmp_idle;
-  logic [127:0] cmp_instr;
+  tpu_isa_pkg::instr_t cmp_instr;
   logic         st_valid, st_ready, st_done, st_idle, st_err;
-  logic [127:0] st_instr;
+  tpu_isa_pkg::store_t st_instr;
   logic [31:0]  st_pc, st_err_addr, st_err_pc;
 
   tpu_cmd_proc #(
@@ -251,17 +251,19 @@ module tpu_top #(
   // ---------------------------------------------------------------------------------------------
   // AXI read: AR arbitration (fetch / LOAD), R routing by RID
   // ---------------------------------------------------------------------------------------------
-  logic [1:0] ar_ready;
+  // Round robin between fetch (0) and LOAD (1); the grant holds while AR waits for arready, so
+  // AR stays stable on the bus.
+  logic [1:0] ar_gnt;
   logic       ar_sel;
-  tpu_axi_ar_arb u_ar_arb (
+  tpu_rr_arb #(.N(2)) u_ar_arb (
     .clk_i, .rst_ni(rst_int_n),
-    .req_valid_i({l_arvalid, f_arvalid}), .req_ready_o(ar_ready),
-    .req0_addr_i(f_araddr), .req0_len_i(f_arlen), .req1_addr_i(l_araddr), .req1_len_i(l_arlen),
-    .arvalid_o(m_axi_arvalid_o), .arready_i(m_axi_arready_i), .arsel_o(ar_sel),
-    .araddr_o(m_axi_araddr_o), .arlen_o(m_axi_arlen_o)
+    .req_i({l_arvalid, f_arvalid}), .ack_i(m_axi_arready_i),
+    .valid_o(m_axi_arvalid_o), .gnt_o(ar_gnt), .idx_o(ar_sel)
   );
-  assign f_arready       = ar_ready[0];
-  assign l_arready       = ar_ready[1];
+  assign m_axi_araddr_o  = ar_sel ? l_araddr : f_araddr;
+  assign m_axi_arlen_o   = ar_sel ? l_arlen : f_arlen;
+  assign f_arready       = ar_gnt[0] && m_axi_arready_i;
+  assign l_arready       = ar_gnt[1] && m_axi_arready_i;
   assign m_axi_arid_o    = ar_sel ? IdLoad : IdFetch;
   assign m_axi_arsize_o  = AxSize;
   assign m_axi_arburst_o = BurstIncr;
@@ -312,18 +314,17 @@ module tpu_top #(
   assign w_hs      = m_axi_wvalid_o && m_axi_wready_i;
   assign b_hs      = m_axi_bvalid_i && m_axi_bready_o;
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni) begin
-      rd_out_q <= '0;
-      wr_out_q <= '0;
-      w_pend_q <= '0;
-    end else begin
-      rd_out_q <= rd_out_q + (ar_hs ? 16'd1 : 16'd0) - (r_last_hs ? 16'd1 : 16'd0);
-      wr_out_q <= wr_out_q + (aw_hs ? 16'd1 : 16'd0) - (b_hs ? 16'd1 : 16'd0);
-      w_pend_q <= w_pend_q + (aw_hs ? ({8'd0, m_axi_awlen_o} + 16'd1) : 16'd0)
-                           - (w_hs ? 16'd1 : 16'd0);
-    end
-  end
+  tpu_counter #(.Width(16)) u_rd_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(16'(ar_hs)), .decr_i(16'(r_last_hs)), .q_o(rd_out_q)
+  );
+  tpu_counter #(.Width(16)) u_wr_out (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(16'(aw_hs)), .decr_i(16'(b_hs)), .q_o(wr_out_q)
+  );
+  logic [15:0] aw_beats;
+  assign aw_beats = aw_hs ? ({8'd0, m_axi_awlen_o} + 16'd1) : 16'd0;
+  tpu_counter #(.Width(16)) u_w_pend (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i(aw_beats), .decr_i(16'(w_hs)), .q_o(w_pend_q)
+  );
   assign axi_quiet = !m_axi_arvalid_o && !m_axi_awvalid_o && !m_axi_wvalid_o &&
                      (rd_out_q == '0) && (wr_out_q == '0) && (w_pend_q == '0);
 
@@ -360,5 +361,28 @@ module tpu_top #(
   `TPU_ASSERT_INIT(DataWidth_A, DmaDataW >= 32 && DmaDataW <= 128 &&
                    (DmaDataW & (DmaDataW - 1)) == 0)
   `TPU_ASSERT_INIT(IdWidth_A, AxiIdW >= 1)
+
+  // Never X on what the device shows the outside world: every handshake and the interrupt at
+  // every clock edge out of reset, every response while it is valid.
+  `TPU_ASSERT_KNOWN(AxiAwValidKnown_A, m_axi_awvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiWValidKnown_A, m_axi_wvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiBReadyKnown_A, m_axi_bready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiArValidKnown_A, m_axi_arvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxiRReadyKnown_A, m_axi_rready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilAwReadyKnown_A, s_axil_awready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilWReadyKnown_A, s_axil_wready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilBValidKnown_A, s_axil_bvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilArReadyKnown_A, s_axil_arready_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(AxilRValidKnown_A, s_axil_rvalid_o, clk_i, !rst_ni)
+  `TPU_ASSERT_KNOWN(IrqKnown_A, irq_o, clk_i, !rst_ni)
+  `TPU_ASSERT(AxilBRespKnown_A, s_axil_bvalid_o |-> !$isunknown(s_axil_bresp_o), clk_i, !rst_ni)
+  `TPU_ASSERT(AxilRRespKnown_A, s_axil_rvalid_o |-> !$isunknown({s_axil_rresp_o, s_axil_rdata_o}),
+              clk_i, !rst_ni)
+  `TPU_ASSERT(AxiAwKnown_A, m_axi_awvalid_o |-> !$isunknown({m_axi_awid_o, m_axi_awaddr_o,
+              m_axi_awlen_o, m_axi_awsize_o, m_axi_awburst_o}), clk_i, !rst_ni)
+  `TPU_ASSERT(AxiWKnown_A, m_axi_wvalid_o |-> !$isunknown({m_axi_wstrb_o, m_axi_wlast_o}),
+              clk_i, !rst_ni)
+  `TPU_ASSERT(AxiArKnown_A, m_axi_arvalid_o |-> !$isunknown({m_axi_arid_o, m_axi_araddr_o,
+              m_axi_arlen_o, m_axi_arsize_o, m_axi_arburst_o}), clk_i, !rst_ni)
 
 endmodule

@@ -46,8 +46,103 @@ package tpu_isa_pkg;
     FaultLocalRange = 4'd3,
     FaultDmaWindow = 4'd4,
     FaultAxiError = 4'd5,
-    FaultRingConfig = 4'd6
+    FaultRingConfig = 4'd6,
+    FaultTokenOverflow = 4'd7
   } fault_e;
+
+  // Dependency-token counters (FAULT_INFO of FaultTokenOverflow).
+  typedef enum logic [1:0] {
+    TokenLd2cmp = 2'd0,
+    TokenCmp2ld = 2'd1,
+    TokenCmp2st = 2'd2,
+    TokenSt2cmp = 2'd3
+  } token_e;
+  localparam int unsigned TOKEN_MAX = 127;  // tokens a counter may hold, in program order
+
+  // Decoded views: one packed struct per instruction, bit for bit the encoding (reserved bits
+  // are rsvd<lsb> members), so a 128-bit instruction word assigned to one of them is decoded
+  // with no slicing; modules name fields (`mm.ub_addr`) instead of bit positions.
+  typedef struct packed {
+    logic push_next;  // on completion, give a token to the next queue
+    logic push_prev;  // on completion, give a token to the previous queue
+    logic pop_next;  // wait for and consume a token from the next queue
+    logic pop_prev;  // wait for and consume a token from the previous queue
+    logic [7:0] opcode;  // operation
+  } hdr_t;
+
+  typedef struct packed {
+    logic [115:0] body;
+    hdr_t hdr;
+  } instr_t;
+
+  typedef struct packed {  // LOAD
+    logic [3:0] rsvd124;
+    logic [23:0] host_stride;  // bytes from one host row start to the next
+    logic [15:0] row_bytes;  // bytes per host row
+    logic [15:0] rows;  // number of host rows, >= 1
+    logic [31:0] host_addr;  // byte address of the first host row
+    logic [19:0] local_addr;  // first destination row
+    logic [1:0] rsvd14;
+    logic [1:0] mem;  // destination memory (UB, WB or ACC)
+    hdr_t hdr;
+  } load_t;
+
+  typedef struct packed {  // STORE
+    logic [3:0] rsvd124;
+    logic [23:0] host_stride;  // bytes from one host row start to the next
+    logic [15:0] row_bytes;  // bytes per host row
+    logic [15:0] rows;  // number of host rows, >= 1
+    logic [31:0] host_addr;  // byte address of the first host row
+    logic [19:0] local_addr;  // first source row
+    logic [1:0] rsvd14;
+    logic [1:0] mem;  // source memory (UB or ACC)
+    hdr_t hdr;
+  } store_t;
+
+  typedef struct packed {  // LOADW
+    logic [91:0] rsvd36;
+    logic [19:0] wb_addr;  // first WB row of the tile
+    logic [3:0] rsvd12;
+    hdr_t hdr;
+  } loadw_t;
+
+  typedef struct packed {  // MATMUL
+    logic [55:0] rsvd72;
+    logic [15:0] rows;  // number of rows, >= 1
+    logic [19:0] acc_addr;  // first result row in ACC
+    logic [19:0] ub_addr;  // first activation row in UB
+    logic [1:0] rsvd14;
+    logic swap;  // 1: activate the weights shifted in by the last LOADW
+    logic accumulate;  // 1: ACC += product, 0: ACC = product
+    hdr_t hdr;
+  } matmul_t;
+
+  typedef struct packed {  // ACTIVATE
+    logic [15:0] rsvd112;
+    logic [19:0] qparam_addr;  // ACC row of multipliers; the next row holds shifts
+    logic [19:0] bias_addr;  // ACC row holding ArrayN int32 biases
+    logic [15:0] rows;  // number of rows, >= 1
+    logic [19:0] ub_addr;  // first destination UB row
+    logic [19:0] acc_addr;  // first source ACC row
+    logic [1:0] rsvd14;
+    logic bias;  // add the bias row before requantization
+    logic relu;  // apply ReLU after requantization
+    hdr_t hdr;
+  } activate_t;
+
+  typedef struct packed {  // NOP
+    logic [115:0] rsvd12;
+    hdr_t hdr;
+  } nop_t;
+
+  typedef struct packed {  // FENCE
+    logic [31:0] rsvd96;
+    logic [31:0] host_addr;  // where the value is written
+    logic [31:0] value;  // completion value
+    logic [18:0] rsvd13;
+    logic irq;  // raise the fence interrupt when done
+    hdr_t hdr;
+  } fence_t;
 
   // LOAD (LOAD queue)
   localparam int unsigned LOAD_MEM_LSB = 12;  // destination memory (UB, WB or ACC)

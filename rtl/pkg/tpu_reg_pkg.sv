@@ -61,4 +61,309 @@ package tpu_reg_pkg;
   localparam logic [11:0] REG_PERF_WR_BYTES_LO = 12'h0c0;  // ro: bytes written over AXI (STORE + FENCE)
   localparam logic [11:0] REG_PERF_WR_BYTES_HI = 12'h0c4;  // ro: high word
 
+  // Hardware interface of the generated register block (rtl/core/tpu_reg_top.sv), in the
+  // manner of OpenTitan's reggen: rw / wo fields give `q` (the stored value; with qe, also
+  // `qe`, the write pulse, and `wd`, the value being written), w1s fields a one-cycle `q`
+  // pulse per bit written 1, w1c fields their stored `q`, ro registers with re a read pulse
+  // `re`; ro fields and w1s read-back take `d` from the hardware, w1c fields are set by
+  // the hardware with `de` (write enable, wins over software) and `d`.
+
+  typedef struct packed {
+    struct packed {
+      logic q;
+    } soft_reset;
+  } tpu_reg2hw_ctrl_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic q;
+    } fence;
+    struct packed {
+      logic q;
+    } fault;
+  } tpu_reg2hw_irq_enable_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic q;
+    } fence;
+    struct packed {
+      logic q;
+    } fault;
+  } tpu_reg2hw_irq_status_reg_t;
+
+  typedef struct packed {
+    logic [31:0] q;
+  } tpu_reg2hw_ring_base_reg_t;
+
+  typedef struct packed {
+    logic [31:0] q;
+  } tpu_reg2hw_ring_size_reg_t;
+
+  typedef struct packed {
+    logic [31:0] q;
+    logic qe;
+    logic [31:0] wd;
+  } tpu_reg2hw_ring_tail_reg_t;
+
+  typedef struct packed {
+    logic [31:0] q;
+  } tpu_reg2hw_dma_win_base_reg_t;
+
+  typedef struct packed {
+    logic [31:0] q;
+  } tpu_reg2hw_dma_win_last_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic q;
+    } clear;
+  } tpu_reg2hw_perf_ctrl_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_cycles_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_mxu_active_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_weight_stall_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_weight_shift_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_dma_wait_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_act_busy_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_instret_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_rd_bytes_lo_reg_t;
+
+  typedef struct packed {
+    logic re;
+  } tpu_reg2hw_perf_wr_bytes_lo_reg_t;
+
+  // Everything the generated register block hands to the hardware.
+  typedef struct packed {
+    tpu_reg2hw_ctrl_reg_t ctrl;
+    tpu_reg2hw_irq_enable_reg_t irq_enable;
+    tpu_reg2hw_irq_status_reg_t irq_status;
+    tpu_reg2hw_ring_base_reg_t ring_base;
+    tpu_reg2hw_ring_size_reg_t ring_size;
+    tpu_reg2hw_ring_tail_reg_t ring_tail;
+    tpu_reg2hw_dma_win_base_reg_t dma_win_base;
+    tpu_reg2hw_dma_win_last_reg_t dma_win_last;
+    tpu_reg2hw_perf_ctrl_reg_t perf_ctrl;
+    tpu_reg2hw_perf_cycles_lo_reg_t perf_cycles_lo;
+    tpu_reg2hw_perf_mxu_active_lo_reg_t perf_mxu_active_lo;
+    tpu_reg2hw_perf_weight_stall_lo_reg_t perf_weight_stall_lo;
+    tpu_reg2hw_perf_weight_shift_lo_reg_t perf_weight_shift_lo;
+    tpu_reg2hw_perf_dma_wait_lo_reg_t perf_dma_wait_lo;
+    tpu_reg2hw_perf_act_busy_lo_reg_t perf_act_busy_lo;
+    tpu_reg2hw_perf_instret_lo_reg_t perf_instret_lo;
+    tpu_reg2hw_perf_rd_bytes_lo_reg_t perf_rd_bytes_lo;
+    tpu_reg2hw_perf_wr_bytes_lo_reg_t perf_wr_bytes_lo;
+  } reg2hw_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_array_n_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_ub_depth_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_wb_depth_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_acc_depth_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_dma_data_w_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_queue_depth_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic d;
+    } soft_reset;
+  } tpu_hw2reg_ctrl_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic d;
+    } busy;
+    struct packed {
+      logic d;
+    } fault;
+    struct packed {
+      logic d;
+    } resetting;
+  } tpu_hw2reg_status_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic d;
+      logic de;
+    } fence;
+    struct packed {
+      logic d;
+      logic de;
+    } fault;
+  } tpu_hw2reg_irq_status_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_ring_head_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_fence_value_reg_t;
+
+  typedef struct packed {
+    logic [3:0] d;
+  } tpu_hw2reg_fault_cause_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_fault_pc_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_fault_info_reg_t;
+
+  typedef struct packed {
+    struct packed {
+      logic d;
+    } clear;
+  } tpu_hw2reg_perf_ctrl_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_cycles_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_cycles_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_mxu_active_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_mxu_active_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_weight_stall_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_weight_stall_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_weight_shift_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_weight_shift_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_dma_wait_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_dma_wait_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_act_busy_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_act_busy_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_instret_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_instret_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_rd_bytes_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_rd_bytes_hi_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_wr_bytes_lo_reg_t;
+
+  typedef struct packed {
+    logic [31:0] d;
+  } tpu_hw2reg_perf_wr_bytes_hi_reg_t;
+
+  // Everything the generated register block takes from the hardware.
+  typedef struct packed {
+    tpu_hw2reg_array_n_reg_t array_n;
+    tpu_hw2reg_ub_depth_reg_t ub_depth;
+    tpu_hw2reg_wb_depth_reg_t wb_depth;
+    tpu_hw2reg_acc_depth_reg_t acc_depth;
+    tpu_hw2reg_dma_data_w_reg_t dma_data_w;
+    tpu_hw2reg_queue_depth_reg_t queue_depth;
+    tpu_hw2reg_ctrl_reg_t ctrl;
+    tpu_hw2reg_status_reg_t status;
+    tpu_hw2reg_irq_status_reg_t irq_status;
+    tpu_hw2reg_ring_head_reg_t ring_head;
+    tpu_hw2reg_fence_value_reg_t fence_value;
+    tpu_hw2reg_fault_cause_reg_t fault_cause;
+    tpu_hw2reg_fault_pc_reg_t fault_pc;
+    tpu_hw2reg_fault_info_reg_t fault_info;
+    tpu_hw2reg_perf_ctrl_reg_t perf_ctrl;
+    tpu_hw2reg_perf_cycles_lo_reg_t perf_cycles_lo;
+    tpu_hw2reg_perf_cycles_hi_reg_t perf_cycles_hi;
+    tpu_hw2reg_perf_mxu_active_lo_reg_t perf_mxu_active_lo;
+    tpu_hw2reg_perf_mxu_active_hi_reg_t perf_mxu_active_hi;
+    tpu_hw2reg_perf_weight_stall_lo_reg_t perf_weight_stall_lo;
+    tpu_hw2reg_perf_weight_stall_hi_reg_t perf_weight_stall_hi;
+    tpu_hw2reg_perf_weight_shift_lo_reg_t perf_weight_shift_lo;
+    tpu_hw2reg_perf_weight_shift_hi_reg_t perf_weight_shift_hi;
+    tpu_hw2reg_perf_dma_wait_lo_reg_t perf_dma_wait_lo;
+    tpu_hw2reg_perf_dma_wait_hi_reg_t perf_dma_wait_hi;
+    tpu_hw2reg_perf_act_busy_lo_reg_t perf_act_busy_lo;
+    tpu_hw2reg_perf_act_busy_hi_reg_t perf_act_busy_hi;
+    tpu_hw2reg_perf_instret_lo_reg_t perf_instret_lo;
+    tpu_hw2reg_perf_instret_hi_reg_t perf_instret_hi;
+    tpu_hw2reg_perf_rd_bytes_lo_reg_t perf_rd_bytes_lo;
+    tpu_hw2reg_perf_rd_bytes_hi_reg_t perf_rd_bytes_hi;
+    tpu_hw2reg_perf_wr_bytes_lo_reg_t perf_wr_bytes_lo;
+    tpu_hw2reg_perf_wr_bytes_hi_reg_t perf_wr_bytes_hi;
+  } hw2reg_t;
+
 endpackage

@@ -2,7 +2,10 @@
 // reference model: host memory must end up bit-identical, and faults must be reported identically.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "random_program.h"
@@ -185,6 +188,73 @@ TEST_P(DiffPrograms, IllegalInstructionFaultsIdenticallyAndResetRecovers) {
     p.rtl.run(again);
     p.ref.run(again);
     expect_same_memory(p, "program after reset " + std::to_string(i));
+    if (HasFailure()) return;
+  }
+}
+
+// An instruction that pushes token counter `t`: LOAD / STORE of one row of the data buffer, or a
+// compute NOP.
+isa::Word token_pusher(spec::Token t, const DeviceParams& params, uint64_t data_addr) {
+  const uint64_t row_bytes = std::max<uint64_t>(params.array_n, params.dma_data_w / 8);
+  const auto dma = [&](spec::Opcode op) {
+    isa::Instr i = isa::make_instr(op);
+    i.set("mem", static_cast<uint64_t>(spec::Mem::kUb));
+    i.set("local_addr", 0);
+    i.set("host_addr", data_addr);
+    i.set("rows", 1);
+    i.set("row_bytes", row_bytes);
+    i.set("host_stride", row_bytes);
+    return i;
+  };
+  isa::Instr i = isa::make_instr(spec::Opcode::kNop);
+  switch (t) {
+    case spec::Token::kLd2cmp: i = dma(spec::Opcode::kLoad); i.push_next = true; break;
+    case spec::Token::kCmp2ld: i.push_prev = true; break;
+    case spec::Token::kCmp2st: i.push_next = true; break;
+    case spec::Token::kSt2cmp: i = dma(spec::Opcode::kStore); i.push_prev = true; break;
+  }
+  return isa::encode(i);
+}
+
+// A program that leaves more than TOKEN_MAX tokens on one counter faults TOKEN_OVERFLOW on the
+// same instruction, with the same FAULT_INFO, on both devices; a random prefix moves the point.
+TEST_P(DiffPrograms, TokenOverflowFaultsIdentically) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(3000 + n);
+  for (auto t : {spec::Token::kLd2cmp, spec::Token::kCmp2ld, spec::Token::kCmp2st, spec::Token::kSt2cmp}) {
+    fill_random(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 8};
+    auto prog = random_program(spec, rng);
+    const size_t first_push = prog.size();
+    // The prefix may leave tokens of its own: the fault comes on or before the last pusher.
+    prog.insert(prog.end(), spec::kTokenMax + 1, token_pusher(t, spec.params, spec.data_addr));
+    const auto tail = random_program(spec, rng);
+    prog.insert(prog.end(), tail.begin(), tail.end());
+    SCOPED_TRACE(std::string("counter ") + std::string(spec::to_string(t)));
+
+    std::optional<FaultReport> faults[2];
+    Device* devs[2] = {&p.rtl, &p.ref};
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
+      faults[d] = devs[d]->fault();
+      ASSERT_TRUE(faults[d].has_value());
+    }
+    EXPECT_EQ(faults[0]->cause, spec::Fault::kTokenOverflow) << faults[0]->message();
+    EXPECT_EQ(faults[1]->cause, spec::Fault::kTokenOverflow) << faults[1]->message();
+    EXPECT_EQ(faults[0]->info, static_cast<uint32_t>(t)) << faults[0]->message();
+    EXPECT_EQ(faults[1]->info, static_cast<uint32_t>(t)) << faults[1]->message();
+    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
+    ASSERT_TRUE(faults[0]->program_index.has_value());
+    EXPECT_GE(*faults[0]->program_index, first_push);
+    EXPECT_LE(*faults[0]->program_index, first_push + spec::kTokenMax);
+    expect_same_memory(p, "token overflow program");
+    p.rtl.reset();
+    p.ref.reset();
+    const auto again = random_program(spec, rng);
+    p.rtl.run(again);
+    p.ref.run(again);
+    expect_same_memory(p, "program after reset");
     if (HasFailure()) return;
   }
 }

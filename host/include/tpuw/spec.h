@@ -13,6 +13,8 @@ inline constexpr uint32_t kVersionMinor = 0;
 inline constexpr unsigned kInstrBits = 128;
 inline constexpr unsigned kInstrBytes = 16;
 inline constexpr uint32_t kRegWindowBytes = 4096;
+/// Most tokens a dependency counter may hold, counted in program order (TOKEN_OVERFLOW).
+inline constexpr uint32_t kTokenMax = 127;
 
 /// A bit field of an instruction: `width` bits starting at bit `lsb`.
 struct Field {
@@ -94,6 +96,7 @@ enum class Fault : uint8_t {
   kDmaWindow = 0x04,
   kAxiError = 0x05,
   kRingConfig = 0x06,
+  kTokenOverflow = 0x07,
 };
 
 constexpr std::string_view to_string(Fault v) {
@@ -105,6 +108,24 @@ constexpr std::string_view to_string(Fault v) {
     case Fault::kDmaWindow: return "DMA_WINDOW";
     case Fault::kAxiError: return "AXI_ERROR";
     case Fault::kRingConfig: return "RING_CONFIG";
+    case Fault::kTokenOverflow: return "TOKEN_OVERFLOW";
+  }
+  return "?";
+}
+
+enum class Token : uint8_t {
+  kLd2cmp = 0x00,
+  kCmp2ld = 0x01,
+  kCmp2st = 0x02,
+  kSt2cmp = 0x03,
+};
+
+constexpr std::string_view to_string(Token v) {
+  switch (v) {
+    case Token::kLd2cmp: return "LD2CMP";
+    case Token::kCmp2ld: return "CMP2LD";
+    case Token::kCmp2st: return "CMP2ST";
+    case Token::kSt2cmp: return "ST2CMP";
   }
   return "?";
 }
@@ -118,6 +139,7 @@ constexpr std::string_view fault_doc(Fault f) {
     case Fault::kDmaWindow: return "a host address range lies outside [DMA_WIN_BASE, DMA_WIN_LAST]; FAULT_INFO = first host address of the range";
     case Fault::kAxiError: return "the host answered a DMA or instruction fetch with SLVERR/DECERR; FAULT_INFO = address of the failing burst";
     case Fault::kRingConfig: return "the doorbell was rung with RING_SIZE = 0, RING_BASE not 16-byte aligned or RING_TAIL >= RING_SIZE; FAULT_INFO = RING_TAIL";
+    case Fault::kTokenOverflow: return "decode time: counting in program order, the tokens pushed minus the tokens popped by the instructions dispatched so far would exceed TOKEN_MAX on a counter this instruction pushes; FAULT_INFO = the counter (LD2CMP 0, CMP2LD 1, CMP2ST 2, ST2CMP 3)";
   }
   return "?";
 }
@@ -280,56 +302,71 @@ inline constexpr uint32_t kPerfWrBytesLo = 0x0C0;  // ro: bytes written over AXI
 inline constexpr uint32_t kPerfWrBytesHi = 0x0C4;  // ro: high word
 }  // namespace reg
 
-/// Register names by offset, for dumps and the CLI.
+/// Register access types (docs/isa.md).
+enum class Access : uint8_t { kRo, kRw, kWo, kW1c, kW1s };
+
+/// The register table: what the generated register block (rtl/core/tpu_reg_top.sv) implements.
 struct RegInfo {
   std::string_view name;
   uint32_t offset;
   std::string_view access;
   std::string_view doc;
+  Access kind;        ///< access, as an enum
+  uint32_t mask;      ///< bits that exist; the others read 0 and ignore writes
+  uint32_t reset;     ///< value after reset (ro registers fed by the hardware: 0)
+  bool soft_reset;    ///< CTRL.SOFT_RESET resets it too
 };
 inline constexpr std::array<RegInfo, 42> kRegs{{
-    {"ID", 0x000, "ro", "0x54505557, ASCII TPUW"},
-    {"VERSION", 0x004, "ro", "major << 16 | minor"},
-    {"ARRAY_N", 0x008, "ro", "MXU size N (N x N processing elements)"},
-    {"UB_DEPTH", 0x00C, "ro", "unified buffer rows (ArrayN bytes each)"},
-    {"WB_DEPTH", 0x010, "ro", "weight buffer rows (ArrayN bytes each)"},
-    {"ACC_DEPTH", 0x014, "ro", "accumulator rows (ArrayN int32 each)"},
-    {"DMA_DATA_W", 0x018, "ro", "AXI4 master data width in bits"},
-    {"FEATURES", 0x01C, "ro", "feature bits"},
-    {"QUEUE_DEPTH", 0x020, "ro", "instructions each of the load / compute / store queues holds"},
-    {"CTRL", 0x024, "w1s", "control"},
-    {"STATUS", 0x028, "ro", "device state"},
-    {"IRQ_ENABLE", 0x02C, "rw", "interrupt enables; irq_o = |(IRQ_STATUS & IRQ_ENABLE)"},
-    {"IRQ_STATUS", 0x030, "w1c", "pending interrupts (same bits as IRQ_ENABLE)"},
-    {"RING_BASE", 0x034, "rw", "host byte address of the command ring (16-byte aligned)"},
-    {"RING_SIZE", 0x038, "rw", "ring entries (16-byte instructions)"},
-    {"RING_HEAD", 0x03C, "ro", "index of the next instruction the device will fetch"},
-    {"RING_TAIL", 0x040, "rw", "doorbell: index one past the last valid instruction; the device fetches while HEAD != TAIL"},
-    {"FENCE_VALUE", 0x044, "ro", "value of the last completed FENCE"},
-    {"FAULT_CAUSE", 0x048, "ro", "fault cause (see the fault table)"},
-    {"FAULT_PC", 0x04C, "ro", "host address of the faulting instruction"},
-    {"FAULT_INFO", 0x050, "ro", "cause-specific detail (see the fault table)"},
-    {"DMA_WIN_BASE", 0x054, "rw", "lowest host byte address DMA may touch (reset 0)"},
-    {"DMA_WIN_LAST", 0x058, "rw", "highest host byte address DMA may touch (reset 0xFFFFFFFF)"},
-    {"PERF_CTRL", 0x05C, "w1s", "performance counter control"},
-    {"PERF_CYCLES_LO", 0x080, "ro", "cycles with STATUS.BUSY set (doorbell to last fence), low word"},
-    {"PERF_CYCLES_HI", 0x084, "ro", "high word"},
-    {"PERF_MXU_ACTIVE_LO", 0x088, "ro", "cycles in which an activation row entered the MXU"},
-    {"PERF_MXU_ACTIVE_HI", 0x08C, "ro", "high word"},
-    {"PERF_WEIGHT_STALL_LO", 0x090, "ro", "cycles a MATMUL waited for its weight tile to finish shifting"},
-    {"PERF_WEIGHT_STALL_HI", 0x094, "ro", "high word"},
-    {"PERF_WEIGHT_SHIFT_LO", 0x098, "ro", "cycles the weight shifter was shifting (overlaps compute when double-buffered)"},
-    {"PERF_WEIGHT_SHIFT_HI", 0x09C, "ro", "high word"},
-    {"PERF_DMA_WAIT_LO", 0x0A0, "ro", "cycles the compute queue's next instruction waited for a token from the load queue"},
-    {"PERF_DMA_WAIT_HI", 0x0A4, "ro", "high word"},
-    {"PERF_ACT_BUSY_LO", 0x0A8, "ro", "cycles the activation unit was busy (non-matrix work)"},
-    {"PERF_ACT_BUSY_HI", 0x0AC, "ro", "high word"},
-    {"PERF_INSTRET_LO", 0x0B0, "ro", "instructions retired"},
-    {"PERF_INSTRET_HI", 0x0B4, "ro", "high word"},
-    {"PERF_RD_BYTES_LO", 0x0B8, "ro", "bytes read over AXI (instruction fetch + LOAD)"},
-    {"PERF_RD_BYTES_HI", 0x0BC, "ro", "high word"},
-    {"PERF_WR_BYTES_LO", 0x0C0, "ro", "bytes written over AXI (STORE + FENCE)"},
-    {"PERF_WR_BYTES_HI", 0x0C4, "ro", "high word"},
+    {"ID", 0x000, "ro", "0x54505557, ASCII TPUW", Access::kRo, 0xFFFFFFFFu, 0x54505557u, true},
+    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010000u, true},
+    {"ARRAY_N", 0x008, "ro", "MXU size N (N x N processing elements)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"UB_DEPTH", 0x00C, "ro", "unified buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"WB_DEPTH", 0x010, "ro", "weight buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"ACC_DEPTH", 0x014, "ro", "accumulator rows (ArrayN int32 each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"DMA_DATA_W", 0x018, "ro", "AXI4 master data width in bits", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"FEATURES", 0x01C, "ro", "feature bits", Access::kRo, 0x0000000Fu, 0x0000000Fu, true},
+    {"QUEUE_DEPTH", 0x020, "ro", "instructions each of the load / compute / store queues holds", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"CTRL", 0x024, "w1s", "control", Access::kW1s, 0x00000001u, 0x00000000u, true},
+    {"STATUS", 0x028, "ro", "device state", Access::kRo, 0x00000007u, 0x00000000u, true},
+    {"IRQ_ENABLE", 0x02C, "rw", "interrupt enables; irq_o = |(IRQ_STATUS & IRQ_ENABLE)", Access::kRw, 0x00000003u, 0x00000000u, false},
+    {"IRQ_STATUS", 0x030, "w1c", "pending interrupts (same bits as IRQ_ENABLE)", Access::kW1c, 0x00000003u, 0x00000000u, true},
+    {"RING_BASE", 0x034, "rw", "host byte address of the command ring (16-byte aligned)", Access::kRw, 0xFFFFFFFFu, 0x00000000u, true},
+    {"RING_SIZE", 0x038, "rw", "ring entries (16-byte instructions)", Access::kRw, 0xFFFFFFFFu, 0x00000000u, true},
+    {"RING_HEAD", 0x03C, "ro", "index of the next instruction the device will fetch", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"RING_TAIL", 0x040, "rw", "doorbell: index one past the last valid instruction; the device fetches while HEAD != TAIL", Access::kRw, 0xFFFFFFFFu, 0x00000000u, true},
+    {"FENCE_VALUE", 0x044, "ro", "value of the last completed FENCE", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"FAULT_CAUSE", 0x048, "ro", "fault cause (see the fault table)", Access::kRo, 0x0000000Fu, 0x00000000u, true},
+    {"FAULT_PC", 0x04C, "ro", "host address of the faulting instruction", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"FAULT_INFO", 0x050, "ro", "cause-specific detail (see the fault table)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"DMA_WIN_BASE", 0x054, "rw", "lowest host byte address DMA may touch (reset 0)", Access::kRw, 0xFFFFFFFFu, 0x00000000u, false},
+    {"DMA_WIN_LAST", 0x058, "rw", "highest host byte address DMA may touch (reset 0xFFFFFFFF)", Access::kRw, 0xFFFFFFFFu, 0xFFFFFFFFu, false},
+    {"PERF_CTRL", 0x05C, "w1s", "performance counter control", Access::kW1s, 0x00000001u, 0x00000000u, true},
+    {"PERF_CYCLES_LO", 0x080, "ro", "cycles with STATUS.BUSY set (doorbell to last fence), low word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_CYCLES_HI", 0x084, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_MXU_ACTIVE_LO", 0x088, "ro", "cycles in which an activation row entered the MXU", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_MXU_ACTIVE_HI", 0x08C, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WEIGHT_STALL_LO", 0x090, "ro", "cycles a MATMUL waited for its weight tile to finish shifting", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WEIGHT_STALL_HI", 0x094, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WEIGHT_SHIFT_LO", 0x098, "ro", "cycles the weight shifter was shifting (overlaps compute when double-buffered)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WEIGHT_SHIFT_HI", 0x09C, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_DMA_WAIT_LO", 0x0A0, "ro", "cycles the compute queue's next instruction waited for a token from the load queue", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_DMA_WAIT_HI", 0x0A4, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_ACT_BUSY_LO", 0x0A8, "ro", "cycles the activation unit was busy (non-matrix work)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_ACT_BUSY_HI", 0x0AC, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_INSTRET_LO", 0x0B0, "ro", "instructions retired", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_INSTRET_HI", 0x0B4, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_RD_BYTES_LO", 0x0B8, "ro", "bytes read over AXI (instruction fetch + LOAD)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_RD_BYTES_HI", 0x0BC, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WR_BYTES_LO", 0x0C0, "ro", "bytes written over AXI (STORE + FENCE)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
+    {"PERF_WR_BYTES_HI", 0x0C4, "ro", "high word", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
 }};
+
+/// The table entry of a register offset, or nullptr when no register lives there.
+constexpr const RegInfo* find_reg(uint32_t offset) {
+  for (const auto& r : kRegs) {
+    if (r.offset == offset) return &r;
+  }
+  return nullptr;
+}
 
 }  // namespace tpuw::spec

@@ -115,6 +115,9 @@ struct RefDevice::Impl {
   std::array<uint64_t, 3> n_dispatched{}, n_issued{};
   std::array<std::vector<uint64_t>, 3> issue_ring;  // issue time of instruction j at j % depth
   std::array<std::deque<uint64_t>, kNumTokens> tokens;  // arrival times of tokens not yet consumed
+  // Per counter, tokens pushed minus popped by the instructions dispatched so far, in program
+  // order (TOKEN_OVERFLOW; tpu_cmd_proc keeps the same balance).
+  std::array<int64_t, kNumTokens> token_balance{};
 
   uint64_t cp_time = 0;  // the command processor is free to decode the next instruction
   // Instruction fetch: bursts of up to fetch_burst_instrs, double-buffered prefetch.
@@ -328,6 +331,7 @@ struct RefDevice::Impl {
         h.in = isa::decode(h.w);
         h.queue = static_cast<size_t>(inf->queue);
         h.fault = validate(h.w, h.in, *inf);
+        if (!h.fault) h.fault = token_overflow(h.in, h.queue);
       }
     }
     head = h;
@@ -346,6 +350,28 @@ struct RefDevice::Impl {
   }
   static std::optional<Token> push_next_tok(size_t qi) {
     return qi == kQLoad ? std::optional<Token>(kLd2Cmp) : qi == kQCompute ? std::optional<Token>(kCmp2St) : std::nullopt;
+  }
+
+  /// TOKEN_OVERFLOW: the instruction pushes a counter whose program-order balance is already at
+  /// TOKEN_MAX. FAULT_INFO is the lowest such counter.
+  std::optional<FaultRec> token_overflow(const isa::Instr& in, size_t qi) const {
+    uint32_t first = kNumTokens;
+    const auto check = [&](bool flag, std::optional<Token> tok) {
+      if (flag && tok && token_balance[*tok] >= static_cast<int64_t>(spec::kTokenMax)) {
+        first = std::min<uint32_t>(first, static_cast<uint32_t>(*tok));
+      }
+    };
+    check(in.push_prev, push_prev_tok(qi));
+    check(in.push_next, push_next_tok(qi));
+    if (first == kNumTokens) return std::nullopt;
+    return FaultRec{Fault::kTokenOverflow, first};
+  }
+
+  void count_tokens(const isa::Instr& in, size_t qi) {
+    if (in.push_prev) ++token_balance[*push_prev_tok(qi)];
+    if (in.push_next) ++token_balance[*push_next_tok(qi)];
+    if (in.pop_prev) --token_balance[*pop_prev_tok(qi)];
+    if (in.pop_next) --token_balance[*pop_next_tok(qi)];
   }
 
   /// Earliest issue time of queue qi's head, or kNever when a token it pops has not been pushed.
@@ -422,6 +448,7 @@ struct RefDevice::Impl {
     } else {
       q[h.queue].push_back({h.in, h.pc, t});
       ++n_dispatched[h.queue];
+      count_tokens(h.in, h.queue);
     }
     ring_head = ring_size == 0 ? 0 : (ring_head + 1) % ring_size;
     if (ring_head == ring_tail) fetch_burst_left = 0;  // prefetch stops at the tail
@@ -715,6 +742,7 @@ struct RefDevice::Impl {
     settle_busy();
     for (auto& qq : q) qq.clear();
     for (auto& tk : tokens) tk.clear();
+    token_balance = {};
     n_dispatched = {};
     n_issued = {};
     head.reset();
@@ -808,29 +836,18 @@ struct RefDevice::Impl {
 
   void write_reg(uint32_t offset, uint32_t value) {
     namespace r = spec::reg;
-    constexpr uint32_t kIrqBits = r::kIrqStatusFence | r::kIrqStatusFault;
-    if (offset >= r::kPerfCyclesLo && offset <= r::kPerfWrBytesHi && offset % 4 == 0) return;  // ro
+    // Access types and the bits that exist come from the generated register table, like the
+    // RTL's generated register block.
+    const spec::RegInfo* info = spec::find_reg(offset);
+    if (info == nullptr) bad_offset(offset, "write");
+    if (info->kind == spec::Access::kRo) return;  // read-only: the write is ignored
+    value &= info->mask;
     switch (offset) {
-      case r::kId:
-      case r::kVersion:
-      case r::kArrayN:
-      case r::kUbDepth:
-      case r::kWbDepth:
-      case r::kAccDepth:
-      case r::kDmaDataW:
-      case r::kFeatures:
-      case r::kQueueDepth:
-      case r::kStatus:
-      case r::kRingHead:
-      case r::kFenceValue:
-      case r::kFaultCause:
-      case r::kFaultPc:
-      case r::kFaultInfo: return;  // read-only: the write is ignored
       case r::kCtrl:
         if ((value & r::kCtrlSoftReset) != 0) soft_reset();
         return;
-      case r::kIrqEnable: irq_enable = value & kIrqBits; return;
-      case r::kIrqStatus: irq_status &= ~(value & kIrqBits); return;
+      case r::kIrqEnable: irq_enable = value; return;
+      case r::kIrqStatus: irq_status &= ~value; return;
       case r::kRingBase: ring_base = value; return;
       case r::kRingSize: ring_size = value; return;
       case r::kRingTail: doorbell(value); return;

@@ -1,5 +1,8 @@
 // Each validation rule of docs/architecture.md -> its FAULT_CAUSE and FAULT_INFO, and the
 // runtime AXI errors. Configuration: N=4 (UB 2048, WB 512, ACC 1024 rows, 8-byte beat).
+#include <string>
+#include <vector>
+
 #include "ref_harness.h"
 
 namespace tpuw::ref::test {
@@ -224,6 +227,76 @@ TEST(RefValidation, FaultedDeviceIgnoresDoorbellUntilSoftReset) {
   d.submit({fence(4, 0x4000)});
   d.run();
   EXPECT_EQ(d.reg(r::kFenceValue), 4u);
+}
+
+// ---- TOKEN_OVERFLOW (docs/architecture.md, "Tokens") ----
+// An instruction that pushes token counter `t` (N=4: 8-byte rows for LOAD/STORE).
+isa::Word pusher(spec::Token t) {
+  switch (t) {
+    case spec::Token::kLd2cmp: return load(Mem::kUb, 0, 0x1000, 1, 8, 8, /*push_next=*/true);
+    case spec::Token::kCmp2ld: return nop(false, false, false, /*push_prev=*/true);
+    case spec::Token::kCmp2st: return nop(false, /*push_next=*/true);
+    case spec::Token::kSt2cmp: return store(Mem::kUb, 0, 0x1000, 1, 8, 8, false, /*push_prev=*/true);
+  }
+  return nop();
+}
+
+TEST(RefTokens, EachCounterHoldsTokenMaxAndFaultsOnTheNextPush) {
+  for (auto t : {spec::Token::kLd2cmp, spec::Token::kCmp2ld, spec::Token::kCmp2st, spec::Token::kSt2cmp}) {
+    const std::string what(spec::to_string(t));
+    {
+      Dev d;  // exactly TOKEN_MAX outstanding tokens: legal
+      std::vector<isa::Word> prog(spec::kTokenMax, pusher(t));
+      prog.push_back(fence(7, 0x4000));
+      d.submit(prog);
+      d.run();
+      EXPECT_EQ(d.reg(r::kFaultCause), 0u) << what;
+      EXPECT_EQ(d.reg(r::kFenceValue), 7u) << what;
+    }
+    Dev d;  // one more: decode-time fault on that instruction, FAULT_INFO = the counter
+    std::vector<isa::Word> prog(spec::kTokenMax + 1, pusher(t));
+    prog.push_back(fence(7, 0x4000));
+    d.submit(prog);
+    expect_fault(d, Fault::kTokenOverflow, static_cast<uint32_t>(t), spec::kTokenMax, what.c_str());
+    EXPECT_EQ(d.perf(r::kPerfInstretLo), uint64_t{spec::kTokenMax}) << what;  // everything before it ran
+  }
+}
+
+TEST(RefTokens, PopsInProgramOrderMakeRoom) {
+  // 127 pushes, a STORE that pops one, then one more push is legal; the next one is not.
+  std::vector<isa::Word> prog(spec::kTokenMax, nop(false, /*push_next=*/true));
+  prog.push_back(store(Mem::kUb, 0, 0x1000, 1, 8, 8, /*pop_prev=*/true));
+  prog.push_back(nop(false, true));
+  prog.push_back(nop(false, true));
+  prog.push_back(fence(1, 0x4000));
+  Dev d;
+  d.submit(prog);
+  expect_fault(d, Fault::kTokenOverflow, static_cast<uint32_t>(spec::Token::kCmp2st), spec::kTokenMax + 2,
+               "pop then two pushes");
+}
+
+TEST(RefTokens, OtherFaultsOfTheSameInstructionComeFirst) {
+  std::vector<isa::Word> prog(spec::kTokenMax, nop(false, true));
+  prog.push_back(with_bit(nop(false, true), 12));  // reserved bit and an overflowing push
+  Dev d;
+  d.submit(prog);
+  expect_fault(d, Fault::kIllegalField, 12, spec::kTokenMax, "reserved bit first");
+}
+
+TEST(RefTokens, SoftResetClearsTheCount) {
+  Dev d;
+  std::vector<isa::Word> prog(spec::kTokenMax, nop(false, true));
+  prog.push_back(fence(1, 0x4000));
+  d.submit(prog);
+  d.run();
+  ASSERT_EQ(d.reg(r::kFenceValue), 1u);
+  d.dev.write_reg(r::kCtrl, r::kCtrlSoftReset);
+  d.dev.write_reg(r::kRingBase, kRing);
+  d.dev.write_reg(r::kRingSize, kRingEntries);
+  d.submit({nop(false, true), fence(2, 0x4000)});
+  d.run();
+  EXPECT_EQ(d.reg(r::kFaultCause), 0u);
+  EXPECT_EQ(d.reg(r::kFenceValue), 2u);
 }
 
 }  // namespace
