@@ -372,6 +372,8 @@ int run_command(const RunOpts& o) {
   bc.array_n = o.array_n;
   bc.memory.size = mem;
   Device dev = Device::open(o.backend, bc);
+  // The device's own ARRAY_N (a serial board answers with its real size), not the flag's.
+  const unsigned array_n = dev.info().params.array_n;
 
   // ---- run ------------------------------------------------------------------------------------
   const bool show_progress = !o.quiet && !o.json && isatty(fileno(stderr)) != 0;
@@ -383,6 +385,7 @@ int run_command(const RunOpts& o) {
   PerfCounters perf;
   uint64_t rd_bytes = 0, wr_bytes = 0, min_bytes = 0, macs = 0, instructions = 0, sim_cycles = 0;
   double wall = 0;
+  std::string traffic_note;  // the planner's one-line reason when bytes exceed 1.5x the minimum
   for (uint64_t c = 0; c < chunks; ++c) {
     const uint64_t r0 = c * chunk, rows = std::min(chunk, in.rows - r0);
     runtime::NetworkOptions nopt;
@@ -401,6 +404,7 @@ int run_command(const RunOpts& o) {
                                                     r.output_i32.size(), rows * classes));
     }
     raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
+    if (traffic_note.empty()) traffic_note = r.plan.traffic_note;
     for (size_t i = 0; i < r.layers.size() && i < layers.size(); ++i) {
       const runtime::LayerReport& lr = r.layers[i];
       LayerTotals& t = layers[i];
@@ -435,7 +439,7 @@ int run_command(const RunOpts& o) {
   const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
 
   // ---- report ---------------------------------------------------------------------------------
-  const double utilization = util(macs, o.array_n, perf.cycles);
+  const double utilization = util(macs, array_n, perf.cycles);
   const double sim_hz = wall > 0 ? static_cast<double>(sim_cycles) / wall : 0.0;
   if (o.json) {
     json j = model_json(o, q, classes, in, chunk, chunks, cal);
@@ -444,7 +448,7 @@ int run_command(const RunOpts& o) {
       const LayerTotals& t = layers[i];
       jl.push_back({{"name", t.name}, {"m", t.m}, {"k", t.k}, {"n", t.n}, {"relu", t.relu},
                     {"int32_output", t.int32_output}, {"cycles", t.cycles},
-                    {"utilization", util(t.m * t.k * t.n, o.array_n, t.cycles)}, {"rd_bytes", t.rd_bytes},
+                    {"utilization", util(t.m * t.k * t.n, array_n, t.cycles)}, {"rd_bytes", t.rd_bytes},
                     {"wr_bytes", t.wr_bytes}, {"min_bytes", t.min_bytes}, {"mxu_active", t.mxu_active},
                     {"weight_stall", t.weight_stall}, {"weight_shift", t.weight_shift}, {"dma_wait", t.dma_wait},
                     {"act_busy", t.act_busy}, {"instructions", t.instructions}});
@@ -456,6 +460,7 @@ int run_command(const RunOpts& o) {
     j["rd_bytes"] = rd_bytes;
     j["wr_bytes"] = wr_bytes;
     j["min_bytes"] = min_bytes;
+    if (!traffic_note.empty()) j["traffic_note"] = traffic_note;
     j["instructions"] = instructions;
     j["wall_s"] = wall;
     j["sim_hz"] = sim_hz;
@@ -469,7 +474,7 @@ int run_command(const RunOpts& o) {
   print_model_header(o, net, q, cal);
   fmt::print("{} rows on {} (N={}) in {} batch{} of {}: {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M "
              "simulated cycles/s\n",
-             in.rows, o.backend, o.array_n, chunks, chunks == 1 ? "" : "es", chunk, perf.cycles, utilization, wall,
+             in.rows, o.backend, array_n, chunks, chunks == 1 ? "" : "es", chunk, perf.cycles, utilization, wall,
              sim_hz / 1e6);
   fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  {}\n", "#", "layer", "m x k x n", "cycles",
              "util", "rd bytes", "wr bytes", "min bytes", "cycles went to: mxu / w-stall / w-shift / dma-wait / act");
@@ -478,7 +483,7 @@ int run_command(const RunOpts& o) {
     std::string name = t.name + (t.int32_output ? " [int32 out]" : "");
     if (name.size() > 40) name = name.substr(0, 37) + "...";
     fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6.3f} {:>10} {:>10} {:>10}  {} / {} / {} / {} / {}\n", i, name,
-               fmt::format("{}x{}x{}", t.m, t.k, t.n), t.cycles, util(t.m * t.k * t.n, o.array_n, t.cycles),
+               fmt::format("{}x{}x{}", t.m, t.k, t.n), t.cycles, util(t.m * t.k * t.n, array_n, t.cycles),
                t.rd_bytes, t.wr_bytes, t.min_bytes, pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
                pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles));
   }
@@ -486,6 +491,7 @@ int run_command(const RunOpts& o) {
              "bytes read {} written {} (minimum {})\n",
              perf.cycles, perf.mxu_active, perf.weight_stall, perf.weight_shift, perf.dma_wait, perf.act_busy,
              perf.instret, rd_bytes, wr_bytes, min_bytes);
+  if (!traffic_note.empty()) fmt::print("  bytes above 1.5x the minimum: {}\n", traffic_note);
   print_result_tail(o, labels.size(), acc_int8, acc_float, in.rows, classes);
   return kOk;
 }
