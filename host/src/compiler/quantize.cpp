@@ -94,9 +94,9 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
   const ValueId xq = activation_like(g, input, ".q", DType::kInt8, {nn::symmetric_scale(calib)});
   nodes.push_back(make_node(Op::kQuantize, "quantize", {input}, {xq}));
   g.replace_uses(input, xq);
-  nodes.back().inputs = {input};  // replace_uses does not see the node list being built
 
   size_t dense_seen = 0;
+  const std::vector<std::vector<size_t>> readers = g.consumers();
   for (Node& n : g.nodes) {
     if (n.op == Op::kReshape || n.op == Op::kFlatten) {
       Value& out = g.value(n.outputs[0]);
@@ -123,6 +123,12 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     const std::string w_name = wv.name, b_name = bv.name;
     const std::vector<float> w(wv.data->f.begin(), wv.data->f.end());  // float32, as lowering stores them
     const std::vector<float> b(bv.data->f.begin(), bv.data->f.end());
+    // Free the fp32 data this node alone reads now, not at the end: a large model's peak memory
+    // then holds each weight once as fp32 (the float network), once in the graph (double, then
+    // int8 kept as int64), not twice in the graph.
+    for (const ValueId c : {n.inputs[1], n.inputs[2]}) {
+      if (readers[static_cast<size_t>(c)].size() == 1 && !g.is_graph_output(c)) g.value(c).data.reset();
+    }
     std::vector<int64_t> w_q(size_t{k} * cols), bias_q(cols);
     std::vector<float> w_scale(cols);
     for (uint32_t j = 0; j < cols; ++j) {
