@@ -44,7 +44,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 15> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 18> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -60,6 +60,9 @@ constexpr std::array<std::pair<Op, std::string_view>, 15> kOpNames{{
     {Op::kUnsqueeze, "Unsqueeze"},
     {Op::kConcat, "Concat"},
     {Op::kDense, "Dense"},
+    {Op::kQuantize, "Quantize"},
+    {Op::kQDense, "QDense"},
+    {Op::kDequantize, "Dequantize"},
 }};
 
 }  // namespace
@@ -202,7 +205,11 @@ namespace {
 std::string value_string(const Graph& g, ValueId id) {
   if (id == kNoValue) return "-";
   const Value& v = g.value(id);
-  return fmt::format("%{}:{}{}", v.name, dtype_name(v.dtype), v.shape ? dims_string(*v.shape) : std::string("[?]"));
+  std::string scale;  // quantized tensors: "@0.25" (per tensor) or "@[n scales]" (per column)
+  if (v.scale.size() == 1) scale = fmt::format("@{}", v.scale[0]);
+  if (v.scale.size() > 1) scale = fmt::format("@[{} scales]", v.scale.size());
+  return fmt::format("%{}:{}{}{}", v.name, dtype_name(v.dtype), v.shape ? dims_string(*v.shape) : std::string("[?]"),
+                     scale);
 }
 
 std::string attr_string(const Attribute& a) {

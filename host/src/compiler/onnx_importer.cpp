@@ -201,7 +201,7 @@ class Importer {
     n.op_type = pn.op_type();
     n.domain = pn.domain() == "ai.onnx" ? std::string() : pn.domain();
     n.op = n.domain.empty() ? op_from_name(n.op_type) : Op::kUnknown;
-    if (n.op == Op::kDense) n.op = Op::kUnknown;  // the compiler's own operator is not an ONNX one
+    if (is_compiler_op(n.op)) n.op = Op::kUnknown;  // the compiler's own operators are not ONNX ones
     n.name = pn.name().empty() ? fmt::format("#{}", index) : pn.name();
     n.origin = {n.label()};
     const std::string where = fmt::format("node '{}' ({})", n.name, n.op_type);

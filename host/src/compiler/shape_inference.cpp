@@ -77,6 +77,9 @@ class Inference {
         return;
       case Op::kConstant:
       case Op::kUnknown: return;  // folded / reported by legalize
+      case Op::kQuantize:
+      case Op::kQDense:
+      case Op::kDequantize: return;  // the quantize pass creates them with their types and shapes
     }
   }
 

@@ -80,6 +80,9 @@ struct Value {
   std::optional<Dims> shape;        // unknown until shape inference (constants always know theirs)
   Layout layout = Layout::kRowMajor;
   std::optional<TensorData> data;   // set for constants (initializers, folded values)
+  /// Quantization scale of an int8/int32 tensor (real = q * scale): one entry per tensor, or one
+  /// per element of the last dimension (per column). Empty for unquantized tensors.
+  std::vector<float> scale;
 
   bool is_constant() const { return data.has_value(); }
 };
@@ -104,7 +107,17 @@ enum class Op : uint8_t {
   kUnsqueeze,
   kConcat,
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
+  // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
+  kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))
+  kQDense,      // inputs: x int8 [batch, k], w_q int8 [k, n], bias_q int32 [n], and unless
+                // int32_output: mult int32 [n], shift int32 [n]; attributes relu, int32_output.
+                // Output int8 (per-tensor scale) or, with int32_output, int32 acc + bias_q
+                // (per-column scale; the ReLU then runs in the Dequantize after it)
+  kDequantize,  // x int32 -> fp32: float(x) * scale[j], then max(., 0) when attribute relu
 };
+
+/// True for the compiler's own operators (Dense and the quantized ones): never imported from ONNX.
+inline bool is_compiler_op(Op op) { return op >= Op::kDense; }
 
 /// The Op of an operator name ("Gemm" -> kGemm); kUnknown for any other name.
 Op op_from_name(std::string_view name);

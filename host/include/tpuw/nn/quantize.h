@@ -50,7 +50,8 @@ int8_t quantize_value(float x, float scale);
 /// mult as a wide signed product, rounding shift (half up) when shift > 0, ReLU, saturate to int8.
 int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool relu);
 
-/// Quantizes `net` with calibration data `calib` ([rows, input_features] float32). Throws
+/// Quantizes `net` with calibration data `calib` ([rows, input_features] float32): the compiler's
+/// quantize pass (tpuw/compiler/quantize.h) on the graph of `net`, lowered to a QNetwork. Throws
 /// Error(kInvalidArgument) for rows == 0 or a size mismatch, Error(kUnsupported) for a network
 /// without layers or a requantization factor the device cannot express (names the layer).
 QNetwork quantize(const FloatNetwork& net, std::span<const float> calib, uint64_t rows);

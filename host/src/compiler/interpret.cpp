@@ -1,0 +1,109 @@
+// The float interpreter of the IR (tpuw/compiler/quantize.h): the float reference the quantize
+// pass calibrates with. One case per operator; a new operator (convolution, pooling) adds its own.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pass_util.h"
+#include "tpuw/compiler/quantize.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::features;
+
+/// Elements per batch row of an activation value.
+uint64_t row_size(const Graph& g, ValueId v) { return static_cast<uint64_t>(*checked_elements(features(*g.value(v).shape))); }
+
+class Interpreter {
+ public:
+  Interpreter(const Graph& g, uint64_t batch) : g_(g), batch_(batch), t_(g.values.size()) {}
+
+  std::vector<std::vector<float>> run(std::span<const float> x) {
+    if (g_.inputs.size() != 1) {
+      g_.fail(ErrorKind::kUnsupported, fmt::format("the float interpreter runs graphs with one input, not {}", g_.inputs.size()));
+    }
+    const ValueId in = g_.inputs[0].value;
+    const Value& v = g_.value(in);
+    if (v.dtype != DType::kFloat32 || !v.shape) {
+      g_.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' must be a float32 tensor of known shape", v.name));
+    }
+    const uint64_t f = row_size(g_, in);
+    if (x.size() != batch_ * f) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: input has {} values, expected batch {} x {} features",
+                                                           g_.source, x.size(), batch_, f));
+    }
+    t_[static_cast<size_t>(in)].assign(x.begin(), x.end());
+    for (const Node& n : g_.nodes) node(n);
+    return std::move(t_);
+  }
+
+ private:
+  const Graph& g_;
+  uint64_t batch_;
+  std::vector<std::vector<float>> t_;
+
+  const std::vector<float>& in(const Node& n, size_t i) const {
+    const ValueId v = n.inputs[i];
+    if (g_.is_constant(v)) g_.fail(ErrorKind::kUnsupported, n, "the float interpreter expects an activation input, not a constant");
+    return t_[static_cast<size_t>(v)];
+  }
+  std::vector<float>& out(const Node& n) { return t_[static_cast<size_t>(n.outputs[0])]; }
+
+  void node(const Node& n) {
+    switch (n.op) {
+      case Op::kDense: return dense(n);
+      case Op::kFlatten:
+      case Op::kReshape: out(n) = in(n, 0); return;
+      case Op::kSoftmax: {
+        std::vector<float> y = in(n, 0);
+        const Dims& d = *g_.value(n.inputs[0]).shape;
+        const int64_t axis = attr_int(g_, n, "axis", -1);
+        if (axis != -1 && axis != static_cast<int64_t>(d.size()) - 1) {
+          g_.fail(ErrorKind::kUnsupported, n, "the float interpreter runs Softmax over the last axis only");
+        }
+        nn::softmax_rows(y, static_cast<uint32_t>(d.back()));
+        out(n) = std::move(y);
+        return;
+      }
+      default: g_.fail(ErrorKind::kUnsupported, n, "is not supported by the float interpreter");
+    }
+  }
+
+  // Exactly nn::forward_float_layers: weights and bias as float32 (what lowering stores), double
+  // accumulation, ReLU in double, float32 result.
+  void dense(const Node& n) {
+    const Value& wv = g_.value(n.inputs[1]);
+    const Value& bv = g_.value(n.inputs[2]);
+    const auto k = static_cast<uint32_t>((*wv.shape)[0]);
+    const auto nn = static_cast<uint32_t>((*wv.shape)[1]);
+    std::vector<float> w(wv.data->f.begin(), wv.data->f.end());
+    std::vector<float> b(bv.data->f.begin(), bv.data->f.end());
+    const bool relu = attr_int(g_, n, "relu", 0) != 0;
+    const std::vector<float>& x = in(n, 0);
+    std::vector<float> y(batch_ * nn);
+    std::vector<double> acc(nn);
+    for (uint64_t r = 0; r < batch_; ++r) {
+      for (uint32_t j = 0; j < nn; ++j) acc[j] = b[j];
+      for (uint32_t kk = 0; kk < k; ++kk) {
+        const double xv = x[r * k + kk];
+        const float* wrow = w.data() + size_t{kk} * nn;
+        for (uint32_t j = 0; j < nn; ++j) acc[j] += xv * wrow[j];
+      }
+      for (uint32_t j = 0; j < nn; ++j) {
+        const double v = relu ? std::max(acc[j], 0.0) : acc[j];
+        y[r * nn + j] = static_cast<float>(v);
+      }
+    }
+    out(n) = std::move(y);
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<float>> interpret_float(const Graph& g, std::span<const float> x, uint64_t batch) {
+  return Interpreter(g, batch).run(x);
+}
+
+}  // namespace tpuw::compiler

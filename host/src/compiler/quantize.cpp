@@ -1,0 +1,314 @@
+// The int8 post-training quantization pass, its lowering to nn::QNetwork, and the IR of a
+// FloatNetwork (tpuw/compiler/quantize.h). The arithmetic is nn::quantize's, step for step
+// (docs/quantization.md): the same float/double conversions in the same order, so the QNetwork is
+// bit-identical to the one the quantizer built before it became a pass.
+#include "tpuw/compiler/quantize.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pass_util.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::features;
+
+Attribute int_attr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+int32_t sat32(double v) {
+  return static_cast<int32_t>(std::clamp(v, static_cast<double>(std::numeric_limits<int32_t>::min()),
+                                         static_cast<double>(std::numeric_limits<int32_t>::max())));
+}
+
+/// How reports name a (Q)Dense layer: the labels of the model nodes merged into it.
+std::string layer_name(const Node& n) { return fmt::format("{}", fmt::join(n.origin, " + ")); }
+
+Node make_node(Op op, std::string name, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
+  Node n;
+  n.op = op;
+  n.op_type = std::string(op_name(op));
+  n.name = std::move(name);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
+ValueId activation_like(Graph& g, ValueId like, std::string suffix, DType t, std::vector<float> scale) {
+  Value v;
+  v.name = g.value(like).name + suffix;
+  v.dtype = t;
+  v.shape = g.value(like).shape;
+  v.scale = std::move(scale);
+  return g.add_value(std::move(v));
+}
+
+TensorData ints(std::vector<int64_t> i) {
+  TensorData d;
+  d.i = std::move(i);
+  return d;
+}
+
+}  // namespace
+
+void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
+  size_t dense_count = 0;
+  for (const Node& n : g.nodes) {
+    switch (n.op) {
+      case Op::kDense: ++dense_count; break;
+      case Op::kReshape:
+      case Op::kFlatten:
+      case Op::kSoftmax: break;
+      default: g.fail(ErrorKind::kUnsupported, n, "cannot be quantized (quantization runs on Dense, Reshape, Flatten, Softmax)");
+    }
+  }
+  if (dense_count == 0) g.fail(ErrorKind::kUnsupported, "the network has no dense layer to run on the device");
+  if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
+  if (g.inputs.size() != 1 || !g.value(g.inputs[0].value).shape) {
+    g.fail(ErrorKind::kUnsupported, "quantization needs exactly one graph input of known shape");
+  }
+  const ValueId input = g.inputs[0].value;
+  const uint64_t features_in = static_cast<uint64_t>(*checked_elements(features(*g.value(input).shape)));
+  if (calib.size() != rows * features_in) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("calibration data has {} values, expected {} rows x {} features", calib.size(), rows,
+                            features_in));
+  }
+  // Calibration: every activation's float tensor over the calibration rows.
+  const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
+
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() + 2);
+  const ValueId xq = activation_like(g, input, ".q", DType::kInt8, {nn::symmetric_scale(calib)});
+  nodes.push_back(make_node(Op::kQuantize, "quantize", {input}, {xq}));
+  g.replace_uses(input, xq);
+
+  size_t dense_seen = 0;
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  for (Node& n : g.nodes) {
+    if (n.op == Op::kReshape || n.op == Op::kFlatten) {
+      Value& out = g.value(n.outputs[0]);
+      out.dtype = g.value(n.inputs[0]).dtype;
+      out.scale = g.value(n.inputs[0]).scale;
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    if (n.op != Op::kDense) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    const bool last = ++dense_seen == dense_count;
+    const std::string name = layer_name(n);
+    if (g.value(n.inputs[0]).dtype != DType::kInt8 || g.value(n.inputs[0]).scale.size() != 1) {
+      g.fail(ErrorKind::kInternal, n, "Dense input is not a quantized int8 tensor");
+    }
+    const float in_scale = g.value(n.inputs[0]).scale[0];
+    // Copies: add_constant below may move the values these would point into.
+    const Value& wv = g.value(n.inputs[1]);
+    const Value& bv = g.value(n.inputs[2]);
+    const auto k = static_cast<uint32_t>((*wv.shape)[0]);
+    const auto cols = static_cast<uint32_t>((*wv.shape)[1]);
+    const std::string w_name = wv.name, b_name = bv.name;
+    const std::vector<float> w(wv.data->f.begin(), wv.data->f.end());  // float32, as lowering stores them
+    const std::vector<float> b(bv.data->f.begin(), bv.data->f.end());
+    // Free the fp32 data this node alone reads now, not at the end: a large model's peak memory
+    // then holds each weight once as fp32 (the float network), once in the graph (double, then
+    // int8 kept as int64), not twice in the graph.
+    for (const ValueId c : {n.inputs[1], n.inputs[2]}) {
+      if (readers[static_cast<size_t>(c)].size() == 1 && !g.is_graph_output(c)) g.value(c).data.reset();
+    }
+    std::vector<int64_t> w_q(size_t{k} * cols), bias_q(cols);
+    std::vector<float> w_scale(cols);
+    for (uint32_t j = 0; j < cols; ++j) {
+      float m = 0;
+      for (uint32_t r = 0; r < k; ++r) m = std::max(m, std::fabs(w[size_t{r} * cols + j]));
+      if (!std::isfinite(m)) {
+        throw Error(ErrorKind::kUnsupported,
+                    fmt::format("{}: layer '{}' column {} has a non-finite weight", g.source, name, j));
+      }
+      w_scale[j] = m > 0 ? m / 127.0f : 1.0f;
+      for (uint32_t r = 0; r < k; ++r) {
+        const double v = std::round(static_cast<double>(w[size_t{r} * cols + j]) / static_cast<double>(w_scale[j]));
+        w_q[size_t{r} * cols + j] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+      }
+      const double acc_scale = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]);
+      const double bq = std::round(static_cast<double>(b[j]) / acc_scale);
+      if (std::isnan(bq)) {
+        throw Error(ErrorKind::kUnsupported, fmt::format("{}: layer '{}' bias {} is not finite", g.source, name, j));
+      }
+      bias_q[j] = sat32(bq);
+    }
+    const bool relu = attr_int(g, n, "relu", 0) != 0;
+    const ValueId wq_id = g.add_constant(w_name + ".q", DType::kInt8, Dims{k, cols}, ints(std::move(w_q)));
+    const ValueId bq_id = g.add_constant(b_name + ".q", DType::kInt32, Dims{cols}, ints(std::move(bias_q)));
+    Node q = make_node(Op::kQDense, n.name, {n.inputs[0], wq_id, bq_id}, {});
+    q.origin = n.origin;
+    q.set_attr("relu", int_attr(relu ? 1 : 0));
+    q.set_attr("int32_output", int_attr(last ? 1 : 0));
+    const ValueId out = n.outputs[0];
+    if (last) {
+      // int32 acc + bias_q with per-column scales; the Dequantize defines the original fp32 value.
+      std::vector<float> out_scale(cols);
+      for (uint32_t j = 0; j < cols; ++j) out_scale[j] = in_scale * w_scale[j];
+      const ValueId acc = activation_like(g, out, ".acc", DType::kInt32, std::move(out_scale));
+      q.outputs = {acc};
+      nodes.push_back(std::move(q));
+      Node dq = make_node(Op::kDequantize, n.name + ".dequantize", {acc}, {out});
+      dq.origin = n.origin;
+      dq.set_attr("relu", int_attr(relu ? 1 : 0));
+      nodes.push_back(std::move(dq));
+      continue;
+    }
+    const float out_scale = nn::symmetric_scale(acts[static_cast<size_t>(out)]);
+    std::vector<int64_t> mult(cols), shift(cols);
+    for (uint32_t j = 0; j < cols; ++j) {
+      const double real =
+          static_cast<double>(in_scale) * static_cast<double>(w_scale[j]) / static_cast<double>(out_scale);
+      try {
+        const nn::Requant r = nn::quantize_multiplier(real);
+        mult[j] = r.mult;
+        shift[j] = r.shift;
+      } catch (const Error& e) {
+        throw Error(ErrorKind::kUnsupported, fmt::format("{}: layer '{}' column {}: {}", g.source, name, j, e.what()));
+      }
+    }
+    q.inputs.push_back(g.add_constant(n.name + ".mult", DType::kInt32, Dims{cols}, ints(std::move(mult))));
+    q.inputs.push_back(g.add_constant(n.name + ".shift", DType::kInt32, Dims{cols}, ints(std::move(shift))));
+    Value& ov = g.value(out);
+    ov.dtype = DType::kInt8;
+    ov.scale = {out_scale};
+    q.outputs = {out};
+    nodes.push_back(std::move(q));
+  }
+  g.nodes = std::move(nodes);
+  remove_dead_code(g);  // the fp32 weights and biases nothing reads any more
+  verify(g);
+}
+
+nn::QNetwork lower_to_qnetwork(const Graph& g) {
+  nn::QNetwork q;
+  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, "a quantized network has exactly one input and one output");
+  }
+  ValueId act = g.inputs[0].value;
+  q.input_features = static_cast<uint32_t>(*checked_elements(features(*g.value(act).shape)));
+  bool quantized = false;
+  for (const Node& n : g.nodes) {
+    if (n.inputs.empty() || n.inputs[0] != act) {
+      g.fail(ErrorKind::kUnsupported, n, "does not read the activation of the layer chain (only chains are supported)");
+    }
+    if (q.host_op != nn::HostOp::kNone) {
+      g.fail(ErrorKind::kUnsupported, n, "follows Softmax; Softmax runs on the host and must be the last operator");
+    }
+    act = n.outputs[0];
+    switch (n.op) {
+      case Op::kQuantize:
+        q.input_scale = g.value(act).scale.at(0);
+        quantized = true;
+        break;
+      case Op::kQDense: {
+        if (!quantized) g.fail(ErrorKind::kInternal, n, "QDense before the input's Quantize");
+        const Value& w = g.value(n.inputs[1]);
+        nn::QLayer l;
+        l.name = layer_name(n);
+        l.k = static_cast<uint32_t>((*w.shape)[0]);
+        l.n = static_cast<uint32_t>((*w.shape)[1]);
+        l.w_q.assign(w.data->i.begin(), w.data->i.end());
+        const std::vector<int64_t>& bq = g.value(n.inputs[2]).data->i;
+        l.bias_q.assign(bq.begin(), bq.end());
+        l.relu = attr_int(g, n, "relu", 0) != 0;
+        l.int32_output = attr_int(g, n, "int32_output", 0) != 0;
+        if (!l.int32_output) {
+          const std::vector<int64_t>& m = g.value(n.inputs[3]).data->i;
+          const std::vector<int64_t>& s = g.value(n.inputs[4]).data->i;
+          l.mult.assign(m.begin(), m.end());
+          l.shift.assign(s.begin(), s.end());
+        }
+        l.out_scale = g.value(act).scale;
+        if (!q.layers.empty() && q.layers.back().int32_output) {
+          g.fail(ErrorKind::kInternal, n, "a QDense follows the int32-output layer");
+        }
+        q.layers.push_back(std::move(l));
+        break;
+      }
+      case Op::kReshape:
+      case Op::kFlatten:
+      case Op::kDequantize: break;
+      case Op::kSoftmax: q.host_op = nn::HostOp::kSoftmax; break;
+      default: g.fail(ErrorKind::kUnsupported, n, "is not an operator of a quantized network");
+    }
+  }
+  if (q.layers.empty() || !q.layers.back().int32_output) {
+    g.fail(ErrorKind::kInternal, "the graph is not quantized (no int32-output QDense); run quantize() first");
+  }
+  if (g.outputs[0].value != act) g.fail(ErrorKind::kUnsupported, "the graph output is not the end of the layer chain");
+  return q;
+}
+
+Graph graph_of_float_network(const nn::FloatNetwork& net) {
+  Graph g;
+  g.source = net.source;
+  Value in;
+  in.name = net.input_name;
+  in.dtype = DType::kFloat32;
+  in.shape = Dims{kBatch, int64_t{net.input_features}};
+  GraphInput gi;
+  gi.value = g.add_value(std::move(in));
+  gi.has_shape = true;
+  gi.declared = {-1, int64_t{net.input_features}};
+  gi.dim_params = {"batch", ""};
+  g.inputs.push_back(gi);
+  ValueId act = gi.value;
+  for (size_t li = 0; li < net.layers.size(); ++li) {
+    const nn::DenseLayer& l = net.layers[li];
+    const std::string base = fmt::format("layer{}", li);
+    TensorData w, b;
+    w.f.assign(l.w.begin(), l.w.end());
+    b.f.assign(l.b.begin(), l.b.end());
+    const ValueId wid = g.add_constant(base + ".w", DType::kFloat32, Dims{l.k, l.n}, std::move(w));
+    const ValueId bid = g.add_constant(base + ".b", DType::kFloat32, Dims{l.n}, std::move(b));
+    Value y;
+    y.name = base + ".y";
+    y.shape = Dims{kBatch, int64_t{l.n}};
+    const ValueId yid = g.add_value(std::move(y));
+    Node d = make_node(Op::kDense, l.name.empty() ? base : l.name, {act, wid, bid}, {yid});
+    d.origin = {l.name};
+    d.set_attr("relu", int_attr(l.relu ? 1 : 0));
+    g.nodes.push_back(std::move(d));
+    act = yid;
+  }
+  if (net.host_op == nn::HostOp::kSoftmax) {
+    Value y;
+    y.name = "softmax.y";
+    y.shape = g.value(act).shape;
+    const ValueId yid = g.add_value(std::move(y));
+    Node s = make_node(Op::kSoftmax, "softmax", {act}, {yid});
+    s.origin = {s.label()};
+    s.set_attr("axis", int_attr(-1));
+    g.nodes.push_back(std::move(s));
+    act = yid;
+  }
+  g.outputs.push_back(GraphOutput{net.output_name, act});
+  verify(g);
+  return g;
+}
+
+nn::QNetwork compile_quantized(Graph g, std::span<const float> calib, uint64_t rows) {
+  Graph o = optimize(std::move(g));
+  quantize(o, calib, rows);
+  return lower_to_qnetwork(o);
+}
+
+}  // namespace tpuw::compiler
