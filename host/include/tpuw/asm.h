@@ -29,7 +29,8 @@ namespace tpuw::isa {
 /// One encoded instruction (spec::kInstrBytes bytes, bit 0 = lowest bit of byte 0).
 using Word = std::array<uint8_t, spec::kInstrBytes>;
 
-/// Reads `width` (1..64) bits at `lsb` of an encoded instruction.
+/// Reads `width` (1..64) bits at `lsb` of an encoded instruction. get_bits and set_bits throw
+/// Error(kInvalidArgument) when the bits do not lie inside the 128-bit word.
 uint64_t get_bits(const Word& w, unsigned lsb, unsigned width);
 /// Writes the low `width` bits of `value` at `lsb` (other bits of `value` are ignored).
 void set_bits(Word& w, unsigned lsb, unsigned width, uint64_t value);

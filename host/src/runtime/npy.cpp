@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 
+#include "tpuw/checked.h"
 #include "tpuw/error.h"
 
 static_assert(std::endian::native == std::endian::little, "the .npy code assumes a little-endian host");
@@ -157,6 +158,22 @@ DType parse_descr(const std::string& d, std::string_view name) {
   bad(name, fmt::format("dtype '{}' is not supported; expected int8, uint8, int32 or float32", d));
 }
 
+/// The product of the dimensions, or nullopt when it overflows (a zero dimension gives 0).
+std::optional<uint64_t> try_product(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  bool overflow = false;
+  for (const uint64_t d : shape) {
+    if (d == 0) return 0;
+    if (const auto r = try_mul(n, d)) {
+      n = *r;
+    } else {
+      overflow = true;
+    }
+  }
+  if (overflow) return std::nullopt;
+  return n;
+}
+
 }  // namespace
 
 std::string_view to_string(DType t) {
@@ -195,16 +212,16 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
 }
 
 uint64_t Array::elements() const {
-  uint64_t n = 1;
-  for (uint64_t d : shape) n *= d;
-  return n;
+  return checked_product(std::span<const uint64_t>(shape), fmt::format("npy::Array of shape {}", shape_string(shape)));
 }
 
 Array Array::zeros(DType dtype, std::vector<uint64_t> shape) {
   Array a;
   a.dtype = dtype;
   a.shape = std::move(shape);
-  a.data.assign(a.elements() * dtype_size(dtype), 0);
+  const uint64_t bytes = checked_mul(a.elements(), uint64_t{dtype_size(dtype)},
+                                     fmt::format("npy::Array::zeros: bytes of shape {}", shape_string(a.shape)));
+  a.data.assign(checked_size(bytes, "npy::Array::zeros"), 0);
   return a;
 }
 
@@ -239,21 +256,19 @@ Array parse(std::span<const uint8_t> bytes, std::string_view name) {
   if (h.fortran_order) {
     bad(name, "fortran_order is True; only C-order arrays are supported (save np.ascontiguousarray(x))");
   }
-  uint64_t n = 1;
-  for (uint64_t d : h.shape) {
-    if (d != 0 && n > UINT64_MAX / d) bad(name, fmt::format("shape {} is too large", shape_string(h.shape)));
-    n *= d;
+  const auto n = try_product(h.shape);
+  const auto want = n ? try_mul(*n, uint64_t{dtype_size(dtype)}) : std::nullopt;
+  if (!want || !try_add(*want, data_off)) {
+    bad(name, fmt::format("shape {} of {} is too large (its size overflows a 64-bit byte count)",
+                          shape_string(h.shape), to_string(dtype)));
   }
-  const uint64_t esize = dtype_size(dtype);
-  if (n > (UINT64_MAX - data_off) / esize) bad(name, fmt::format("shape {} is too large", shape_string(h.shape)));
-  const uint64_t want = n * esize;
   const uint64_t have = bytes.size() - data_off;
-  if (have < want) {
+  if (have < *want) {
     bad(name, fmt::format("truncated .npy file: shape {} of {} needs {} data bytes, the file has {}",
-                          shape_string(h.shape), to_string(dtype), want, have));
+                          shape_string(h.shape), to_string(dtype), *want, have));
   }
-  if (have > want) {
-    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - want,
+  if (have > *want) {
+    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - *want,
                           shape_string(h.shape), to_string(dtype)));
   }
   Array a;
@@ -275,7 +290,9 @@ Array load(const std::filesystem::path& path) {
 }
 
 std::vector<uint8_t> serialize(const Array& array) {
-  if (array.data.size() != array.elements() * dtype_size(array.dtype)) {
+  const auto n = try_product(array.shape);
+  const auto want = n ? try_mul(*n, uint64_t{dtype_size(array.dtype)}) : std::nullopt;
+  if (!want || array.data.size() != *want) {
     throw Error(ErrorKind::kInternal,
                 fmt::format("npy::serialize: {} data bytes for shape {} of {}", array.data.size(),
                             shape_string(array.shape), to_string(array.dtype)));

@@ -415,7 +415,9 @@ struct Operands {
   std::vector<int8_t> a, b;
 };
 
-Operands load_operands(const GemmOpts& g) {
+uint64_t memory_for(const runtime::GemmPlan& p);
+
+Operands load_operands(const GemmOpts& g, const DeviceParams& params) {
   Operands op;
   if (g.a.empty() != g.b.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "--a and --b go together (or use --m/--k/--n for random operands)");
@@ -446,6 +448,7 @@ Operands load_operands(const GemmOpts& g) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--m {} --k {} --n {}: every dimension must be >= 1", g.m, g.k, g.n));
   }
   op.shape = {g.m, g.k, g.n};
+  (void)memory_for(runtime::plan_gemm(params, op.shape));  // sizes checked before anything is allocated
   std::mt19937_64 rng(g.seed);
   std::uniform_int_distribution<int> d(-128, 127);
   op.a.resize(g.m * g.k);
@@ -537,19 +540,19 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                 "tpuw gemm --strategy pipeline: a single GEMM has no layers to pipeline; use --strategy data (B's "
                 "columns split over the devices)");
   }
-  const Operands op = load_operands(g);
+  const DeviceParams* params = find_device_config(o.array_n);
+  if (params == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
+                            fmt::join(backend_array_sizes("ref"), ", ")));
+  }
+  const Operands op = load_operands(g, *params);
   if (!g.out.empty()) {
     const fs::path parent = fs::path(g.out).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec)) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
     }
-  }
-  const DeviceParams* params = find_device_config(o.array_n);
-  if (params == nullptr) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
-                            fmt::join(backend_array_sizes("ref"), ", ")));
   }
   const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
   if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);

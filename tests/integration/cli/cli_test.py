@@ -133,6 +133,18 @@ elif CASE == "usage_error":
     rc, so, se = run("frobnicate")
     expect(rc == 2, f"rc {rc}")
 
+elif CASE == "gemm_size_overflow":
+    # Issue 14, class 1: M*K overflowed 64 bits and the operands were written past a heap buffer.
+    # Variants: a product that overflows only once padded, and sizes that fit 64 bits but not the
+    # device's 4 GiB (refused before anything is allocated).
+    for m, k, n, needle in [("1152921504606846977", "16", "16", "overflows a 64-bit size"),
+                            ("16", "18446744073709551615", "16", "overflows a 64-bit size"),
+                            ("65536", "65536", "16", "the device addresses at most 4 GiB"),
+                            ("1099511627776", "16", "16", "the device addresses at most 4 GiB")]:
+        rc, so, se = run("gemm", "--backend", "ref", "--m", m, "--k", k, "--n", n, "-q")
+        expect(rc == 2, f"--m {m} --k {k} --n {n}: exit code {rc}, expected 2; stderr: {se}")
+        expect(needle in se, f"'{needle}' not in stderr: {se}")
+
 elif CASE == "exec_fault":
     src = os.path.join(TMP, "bad.s")
     with open(src, "w") as f:

@@ -140,6 +140,31 @@ TEST(Npy, BadHeader) {
   expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'extra': 1}", 4), "unknown key");
 }
 
+TEST(Npy, ShapesWhoseSizeOverflowsAreRefused) {
+  // 2^32 * 2^32 elements: the product overflows 64 bits (it wrapped to 0 before and "matched" an
+  // empty data section).
+  expect_bad(make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", 0),
+             "is too large");
+  // The element count fits but the byte count (x4) does not.
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387904,)}", 0),
+             "shape (4611686018427387904,) of int32 is too large");
+  // Many moderate dimensions whose product overflows.
+  expect_bad(make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (65536, 65536, 65536, 65536, 2)}", 0),
+             "is too large");
+  // A zero dimension makes any shape empty, however large the others are.
+  const Array empty = parse(
+      make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551615, 0)}", 0), "e");
+  EXPECT_EQ(empty.elements(), 0u);
+  // A dimension above 2^64 - 1 is refused by the header parser.
+  expect_bad(make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (18446744073709551616,)}", 0),
+             "shape dimension too large");
+  // In-memory arrays: elements() and zeros() check the product too.
+  Array a;
+  a.shape = {uint64_t{1} << 32, uint64_t{1} << 32};
+  EXPECT_THROW((void)a.elements(), Error);
+  EXPECT_THROW((void)Array::zeros(DType::kInt32, {uint64_t{1} << 62}), Error);
+}
+
 TEST(Npy, UnsupportedDtypeAndOrder) {
   expect_bad(make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", 8), "dtype '<f8' is not supported");
   expect_bad(make_npy(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (1,)}", 2), "dtype '<i2' is not supported");

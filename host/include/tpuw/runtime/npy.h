@@ -42,6 +42,7 @@ struct Array {
   std::vector<uint64_t> shape;  // empty = scalar
   std::vector<uint8_t> data;    // elements() * dtype_size(dtype) bytes
 
+  /// The product of the shape; throws Error(kInvalidArgument) when it overflows 64 bits.
   uint64_t elements() const;
   size_t rank() const { return shape.size(); }
 
