@@ -5,15 +5,15 @@
 // double-quoted strings. Instruction operands come from spec::kInstrs, so the parser has no
 // per-instruction code.
 #include <charconv>
-#include <fstream>
+#include <algorithm>
 #include <limits>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "syntax.h"
 #include "tpuw/asm.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 
 namespace tpuw::isa {
 
@@ -397,15 +397,6 @@ class Assembler {
   Program prog_;
 };
 
-std::vector<uint8_t> read_file(const std::filesystem::path& p, std::string_view what) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error(ErrorKind::kBadFile, fmt::format("{}: cannot open {}", p.string(), what));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const std::string s = ss.str();
-  return {s.begin(), s.end()};
-}
-
 }  // namespace
 
 Program assemble(std::string_view source, std::string_view filename) { return Assembler(source, filename).run(); }
@@ -414,12 +405,15 @@ void load_data_files(Program& program, const std::filesystem::path& dir) {
   for (auto& s : program.data) {
     if (s.file.empty()) continue;
     const std::filesystem::path p = dir / s.file;  // an absolute s.file replaces dir
-    s.bytes = read_file(p, fmt::format("the data file of .data {} ({}:{})", s.name, program.filename, s.line));
+    // The segment must fit below 4 GiB from its address, and in the documented maximum.
+    const uint64_t limit = std::min(kMaxDataFileBytes, (uint64_t{1} << 32) - s.addr);
+    s.bytes = read_file_bounded(p, limit, fmt::format("the data file of .data {} at 0x{:x} ({}:{})", s.name, s.addr,
+                                                      program.filename, s.line));
   }
 }
 
 Program assemble_file(const std::filesystem::path& path) {
-  const auto bytes = read_file(path, "the assembly source");
+  const auto bytes = read_file_bounded(path, kMaxSourceBytes, "the assembly source");
   const std::string text(bytes.begin(), bytes.end());
   Program p = assemble(text, path.string());
   load_data_files(p, path.parent_path());

@@ -6,12 +6,15 @@
 
 #include <bit>
 #include <cctype>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <utility>
 
 #include "tpuw/checked.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 
 static_assert(std::endian::native == std::endian::little, "the .npy code assumes a little-endian host");
 
@@ -225,7 +228,19 @@ Array Array::zeros(DType dtype, std::vector<uint64_t> shape) {
   return a;
 }
 
-Array parse(std::span<const uint8_t> bytes, std::string_view name) {
+namespace {
+
+/// What the magic, version and header of a .npy image say.
+struct Layout {
+  DType dtype = DType::kInt8;
+  std::vector<uint64_t> shape;
+  uint64_t data_off = 0;    // first data byte
+  uint64_t data_bytes = 0;  // elements * dtype size
+};
+
+/// The header length field: (bytes before the header text, header text length). `bytes` holds at
+/// least the first 12 bytes of the file, or all of a shorter one.
+std::pair<uint64_t, uint64_t> parse_preamble(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.size() < 8 || !std::equal(std::begin(kMagic), std::end(kMagic), bytes.begin())) {
     bad(name, "not a .npy file (missing the \\x93NUMPY magic)");
   }
@@ -245,48 +260,94 @@ Array parse(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.size() < 8 + len_bytes) bad(name, "truncated .npy file: the header length is cut off");
   uint64_t header_len = 0;
   for (size_t i = 0; i < len_bytes; ++i) header_len |= uint64_t{bytes[8 + i]} << (8 * i);
-  const uint64_t data_off = 8 + len_bytes + header_len;
+  if (header_len > kMaxHeaderBytes) {
+    bad(name, fmt::format("the .npy header is {} bytes long; the limit is {} bytes", header_len, kMaxHeaderBytes));
+  }
+  return {8 + len_bytes, header_len};
+}
+
+/// Preamble and header; `bytes` holds at least the whole header (else a "truncated" error).
+Layout parse_layout(std::span<const uint8_t> bytes, std::string_view name) {
+  const auto [pre, header_len] = parse_preamble(bytes, name);
+  const uint64_t data_off = pre + header_len;
   if (bytes.size() < data_off) {
     bad(name, fmt::format("truncated .npy file: header of {} bytes but only {} bytes in the file", header_len,
-                          bytes.size() - 8 - len_bytes));
+                          bytes.size() - pre));
   }
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8 + len_bytes), header_len);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + pre), header_len);
   Header h = parse_header(text, name);
-  const DType dtype = parse_descr(h.descr, name);
+  Layout l;
+  l.dtype = parse_descr(h.descr, name);
   if (h.fortran_order) {
     bad(name, "fortran_order is True; only C-order arrays are supported (save np.ascontiguousarray(x))");
   }
   const auto n = try_product(h.shape);
-  const auto want = n ? try_mul(*n, uint64_t{dtype_size(dtype)}) : std::nullopt;
+  const auto want = n ? try_mul(*n, uint64_t{dtype_size(l.dtype)}) : std::nullopt;
   if (!want || !try_add(*want, data_off)) {
     bad(name, fmt::format("shape {} of {} is too large (its size overflows a 64-bit byte count)",
-                          shape_string(h.shape), to_string(dtype)));
+                          shape_string(h.shape), to_string(l.dtype)));
   }
-  const uint64_t have = bytes.size() - data_off;
-  if (have < *want) {
+  l.shape = std::move(h.shape);
+  l.data_off = data_off;
+  l.data_bytes = *want;
+  return l;
+}
+
+/// The data section holds `have` bytes: exactly data_bytes, else "truncated" or "trailing bytes".
+void check_data_size(const Layout& l, uint64_t have, std::string_view name) {
+  if (have < l.data_bytes) {
     bad(name, fmt::format("truncated .npy file: shape {} of {} needs {} data bytes, the file has {}",
-                          shape_string(h.shape), to_string(dtype), *want, have));
+                          shape_string(l.shape), to_string(l.dtype), l.data_bytes, have));
   }
-  if (have > *want) {
-    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - *want,
-                          shape_string(h.shape), to_string(dtype)));
+  if (have > l.data_bytes) {
+    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - l.data_bytes,
+                          shape_string(l.shape), to_string(l.dtype)));
   }
+}
+
+}  // namespace
+
+Array parse(std::span<const uint8_t> bytes, std::string_view name) {
+  Layout l = parse_layout(bytes, name);
+  check_data_size(l, bytes.size() - l.data_off, name);
   Array a;
-  a.dtype = dtype;
-  a.shape = std::move(h.shape);
-  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_off), bytes.end());
+  a.dtype = l.dtype;
+  a.shape = std::move(l.shape);
+  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(l.data_off), bytes.end());
   return a;
 }
 
-Array load(const std::filesystem::path& path) {
+Array load(const std::filesystem::path& path, uint64_t max_data_bytes) {
   const std::string name = path.string();
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) bad(name, "is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(name, "cannot open file (does it exist and is it readable?)");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) bad(name, "read error");
-  return parse(bytes, name);
+  InputFile f(path, "a .npy file");
+  // Magic, version and header length (12 bytes at most), then the header (at most
+  // kMaxHeaderBytes), then exactly the data the header announces: nothing is read or allocated
+  // beyond what the header justifies, so /dev/zero or an endless pipe cannot exhaust memory.
+  std::vector<uint8_t> head;
+  f.read_append(head, 12);
+  const auto [pre, header_len] = parse_preamble(head, name);
+  if (head.size() < pre + header_len) f.read_append(head, pre + header_len - head.size());
+  const Layout l = parse_layout(head, name);
+  if (l.data_bytes > max_data_bytes) {
+    bad(name, fmt::format("shape {} of {} needs {} data bytes, more than the limit of {} bytes",
+                          shape_string(l.shape), to_string(l.dtype), l.data_bytes, max_data_bytes));
+  }
+  if (const auto size = f.regular_size()) check_data_size(l, *size >= l.data_off ? *size - l.data_off : 0, name);
+  Array a;
+  a.dtype = l.dtype;
+  a.shape = l.shape;
+  // Bytes of the first 12 that already belong to the data (a header shorter than 2 bytes).
+  if (head.size() > l.data_off) {
+    a.data.assign(head.begin() + static_cast<std::ptrdiff_t>(l.data_off), head.end());
+    if (a.data.size() > l.data_bytes) check_data_size(l, a.data.size(), name);
+  }
+  const uint64_t got = a.data.size() + f.read_append(a.data, l.data_bytes - a.data.size());
+  check_data_size(l, got, name);
+  if (!f.at_end()) {
+    bad(name, fmt::format("unexpected bytes after the data of shape {} of {}", shape_string(l.shape),
+                          to_string(l.dtype)));
+  }
+  return a;
 }
 
 std::vector<uint8_t> serialize(const Array& array) {

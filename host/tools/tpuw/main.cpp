@@ -26,6 +26,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/worker/strategies.h"
@@ -187,12 +188,9 @@ int cmd_info(const DeviceOpts& o) {
 // ------------------------------------------------------------------------------------------------
 // asm / disasm
 // ------------------------------------------------------------------------------------------------
+// Programs of up to 16 M instructions (bounded: /dev/zero or a pipe cannot exhaust memory).
 std::vector<uint8_t> read_file(const fs::path& p) {
-  std::error_code ec;
-  if (fs::is_directory(p, ec)) throw Error(ErrorKind::kBadFile, fmt::format("{}: is a directory", p.string()));
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kBadFile, fmt::format("{}: cannot open file", p.string()));
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return read_file_bounded(p, uint64_t{256} << 20, "a file of raw instructions");
 }
 
 void write_file(const fs::path& p, std::span<const uint8_t> bytes) {

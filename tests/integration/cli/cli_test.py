@@ -145,6 +145,17 @@ elif CASE == "gemm_size_overflow":
         expect(rc == 2, f"--m {m} --k {k} --n {n}: exit code {rc}, expected 2; stderr: {se}")
         expect(needle in se, f"'{needle}' not in stderr: {se}")
 
+elif CASE == "bounded_reads":
+    # Issue 14, class 3: /dev/zero as .npy, program or .data input was read until memory ran out.
+    rc, so, se = run("disasm", "/dev/zero")
+    expect(rc == 2 and "larger than the limit" in se, f"rc {rc}: {se}")
+    bad_input_case("/dev/zero", save("b.npy", good((5, 3), 2)), "/dev/zero: not a .npy file")
+    src = os.path.join(TMP, "zero.s")
+    with open(src, "w") as f:
+        f.write(".data z 0xffff0000 /dev/zero\nnop\n")
+    rc, so, se = run("exec", src, "--backend", "ref")
+    expect(rc == 2 and "larger than the limit of 65536 bytes" in se, f"rc {rc}: {se}")
+
 elif CASE == "exec_fault":
     src = os.path.join(TMP, "bad.s")
     with open(src, "w") as f:

@@ -6,6 +6,10 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
+
+#include <csignal>
+#include <unistd.h>
 
 #include "tpuw/error.h"
 #include "tpuw/runtime/npy.h"
@@ -189,6 +193,85 @@ TEST(Npy, RequireDtypeAndRank) {
     EXPECT_STREQ(e.what(), "a.npy: rank 3 (shape (2, 3, 4)), expected a rank-2 array");
   }
   EXPECT_NO_THROW(require(a, "a.npy", DType::kInt32, 3));
+}
+
+// Expects load() to throw kBadFile with a message containing `what`.
+void expect_load_bad(const std::filesystem::path& p, const std::string& what, uint64_t max = kMaxDataBytes) {
+  try {
+    (void)load(p, max);
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const auto p = std::filesystem::temp_directory_path() / name;
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                           static_cast<std::streamsize>(bytes.size()));
+  return p;
+}
+
+TEST(Npy, BoundedReads) {
+  // Issue 14, class 3: /dev/zero as .npy was read until memory ran out.
+  expect_load_bad("/dev/zero", "/dev/zero: not a .npy file");
+  // A directory is an error, not an empty file.
+  expect_load_bad(std::filesystem::temp_directory_path(), "is a directory");
+  // A header length far beyond the limit: refused before the header is read.
+  auto img = make_npy(2, "{'descr': '|i1', 'fortran_order': False, 'shape': (1,)}", 1);
+  img[8] = img[9] = img[10] = img[11] = 0xff;
+  expect_bad(img, "the .npy header is 4294967295 bytes long; the limit is 1048576 bytes");
+  expect_load_bad(write_temp("tpuw_npy_hdr.npy", img), "the limit is 1048576 bytes");
+  // A small file whose header announces 1 TiB: refused from the file's size, nothing allocated.
+  const auto huge = write_temp(
+      "tpuw_npy_huge.npy", make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 4194304)}", 16));
+  expect_load_bad(huge, "more than the limit of 4294967296 bytes");
+  expect_load_bad(huge, "needs 1099511627776 data bytes, the file has 16", uint64_t{1} << 41);
+  // A caller's own limit.
+  const auto ok = write_temp("tpuw_npy_ok.npy", make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (100,)}", 100));
+  expect_load_bad(ok, "needs 100 data bytes, more than the limit of 99 bytes", 99);
+  EXPECT_EQ(load(ok, 100).data.size(), 100u);
+  // Trailing bytes in a regular file are counted from its size.
+  expect_load_bad(write_temp("tpuw_npy_trail.npy",
+                             make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4,)}", 9)),
+                  "5 unexpected bytes");
+  for (const char* f : {"tpuw_npy_hdr.npy", "tpuw_npy_huge.npy", "tpuw_npy_ok.npy", "tpuw_npy_trail.npy"}) {
+    std::filesystem::remove(std::filesystem::temp_directory_path() / f);
+  }
+}
+
+TEST(Npy, StreamsAreReadOnlyAsFarAsTheHeaderSays) {
+  // A pipe (size unknown): a valid header, its data, then more bytes than it announced.
+  std::signal(SIGPIPE, SIG_IGN);  // the reader stops early; the writer must not die of it
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::vector<uint8_t> img = make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 2)}", 6);
+  img.resize(img.size() + 1000, 7);
+  std::thread writer([&] {
+    size_t off = 0;
+    while (off < img.size()) {
+      const ssize_t w = ::write(fds[1], img.data() + off, img.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    ::close(fds[1]);
+  });
+  expect_load_bad("/proc/self/fd/" + std::to_string(fds[0]), "unexpected bytes after the data of shape (3, 2)");
+  ::close(fds[0]);  // the writer may still block on a full pipe: closing the read end ends it
+  writer.join();
+  // The same without the extra bytes loads.
+  ASSERT_EQ(::pipe(fds), 0);
+  img.resize(img.size() - 1000);
+  std::thread writer2([&] {
+    (void)::write(fds[1], img.data(), img.size());
+    ::close(fds[1]);
+  });
+  const Array a = load("/proc/self/fd/" + std::to_string(fds[0]));
+  writer2.join();
+  ::close(fds[0]);
+  EXPECT_EQ(a.shape, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(a.data, (std::vector<uint8_t>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST(Npy, MissingFileNamesIt) {
