@@ -7,7 +7,6 @@
 #include <bit>
 #include <cctype>
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 #include <optional>
 #include <utility>
@@ -385,12 +384,7 @@ std::vector<uint8_t> serialize(const Array& array) {
 }
 
 void save(const std::filesystem::path& path, const Array& array) {
-  const std::vector<uint8_t> bytes = serialize(array);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) bad(path.string(), "cannot open for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) bad(path.string(), "write failed");
+  write_file_atomic(path, serialize(array), "the .npy file");
 }
 
 void require(const Array& array, std::string_view name, DType dtype, size_t rank) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -193,12 +194,8 @@ std::vector<uint8_t> read_file(const fs::path& p) {
   return read_file_bounded(p, uint64_t{256} << 20, "a file of raw instructions");
 }
 
-void write_file(const fs::path& p, std::span<const uint8_t> bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: cannot open for writing", p.string()));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw Error(ErrorKind::kInternal, fmt::format("{}: write failed", p.string()));
-}
+// Complete or not at all: a temporary beside the target, renamed when every write succeeded.
+void write_file(const fs::path& p, std::span<const uint8_t> bytes) { write_file_atomic(p, bytes); }
 
 int cmd_asm(const std::string& in, std::string out) {
   const isa::Program prog = isa::assemble_file(in);
@@ -698,6 +695,9 @@ int run(int argc, char** argv) {
 }  // namespace tpuw::cli
 
 int main(int argc, char** argv) {
+  // Past `ulimit -f` a write fails with EFBIG (reported, the output file left as it was) instead
+  // of the default SIGXFSZ killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return tpuw::cli::run(argc, argv);
   } catch (const tpuw::Error& e) {

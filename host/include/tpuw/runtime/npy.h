@@ -73,7 +73,9 @@ Array load(const std::filesystem::path& path, uint64_t max_data_bytes = kMaxData
 
 /// Encodes an array (version 1.0, or 2.0 when the header needs it), header padded to 64 bytes.
 std::vector<uint8_t> serialize(const Array& array);
-/// Writes a file (throws Error(kBadFile) when it cannot be written).
+/// Writes a file atomically (tpuw/file_io.h): the file appears complete or not at all, and an
+/// existing file of that name stays intact when writing fails. Throws Error(kBadFile) "PATH:
+/// cannot write the .npy file: REASON" (full disk, /dev/full, missing or unwritable directory).
 void save(const std::filesystem::path& path, const Array& array);
 
 /// Checks dtype and rank; throws Error(kBadFile) "NAME: dtype is int32, expected int8" /
