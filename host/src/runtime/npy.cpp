@@ -14,6 +14,7 @@
 #include "tpuw/checked.h"
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
+#include "tpuw/quote.h"
 
 static_assert(std::endian::native == std::endian::little, "the .npy code assumes a little-endian host");
 
@@ -21,6 +22,7 @@ namespace tpuw::npy {
 namespace {
 
 constexpr uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+constexpr size_t kQuoteHeaderBytes = 160;  // of a header echoed in an error (NumPy's are ~120 bytes)
 
 [[noreturn]] void bad(std::string_view name, const std::string& what) {
   throw Error(ErrorKind::kBadFile, fmt::format("{}: {}", name, what));
@@ -34,7 +36,7 @@ struct HeaderParser {
   size_t pos = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
-    bad(name, fmt::format("bad .npy header: {} at column {} of \"{}\"", what, pos + 1, s));
+    bad(name, fmt::format("bad .npy header: {} at column {} of {}", what, pos + 1, quote(s, kQuoteHeaderBytes)));
   }
   void skip_ws() {
     while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
@@ -127,7 +129,7 @@ Header parse_header(std::string_view text, std::string_view name) {
       h.shape = p.shape_lit();
       have_shape = true;
     } else {
-      p.fail(fmt::format("unknown key '{}'", key));
+      p.fail(fmt::format("unknown key {}", quote(key, kQuoteMaxBytes, '\'')));
     }
     if (!p.accept(',')) {
       p.expect('}');
@@ -146,7 +148,7 @@ DType parse_descr(const std::string& d, std::string_view name) {
     const std::string_view t = std::string_view(d).substr(1);
     const bool one_byte = (t == "i1" || t == "u1");
     if (order == '>' && !one_byte) {
-      bad(name, fmt::format("dtype '{}' is big-endian; only little-endian data is supported", d));
+      bad(name, fmt::format("dtype {} is big-endian; only little-endian data is supported", quote(d, kQuoteMaxBytes, '\'')));
     }
     if (order == '<' || order == '|' || order == '=' || (order == '>' && one_byte)) {
       if (t == "i1") return DType::kInt8;
@@ -157,7 +159,8 @@ DType parse_descr(const std::string& d, std::string_view name) {
   }
   if (d == "i1" || d == "b") return DType::kInt8;
   if (d == "u1" || d == "B") return DType::kUint8;
-  bad(name, fmt::format("dtype '{}' is not supported; expected int8, uint8, int32 or float32", d));
+  bad(name, fmt::format("dtype {} is not supported; expected int8, uint8, int32 or float32",
+                        quote(d, kQuoteMaxBytes, '\'')));
 }
 
 /// The product of the dimensions, or nullopt when it overflows (a zero dimension gives 0).

@@ -208,6 +208,27 @@ void expect_bad_file(F&& f, std::string_view needle) {
   }
 }
 
+TEST(Asm, UntrustedTokensAreQuotedAndShortened) {
+  // Issue 14, class 10: a NUL byte truncated the message; binary bytes reached the terminal.
+  using namespace std::string_literals;
+  expect_error("lo\0ad mem=UB"s, 1, 1, "unknown mnemonic 'lo\\x00ad'");
+  expect_error("\x1b[2J\xff"s, 1, 1, "unknown mnemonic '\\x1b[2J\\xff'");
+  expect_error("nop sw\x01" "ap", 1, 5, "unknown field 'sw\\x01ap' for nop");
+  expect_error(".dump c 0 4 it's", 1, 13, "unknown element type 'it\\'s'");
+  // A 100 KB token is cut to kQuoteMaxBytes with a marker.
+  const std::string long_tok(100000, 'z');
+  try {
+    (void)assemble(long_tok + "\n", "t.s");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u);
+    EXPECT_NE(msg.find("'... (100000 bytes)"), std::string::npos) << msg;
+  }
+  // Numbers that parse but are out of range are shortened too (leading zeros).
+  expect_error(".int8 a 0 " + std::string(200, '0') + "300", 1, 11, "value 0000");
+}
+
 TEST(Asm, BoundedReads) {
   // Issue 14, class 3: /dev/zero as a .data file (or as the source) was read until memory ran out.
   // The limit of a .data file is what fits from its address up to 4 GiB (and kMaxDataFileBytes).

@@ -17,6 +17,8 @@
 namespace tpuw::npy {
 namespace {
 
+using namespace std::string_literals;
+
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
 // A hand-made .npy image with the given version, header text and data bytes.
@@ -167,6 +169,30 @@ TEST(Npy, ShapesWhoseSizeOverflowsAreRefused) {
   a.shape = {uint64_t{1} << 32, uint64_t{1} << 32};
   EXPECT_THROW((void)a.elements(), Error);
   EXPECT_THROW((void)Array::zeros(DType::kInt32, {uint64_t{1} << 62}), Error);
+}
+
+std::string fmt_bytes(size_t n) { return "\"... (" + std::to_string(n) + " bytes)"; }
+
+TEST(Npy, UntrustedHeaderTextIsQuotedAndShortened) {
+  // Issue 14, class 10: a 90 KB header was echoed whole, and binary bytes and NULs raw.
+  const std::string big = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, x" + std::string(90000, 'y') + ")}";
+  try {
+    (void)parse(make_npy(2, big, 4), "x.npy");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+    EXPECT_NE(msg.find(fmt_bytes(big.size() + 1)), std::string::npos) << msg;  // + the '\n'
+    EXPECT_EQ(msg.find(std::string(200, 'y')), std::string::npos);
+  }
+  // A NUL and escape sequences in a dtype and in a key.
+  expect_bad(make_npy(1, "{'descr': '<\0\x1b[2J', 'fortran_order': False, 'shape': (1,)}"s, 4),
+             "dtype '<\\x00\\x1b[2J' is not supported");
+  const std::string with_nul = "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'k\0ey': 1}"s;
+  expect_bad(make_npy(1, with_nul, 4), "unknown key 'k\\x00ey'");
+  // Non-UTF-8 bytes in the header text.
+  expect_bad(make_npy(1, "{'descr': '\xff\xfe', 'fortran_order': False, 'shape': (1,)}", 4),
+             "dtype '\\xff\\xfe' is not supported");
 }
 
 TEST(Npy, UnsupportedDtypeAndOrder) {
