@@ -29,7 +29,8 @@ namespace tpuw::isa {
 /// One encoded instruction (spec::kInstrBytes bytes, bit 0 = lowest bit of byte 0).
 using Word = std::array<uint8_t, spec::kInstrBytes>;
 
-/// Reads `width` (1..64) bits at `lsb` of an encoded instruction.
+/// Reads `width` (1..64) bits at `lsb` of an encoded instruction. get_bits and set_bits throw
+/// Error(kInvalidArgument) when the bits do not lie inside the 128-bit word.
 uint64_t get_bits(const Word& w, unsigned lsb, unsigned width);
 /// Writes the low `width` bits of `value` at `lsb` (other bits of `value` are ignored).
 void set_bits(Word& w, unsigned lsb, unsigned width, uint64_t value);
@@ -151,11 +152,18 @@ struct Program {
 /// read (see load_data_files). Throws Error(kAsmSyntax).
 Program assemble(std::string_view source, std::string_view filename);
 
-/// Reads the files named by `.data` directives, relative to `dir`; throws Error(kBadFile).
+/// Largest assembly source assemble_file() reads (about a million instructions).
+inline constexpr uint64_t kMaxSourceBytes = uint64_t{64} << 20;
+/// Largest `.data` file: at most this, and at most what fits from its address up to 4 GiB.
+inline constexpr uint64_t kMaxDataFileBytes = uint64_t{1} << 30;
+
+/// Reads the files named by `.data` directives, relative to `dir`; throws Error(kBadFile) when one
+/// cannot be read, is a directory or is larger than its limit (above); a device such as /dev/zero
+/// or an endless pipe is read only up to the limit.
 void load_data_files(Program& program, const std::filesystem::path& dir);
 
-/// Reads, assembles and loads data files relative to the source's directory.
-/// Throws Error(kBadFile) when a file cannot be read, Error(kAsmSyntax) on a source error.
+/// Reads (at most kMaxSourceBytes), assembles and loads data files relative to the source's
+/// directory. Throws Error(kBadFile) when a file cannot be read, Error(kAsmSyntax) on a source error.
 Program assemble_file(const std::filesystem::path& path);
 
 /// One instruction as assembly text (no newline), e.g.

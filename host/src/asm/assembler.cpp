@@ -5,15 +5,16 @@
 // double-quoted strings. Instruction operands come from spec::kInstrs, so the parser has no
 // per-instruction code.
 #include <charconv>
-#include <fstream>
+#include <algorithm>
 #include <limits>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "syntax.h"
 #include "tpuw/asm.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
+#include "tpuw/quote.h"
 
 namespace tpuw::isa {
 
@@ -31,6 +32,14 @@ std::string lower(std::string_view s) {
   std::string r(s);
   for (auto& c : r) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   return r;
+}
+
+/// A token of the source in a message: single-quoted, escaped, shortened (tpuw/quote.h).
+std::string q(std::string_view token) { return quote(token, kQuoteMaxBytes, '\''); }
+
+/// A token that parsed as a number (digits, x, b, sign only) in a message: shortened, unquoted.
+std::string num(std::string_view token) {
+  return token.size() <= kQuoteMaxBytes ? std::string(token) : std::string(token.substr(0, kQuoteMaxBytes)) + "...";
 }
 
 std::string upper(std::string_view s) {
@@ -140,7 +149,7 @@ class Assembler {
   int64_t number(const Token& t, std::string_view what) const {
     int64_t v = 0;
     if (t.quoted || !parse_int(t.text, v)) {
-      fail(t, fmt::format("expected {} (a decimal, 0x hex or 0b binary number), got '{}'", what, t.text));
+      fail(t, fmt::format("expected {} (a decimal, 0x hex or 0b binary number), got {}", what, q(t.text)));
     }
     return v;
   }
@@ -148,7 +157,7 @@ class Assembler {
   uint64_t unsigned_number(const Token& t, std::string_view what, uint64_t max) const {
     const int64_t v = number(t, what);
     if (v < 0 || static_cast<uint64_t>(v) > max) {
-      fail(t, fmt::format("{} = {} is out of range (0..{:#x})", what, t.text, max));
+      fail(t, fmt::format("{} = {} is out of range (0..{:#x})", what, num(t.text), max));
     }
     return static_cast<uint64_t>(v);
   }
@@ -184,7 +193,7 @@ class Assembler {
       if (i.name == name) inf = &i;
     }
     if (inf == nullptr || m.quoted) {
-      fail(m, fmt::format("unknown mnemonic '{}' (expected one of: {}; or a directive such as .data)", m.text,
+      fail(m, fmt::format("unknown mnemonic {} (expected one of: {}; or a directive such as .data)", q(m.text),
                           mnemonic_list()));
     }
     Instr in;
@@ -212,7 +221,7 @@ class Assembler {
         }
       }
       if (idx < 0 || ft.quoted) {
-        fail(ft, fmt::format("unknown field '{}' for {} (expected one of: {})", ft.text, lower(inf->name),
+        fail(ft, fmt::format("unknown field {} for {} (expected one of: {})", q(ft.text), lower(inf->name),
                              field_list(*inf)));
       }
       if (seen[static_cast<size_t>(idx)]) fail(ft, fmt::format("field '{}' given twice", fname));
@@ -257,15 +266,15 @@ class Assembler {
       for (const auto mem : detail::kMems) {
         if (spec::to_string(mem) == u) return static_cast<uint64_t>(mem);
       }
-      fail(vt, fmt::format("unknown memory '{}' for {} {} (expected UB, WB or ACC)", vt.text, lower(inf.name),
+      fail(vt, fmt::format("unknown memory {} for {} {} (expected UB, WB or ACC)", q(vt.text), lower(inf.name),
                            f.name));
     }
     int64_t v = 0;
     if (vt.quoted || !parse_int(vt.text, v)) {
-      fail(vt, fmt::format("expected a number for {} (decimal, 0x hex or 0b binary), got '{}'", f.name, vt.text));
+      fail(vt, fmt::format("expected a number for {} (decimal, 0x hex or 0b binary), got {}", f.name, q(vt.text)));
     }
     if (v < 0 || static_cast<uint64_t>(v) > max) {
-      fail(vt, fmt::format("value {} out of range for {} {} ({} bits: 0..{:#x})", vt.text, lower(inf.name), f.name,
+      fail(vt, fmt::format("value {} out of range for {} {} ({} bits: 0..{:#x})", num(vt.text), lower(inf.name), f.name,
                            f.width, max));
     }
     return static_cast<uint64_t>(v);
@@ -291,7 +300,7 @@ class Assembler {
     for (const auto e : {ElemType::kInt8, ElemType::kUint8, ElemType::kInt32, ElemType::kUint32, ElemType::kHex8}) {
       if (to_string(e) == s) return e;
     }
-    fail(t, fmt::format("unknown element type '{}' (expected int8, uint8, int32, uint32 or hex8)", t.text));
+    fail(t, fmt::format("unknown element type {} (expected int8, uint8, int32, uint32 or hex8)", q(t.text)));
   }
 
   void push_value(std::vector<uint8_t>& out, const Token& t, ElemType type) const {
@@ -300,7 +309,7 @@ class Assembler {
     const int64_t lo = sz == 1 ? -128 : -(int64_t{1} << 31);
     const int64_t hi = sz == 1 ? 255 : (int64_t{1} << 32) - 1;
     if (v < lo || v > hi) {
-      fail(t, fmt::format("value {} out of range for {} ({}..{})", t.text, to_string(type), lo, hi));
+      fail(t, fmt::format("value {} out of range for {} ({}..{})", num(t.text), to_string(type), lo, hi));
     }
     const auto u = static_cast<uint64_t>(v);
     for (size_t b = 0; b < sz; ++b) out.push_back(static_cast<uint8_t>(u >> (8 * b)));
@@ -371,9 +380,9 @@ class Assembler {
         if (spec::to_string(c) == "?") break;
       }
       if (!found) {
-        fail(toks[1], fmt::format("unknown fault cause '{}' (expected a name from the fault table, e.g. "
+        fail(toks[1], fmt::format("unknown fault cause {} (expected a name from the fault table, e.g. "
                                   "ILLEGAL_OPCODE, ILLEGAL_FIELD, LOCAL_RANGE, DMA_WINDOW, AXI_ERROR)",
-                                  toks[1].text));
+                                  q(toks[1].text)));
       }
       f.info = static_cast<uint32_t>(unsigned_number(toks[2], "the fault info", kAddrMax));
       f.index = static_cast<uint32_t>(unsigned_number(toks[3], "an instruction index", kAddrMax));
@@ -386,9 +395,9 @@ class Assembler {
       prog_.code.insert(prog_.code.end(), w.begin(), w.end());
       prog_.lines.push_back(d.line);
     } else {
-      fail(d, fmt::format("unknown directive '{}' (expected .array_n, .data, .int8, .int32, .bytes, .zero, .dump, "
+      fail(d, fmt::format("unknown directive {} (expected .array_n, .data, .int8, .int32, .bytes, .zero, .dump, "
                           ".expect, .expect_fault or .word)",
-                          d.text));
+                          q(d.text)));
     }
   }
 
@@ -396,15 +405,6 @@ class Assembler {
   std::string file_;
   Program prog_;
 };
-
-std::vector<uint8_t> read_file(const std::filesystem::path& p, std::string_view what) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error(ErrorKind::kBadFile, fmt::format("{}: cannot open {}", p.string(), what));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const std::string s = ss.str();
-  return {s.begin(), s.end()};
-}
 
 }  // namespace
 
@@ -414,12 +414,15 @@ void load_data_files(Program& program, const std::filesystem::path& dir) {
   for (auto& s : program.data) {
     if (s.file.empty()) continue;
     const std::filesystem::path p = dir / s.file;  // an absolute s.file replaces dir
-    s.bytes = read_file(p, fmt::format("the data file of .data {} ({}:{})", s.name, program.filename, s.line));
+    // The segment must fit below 4 GiB from its address, and in the documented maximum.
+    const uint64_t limit = std::min(kMaxDataFileBytes, (uint64_t{1} << 32) - s.addr);
+    s.bytes = read_file_bounded(p, limit, fmt::format("the data file of .data {} at 0x{:x} ({}:{})", s.name, s.addr,
+                                                      program.filename, s.line));
   }
 }
 
 Program assemble_file(const std::filesystem::path& path) {
-  const auto bytes = read_file(path, "the assembly source");
+  const auto bytes = read_file_bounded(path, kMaxSourceBytes, "the assembly source");
   const std::string text(bytes.begin(), bytes.end());
   Program p = assemble(text, path.string());
   load_data_files(p, path.parent_path());

@@ -8,7 +8,20 @@
 
 namespace tpuw::isa {
 
+namespace {
+
+void check_bit_range(unsigned lsb, unsigned width, const char* fn) {
+  if (width == 0 || width > 64 || lsb >= 8 * spec::kInstrBytes || width > 8 * spec::kInstrBytes - lsb) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: bits [{}, +{}) are outside a {}-bit instruction or wider than 64", fn, lsb, width,
+                            8 * spec::kInstrBytes));
+  }
+}
+
+}  // namespace
+
 uint64_t get_bits(const Word& w, unsigned lsb, unsigned width) {
+  check_bit_range(lsb, width, "get_bits");
   uint64_t v = 0;
   for (unsigned i = 0; i < width; ++i) {
     const unsigned b = lsb + i;
@@ -18,6 +31,7 @@ uint64_t get_bits(const Word& w, unsigned lsb, unsigned width) {
 }
 
 void set_bits(Word& w, unsigned lsb, unsigned width, uint64_t value) {
+  check_bit_range(lsb, width, "set_bits");
   for (unsigned i = 0; i < width; ++i) {
     const unsigned b = lsb + i;
     const auto mask = static_cast<uint8_t>(1u << (b % 8));

@@ -18,6 +18,7 @@
 #include <numeric>
 
 #include "program_builder.h"
+#include "tpuw/checked.h"
 #include "tpuw/error.h"
 
 namespace tpuw::runtime {
@@ -47,6 +48,24 @@ void check_shape(const GemmShape& s) {
   }
 }
 
+std::string shape_name(const GemmShape& s) { return fmt::format("GEMM M={} K={} N={}", s.m, s.k, s.n); }
+
+/// x rounded up to a multiple of m, or Error(kInvalidArgument) when that overflows.
+uint64_t checked_round_up(uint64_t x, uint64_t m, const GemmShape& s) {
+  return checked_mul(checked_add(x, m - 1, shape_name(s)) / m, m, shape_name(s));
+}
+
+/// Checks that the operand spans hold M*K and K*N elements (the products overflow-checked).
+void check_operands(const char* fn, std::span<const int8_t> a, std::span<const int8_t> b, const GemmShape& s) {
+  const uint64_t mk = checked_mul(s.m, s.k, fmt::format("{}: M*K of {}", fn, shape_name(s)));
+  const uint64_t kn = checked_mul(s.k, s.n, fmt::format("{}: K*N of {}", fn, shape_name(s)));
+  if (a.size() != mk || b.size() != kn) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: A has {} elements and B {}, expected M*K = {} and K*N = {}", fn, a.size(), b.size(),
+                            mk, kn));
+  }
+}
+
 }  // namespace
 
 GemmPlan plan_gemm(const DeviceParams& params, const GemmShape& shape) {
@@ -65,9 +84,18 @@ GemmPlan plan_gemm(const DeviceParams& params, const GemmShape& shape) {
   }
   // Rows of an M tile: A blocks (rows*an bytes) and C strips (rows*4an bytes) in whole beats.
   const uint64_t m_align = std::lcm(lcm64(an, beat) / an, lcm64(4 * an, beat) / (4 * an));
-  p.mp = round_up(shape.m, m_align);
-  p.kp = round_up(shape.k, an);
-  p.np = round_up(shape.n, an);
+  p.mp = checked_round_up(shape.m, m_align, shape);
+  p.kp = checked_round_up(shape.k, an, shape);
+  p.np = checked_round_up(shape.n, an, shape);
+  // The packed operand sizes (a_bytes(), b_bytes(), c_bytes()), their sum and the sum plus 4 GiB
+  // of addresses all fit in 64 bits; callers add them without further checks.
+  {
+    const std::string what = fmt::format("{}: packed operand bytes", shape_name(shape));
+    const uint64_t a_bytes = checked_mul(p.mp, p.kp, what);
+    const uint64_t b_bytes = checked_mul(p.kp, p.np, what);
+    const uint64_t c_bytes = checked_mul(uint64_t{4}, checked_mul(p.mp, p.np, what), what);
+    (void)checked_add(checked_add(checked_add(a_bytes, b_bytes, what), c_bytes, what), uint64_t{1} << 32, what);
+  }
   p.k_blocks = p.kp / an;
   p.n_blocks = p.np / an;
 
@@ -97,7 +125,7 @@ GemmPlan plan_gemm(const DeviceParams& params, const GemmShape& shape) {
   if (p.w_slots == 0) {
     throw Error(ErrorKind::kUnsupported, fmt::format("WB depth {} holds no weight tile", params.wb_depth));
   }
-  p.folds = p.m_tiles * p.n_blocks * p.k_blocks;
+  p.folds = checked_product({p.m_tiles, p.n_blocks, p.k_blocks}, fmt::format("{}: folds", shape_name(shape)));
   return p;
 }
 
@@ -105,7 +133,9 @@ GemmProgram compile_gemm(const GemmPlan& plan, uint64_t a_addr, uint64_t b_addr,
   const uint64_t an = plan.array_n;
   const uint64_t beat = plan.beat;
   for (uint64_t addr : {a_addr, b_addr, c_addr}) {
-    if (addr % beat != 0 || addr + std::max({plan.a_bytes(), plan.b_bytes(), plan.c_bytes()}) > (uint64_t{1} << 32)) {
+    // plan_gemm guarantees that the sizes plus 4 GiB fit in 64 bits.
+    if (addr % beat != 0 || addr >= (uint64_t{1} << 32) ||
+        addr + std::max({plan.a_bytes(), plan.b_bytes(), plan.c_bytes()}) > (uint64_t{1} << 32)) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("compile_gemm: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
     }
@@ -175,6 +205,9 @@ GemmProgram compile_gemm(const GemmPlan& plan, uint64_t a_addr, uint64_t b_addr,
 
 std::vector<int8_t> pack_a(const GemmPlan& plan, std::span<const int8_t> a) {
   const uint64_t an = plan.array_n, K = plan.shape.k, M = plan.shape.m;
+  if (a.size() != checked_mul(M, K, fmt::format("pack_a: M*K of {}", shape_name(plan.shape)))) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("pack_a: A has {} elements, expected M*K = {}", a.size(), M * K));
+  }
   std::vector<int8_t> out(plan.a_bytes(), 0);
   for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
     const uint64_t rows = plan.rows_of_tile(mt);
@@ -195,6 +228,9 @@ std::vector<int8_t> pack_a(const GemmPlan& plan, std::span<const int8_t> a) {
 
 std::vector<int8_t> pack_b(const GemmPlan& plan, std::span<const int8_t> b) {
   const uint64_t an = plan.array_n, K = plan.shape.k, N = plan.shape.n;
+  if (b.size() != checked_mul(K, N, fmt::format("pack_b: K*N of {}", shape_name(plan.shape)))) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("pack_b: B has {} elements, expected K*N = {}", b.size(), K * N));
+  }
   std::vector<int8_t> out(plan.b_bytes(), 0);
   for (uint64_t nb = 0; nb < plan.n_blocks; ++nb) {
     for (uint64_t kb = 0; kb < plan.k_blocks; ++kb) {
@@ -211,7 +247,12 @@ std::vector<int8_t> pack_b(const GemmPlan& plan, std::span<const int8_t> b) {
 
 std::vector<int32_t> unpack_c(const GemmPlan& plan, std::span<const int32_t> c_packed) {
   const uint64_t an = plan.array_n, M = plan.shape.m, N = plan.shape.n;
-  std::vector<int32_t> out(M * N);
+  if (c_packed.size() < plan.c_bytes() / 4) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("unpack_c: {} packed elements, the plan needs {}", c_packed.size(), plan.c_bytes() / 4));
+  }
+  std::vector<int32_t> out(checked_size(checked_mul(M, N, fmt::format("unpack_c: M*N of {}", shape_name(plan.shape))),
+                                        "unpack_c: C"));
   for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
     const uint64_t rows = plan.rows_of_tile(mt);
     const uint64_t tile_base = mt * plan.m_tile * plan.np;
@@ -231,7 +272,10 @@ std::vector<int32_t> unpack_c(const GemmPlan& plan, std::span<const int32_t> c_p
 
 std::vector<int32_t> gemm_cpu(std::span<const int8_t> a, std::span<const int8_t> b, const GemmShape& s) {
   check_shape(s);
-  std::vector<int32_t> c(s.m * s.n, 0);
+  check_operands("gemm_cpu", a, b, s);
+  std::vector<int32_t> c(checked_size(checked_mul(s.m, s.n, fmt::format("gemm_cpu: M*N of {}", shape_name(s))),
+                                      "gemm_cpu: C"),
+                         0);
   std::vector<uint32_t> row(s.n);
   for (uint64_t i = 0; i < s.m; ++i) {
     std::fill(row.begin(), row.end(), 0u);
@@ -249,11 +293,7 @@ std::vector<int32_t> gemm_cpu(std::span<const int8_t> a, std::span<const int8_t>
 GemmResult gemm(Device& device, std::span<const int8_t> a, std::span<const int8_t> b, const GemmShape& shape,
                 const GemmOptions& options) {
   check_shape(shape);
-  if (a.size() != shape.m * shape.k || b.size() != shape.k * shape.n) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("gemm: A has {} elements and B {}, expected M*K = {} and K*N = {}", a.size(), b.size(),
-                            shape.m * shape.k, shape.k * shape.n));
-  }
+  check_operands("gemm", a, b, shape);
   GemmResult r;
   r.plan = plan_gemm(device.info().params, shape);
   const GemmPlan& p = r.plan;

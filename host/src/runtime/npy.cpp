@@ -6,11 +6,15 @@
 
 #include <bit>
 #include <cctype>
-#include <fstream>
+#include <algorithm>
 #include <iterator>
 #include <optional>
+#include <utility>
 
+#include "tpuw/checked.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
+#include "tpuw/quote.h"
 
 static_assert(std::endian::native == std::endian::little, "the .npy code assumes a little-endian host");
 
@@ -18,6 +22,7 @@ namespace tpuw::npy {
 namespace {
 
 constexpr uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+constexpr size_t kQuoteHeaderBytes = 160;  // of a header echoed in an error (NumPy's are ~120 bytes)
 
 [[noreturn]] void bad(std::string_view name, const std::string& what) {
   throw Error(ErrorKind::kBadFile, fmt::format("{}: {}", name, what));
@@ -31,7 +36,7 @@ struct HeaderParser {
   size_t pos = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
-    bad(name, fmt::format("bad .npy header: {} at column {} of \"{}\"", what, pos + 1, s));
+    bad(name, fmt::format("bad .npy header: {} at column {} of {}", what, pos + 1, quote(s, kQuoteHeaderBytes)));
   }
   void skip_ws() {
     while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
@@ -124,7 +129,7 @@ Header parse_header(std::string_view text, std::string_view name) {
       h.shape = p.shape_lit();
       have_shape = true;
     } else {
-      p.fail(fmt::format("unknown key '{}'", key));
+      p.fail(fmt::format("unknown key {}", quote(key, kQuoteMaxBytes, '\'')));
     }
     if (!p.accept(',')) {
       p.expect('}');
@@ -143,7 +148,7 @@ DType parse_descr(const std::string& d, std::string_view name) {
     const std::string_view t = std::string_view(d).substr(1);
     const bool one_byte = (t == "i1" || t == "u1");
     if (order == '>' && !one_byte) {
-      bad(name, fmt::format("dtype '{}' is big-endian; only little-endian data is supported", d));
+      bad(name, fmt::format("dtype {} is big-endian; only little-endian data is supported", quote(d, kQuoteMaxBytes, '\'')));
     }
     if (order == '<' || order == '|' || order == '=' || (order == '>' && one_byte)) {
       if (t == "i1") return DType::kInt8;
@@ -154,7 +159,24 @@ DType parse_descr(const std::string& d, std::string_view name) {
   }
   if (d == "i1" || d == "b") return DType::kInt8;
   if (d == "u1" || d == "B") return DType::kUint8;
-  bad(name, fmt::format("dtype '{}' is not supported; expected int8, uint8, int32 or float32", d));
+  bad(name, fmt::format("dtype {} is not supported; expected int8, uint8, int32 or float32",
+                        quote(d, kQuoteMaxBytes, '\'')));
+}
+
+/// The product of the dimensions, or nullopt when it overflows (a zero dimension gives 0).
+std::optional<uint64_t> try_product(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  bool overflow = false;
+  for (const uint64_t d : shape) {
+    if (d == 0) return 0;
+    if (const auto r = try_mul(n, d)) {
+      n = *r;
+    } else {
+      overflow = true;
+    }
+  }
+  if (overflow) return std::nullopt;
+  return n;
 }
 
 }  // namespace
@@ -195,20 +217,32 @@ std::string shape_string(const std::vector<uint64_t>& shape) {
 }
 
 uint64_t Array::elements() const {
-  uint64_t n = 1;
-  for (uint64_t d : shape) n *= d;
-  return n;
+  return checked_product(std::span<const uint64_t>(shape), fmt::format("npy::Array of shape {}", shape_string(shape)));
 }
 
 Array Array::zeros(DType dtype, std::vector<uint64_t> shape) {
   Array a;
   a.dtype = dtype;
   a.shape = std::move(shape);
-  a.data.assign(a.elements() * dtype_size(dtype), 0);
+  const uint64_t bytes = checked_mul(a.elements(), uint64_t{dtype_size(dtype)},
+                                     fmt::format("npy::Array::zeros: bytes of shape {}", shape_string(a.shape)));
+  a.data.assign(checked_size(bytes, "npy::Array::zeros"), 0);
   return a;
 }
 
-Array parse(std::span<const uint8_t> bytes, std::string_view name) {
+namespace {
+
+/// What the magic, version and header of a .npy image say.
+struct Layout {
+  DType dtype = DType::kInt8;
+  std::vector<uint64_t> shape;
+  uint64_t data_off = 0;    // first data byte
+  uint64_t data_bytes = 0;  // elements * dtype size
+};
+
+/// The header length field: (bytes before the header text, header text length). `bytes` holds at
+/// least the first 12 bytes of the file, or all of a shorter one.
+std::pair<uint64_t, uint64_t> parse_preamble(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.size() < 8 || !std::equal(std::begin(kMagic), std::end(kMagic), bytes.begin())) {
     bad(name, "not a .npy file (missing the \\x93NUMPY magic)");
   }
@@ -228,54 +262,100 @@ Array parse(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.size() < 8 + len_bytes) bad(name, "truncated .npy file: the header length is cut off");
   uint64_t header_len = 0;
   for (size_t i = 0; i < len_bytes; ++i) header_len |= uint64_t{bytes[8 + i]} << (8 * i);
-  const uint64_t data_off = 8 + len_bytes + header_len;
+  if (header_len > kMaxHeaderBytes) {
+    bad(name, fmt::format("the .npy header is {} bytes long; the limit is {} bytes", header_len, kMaxHeaderBytes));
+  }
+  return {8 + len_bytes, header_len};
+}
+
+/// Preamble and header; `bytes` holds at least the whole header (else a "truncated" error).
+Layout parse_layout(std::span<const uint8_t> bytes, std::string_view name) {
+  const auto [pre, header_len] = parse_preamble(bytes, name);
+  const uint64_t data_off = pre + header_len;
   if (bytes.size() < data_off) {
     bad(name, fmt::format("truncated .npy file: header of {} bytes but only {} bytes in the file", header_len,
-                          bytes.size() - 8 - len_bytes));
+                          bytes.size() - pre));
   }
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8 + len_bytes), header_len);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + pre), header_len);
   Header h = parse_header(text, name);
-  const DType dtype = parse_descr(h.descr, name);
+  Layout l;
+  l.dtype = parse_descr(h.descr, name);
   if (h.fortran_order) {
     bad(name, "fortran_order is True; only C-order arrays are supported (save np.ascontiguousarray(x))");
   }
-  uint64_t n = 1;
-  for (uint64_t d : h.shape) {
-    if (d != 0 && n > UINT64_MAX / d) bad(name, fmt::format("shape {} is too large", shape_string(h.shape)));
-    n *= d;
+  const auto n = try_product(h.shape);
+  const auto want = n ? try_mul(*n, uint64_t{dtype_size(l.dtype)}) : std::nullopt;
+  if (!want || !try_add(*want, data_off)) {
+    bad(name, fmt::format("shape {} of {} is too large (its size overflows a 64-bit byte count)",
+                          shape_string(h.shape), to_string(l.dtype)));
   }
-  const uint64_t esize = dtype_size(dtype);
-  if (n > (UINT64_MAX - data_off) / esize) bad(name, fmt::format("shape {} is too large", shape_string(h.shape)));
-  const uint64_t want = n * esize;
-  const uint64_t have = bytes.size() - data_off;
-  if (have < want) {
+  l.shape = std::move(h.shape);
+  l.data_off = data_off;
+  l.data_bytes = *want;
+  return l;
+}
+
+/// The data section holds `have` bytes: exactly data_bytes, else "truncated" or "trailing bytes".
+void check_data_size(const Layout& l, uint64_t have, std::string_view name) {
+  if (have < l.data_bytes) {
     bad(name, fmt::format("truncated .npy file: shape {} of {} needs {} data bytes, the file has {}",
-                          shape_string(h.shape), to_string(dtype), want, have));
+                          shape_string(l.shape), to_string(l.dtype), l.data_bytes, have));
   }
-  if (have > want) {
-    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - want,
-                          shape_string(h.shape), to_string(dtype)));
+  if (have > l.data_bytes) {
+    bad(name, fmt::format("{} unexpected bytes after the data of shape {} of {}", have - l.data_bytes,
+                          shape_string(l.shape), to_string(l.dtype)));
   }
+}
+
+}  // namespace
+
+Array parse(std::span<const uint8_t> bytes, std::string_view name) {
+  Layout l = parse_layout(bytes, name);
+  check_data_size(l, bytes.size() - l.data_off, name);
   Array a;
-  a.dtype = dtype;
-  a.shape = std::move(h.shape);
-  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_off), bytes.end());
+  a.dtype = l.dtype;
+  a.shape = std::move(l.shape);
+  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(l.data_off), bytes.end());
   return a;
 }
 
-Array load(const std::filesystem::path& path) {
+Array load(const std::filesystem::path& path, uint64_t max_data_bytes) {
   const std::string name = path.string();
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) bad(name, "is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(name, "cannot open file (does it exist and is it readable?)");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) bad(name, "read error");
-  return parse(bytes, name);
+  InputFile f(path, "a .npy file");
+  // Magic, version and header length (12 bytes at most), then the header (at most
+  // kMaxHeaderBytes), then exactly the data the header announces: nothing is read or allocated
+  // beyond what the header justifies, so /dev/zero or an endless pipe cannot exhaust memory.
+  std::vector<uint8_t> head;
+  f.read_append(head, 12);
+  const auto [pre, header_len] = parse_preamble(head, name);
+  if (head.size() < pre + header_len) f.read_append(head, pre + header_len - head.size());
+  const Layout l = parse_layout(head, name);
+  if (l.data_bytes > max_data_bytes) {
+    bad(name, fmt::format("shape {} of {} needs {} data bytes, more than the limit of {} bytes",
+                          shape_string(l.shape), to_string(l.dtype), l.data_bytes, max_data_bytes));
+  }
+  if (const auto size = f.regular_size()) check_data_size(l, *size >= l.data_off ? *size - l.data_off : 0, name);
+  Array a;
+  a.dtype = l.dtype;
+  a.shape = l.shape;
+  // Bytes of the first 12 that already belong to the data (a header shorter than 2 bytes).
+  if (head.size() > l.data_off) {
+    a.data.assign(head.begin() + static_cast<std::ptrdiff_t>(l.data_off), head.end());
+    if (a.data.size() > l.data_bytes) check_data_size(l, a.data.size(), name);
+  }
+  const uint64_t got = a.data.size() + f.read_append(a.data, l.data_bytes - a.data.size());
+  check_data_size(l, got, name);
+  if (!f.at_end()) {
+    bad(name, fmt::format("unexpected bytes after the data of shape {} of {}", shape_string(l.shape),
+                          to_string(l.dtype)));
+  }
+  return a;
 }
 
 std::vector<uint8_t> serialize(const Array& array) {
-  if (array.data.size() != array.elements() * dtype_size(array.dtype)) {
+  const auto n = try_product(array.shape);
+  const auto want = n ? try_mul(*n, uint64_t{dtype_size(array.dtype)}) : std::nullopt;
+  if (!want || array.data.size() != *want) {
     throw Error(ErrorKind::kInternal,
                 fmt::format("npy::serialize: {} data bytes for shape {} of {}", array.data.size(),
                             shape_string(array.shape), to_string(array.dtype)));
@@ -307,12 +387,7 @@ std::vector<uint8_t> serialize(const Array& array) {
 }
 
 void save(const std::filesystem::path& path, const Array& array) {
-  const std::vector<uint8_t> bytes = serialize(array);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) bad(path.string(), "cannot open for writing");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) bad(path.string(), "write failed");
+  write_file_atomic(path, serialize(array), "the .npy file");
 }
 
 void require(const Array& array, std::string_view name, DType dtype, size_t rank) {

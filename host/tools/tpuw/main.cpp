@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/worker/strategies.h"
@@ -187,20 +189,13 @@ int cmd_info(const DeviceOpts& o) {
 // ------------------------------------------------------------------------------------------------
 // asm / disasm
 // ------------------------------------------------------------------------------------------------
+// Programs of up to 16 M instructions (bounded: /dev/zero or a pipe cannot exhaust memory).
 std::vector<uint8_t> read_file(const fs::path& p) {
-  std::error_code ec;
-  if (fs::is_directory(p, ec)) throw Error(ErrorKind::kBadFile, fmt::format("{}: is a directory", p.string()));
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kBadFile, fmt::format("{}: cannot open file", p.string()));
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return read_file_bounded(p, uint64_t{256} << 20, "a file of raw instructions");
 }
 
-void write_file(const fs::path& p, std::span<const uint8_t> bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: cannot open for writing", p.string()));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw Error(ErrorKind::kInternal, fmt::format("{}: write failed", p.string()));
-}
+// Complete or not at all: a temporary beside the target, renamed when every write succeeded.
+void write_file(const fs::path& p, std::span<const uint8_t> bytes) { write_file_atomic(p, bytes); }
 
 int cmd_asm(const std::string& in, std::string out) {
   const isa::Program prog = isa::assemble_file(in);
@@ -416,7 +411,9 @@ struct Operands {
   std::vector<int8_t> a, b;
 };
 
-Operands load_operands(const GemmOpts& g) {
+uint64_t memory_for(const runtime::GemmPlan& p);
+
+Operands load_operands(const GemmOpts& g, const DeviceParams& params) {
   Operands op;
   if (g.a.empty() != g.b.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "--a and --b go together (or use --m/--k/--n for random operands)");
@@ -447,6 +444,7 @@ Operands load_operands(const GemmOpts& g) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--m {} --k {} --n {}: every dimension must be >= 1", g.m, g.k, g.n));
   }
   op.shape = {g.m, g.k, g.n};
+  (void)memory_for(runtime::plan_gemm(params, op.shape));  // sizes checked before anything is allocated
   std::mt19937_64 rng(g.seed);
   std::uniform_int_distribution<int> d(-128, 127);
   op.a.resize(g.m * g.k);
@@ -538,19 +536,19 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                 "tpuw gemm --strategy pipeline: a single GEMM has no layers to pipeline; use --strategy data (B's "
                 "columns split over the devices)");
   }
-  const Operands op = load_operands(g);
+  const DeviceParams* params = find_device_config(o.array_n);
+  if (params == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
+                            fmt::join(backend_array_sizes("ref"), ", ")));
+  }
+  const Operands op = load_operands(g, *params);
   if (!g.out.empty()) {
     const fs::path parent = fs::path(g.out).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec)) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
     }
-  }
-  const DeviceParams* params = find_device_config(o.array_n);
-  if (params == nullptr) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
-                            fmt::join(backend_array_sizes("ref"), ", ")));
   }
   const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
   if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);
@@ -698,6 +696,9 @@ int run(int argc, char** argv) {
 }  // namespace tpuw::cli
 
 int main(int argc, char** argv) {
+  // Past `ulimit -f` a write fails with EFBIG (reported, the output file left as it was) instead
+  // of the default SIGXFSZ killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return tpuw::cli::run(argc, argv);
   } catch (const tpuw::Error& e) {

@@ -133,6 +133,56 @@ elif CASE == "usage_error":
     rc, so, se = run("frobnicate")
     expect(rc == 2, f"rc {rc}")
 
+elif CASE == "gemm_size_overflow":
+    # Issue 14, class 1: M*K overflowed 64 bits and the operands were written past a heap buffer.
+    # Variants: a product that overflows only once padded, and sizes that fit 64 bits but not the
+    # device's 4 GiB (refused before anything is allocated).
+    for m, k, n, needle in [("1152921504606846977", "16", "16", "overflows a 64-bit size"),
+                            ("16", "18446744073709551615", "16", "overflows a 64-bit size"),
+                            ("65536", "65536", "16", "the device addresses at most 4 GiB"),
+                            ("1099511627776", "16", "16", "the device addresses at most 4 GiB")]:
+        rc, so, se = run("gemm", "--backend", "ref", "--m", m, "--k", k, "--n", n, "-q")
+        expect(rc == 2, f"--m {m} --k {k} --n {n}: exit code {rc}, expected 2; stderr: {se}")
+        expect(needle in se, f"'{needle}' not in stderr: {se}")
+
+elif CASE == "bounded_reads":
+    # Issue 14, class 3: /dev/zero as .npy, program or .data input was read until memory ran out.
+    rc, so, se = run("disasm", "/dev/zero")
+    expect(rc == 2 and "larger than the limit" in se, f"rc {rc}: {se}")
+    bad_input_case("/dev/zero", save("b.npy", good((5, 3), 2)), "/dev/zero: not a .npy file")
+    src = os.path.join(TMP, "zero.s")
+    with open(src, "w") as f:
+        f.write(".data z 0xffff0000 /dev/zero\nnop\n")
+    rc, so, se = run("exec", src, "--backend", "ref")
+    expect(rc == 2 and "larger than the limit of 65536 bytes" in se, f"rc {rc}: {se}")
+
+elif CASE == "atomic_outputs":
+    # Issue 14, class 4: `asm -o` on a full disk reported success with a 0-byte file, and a failing
+    # .npy write left a truncated file. Now: exit non-zero, and no partial file.
+    import resource
+    import subprocess
+    src = os.path.join(FIRMWARE, "gemm_n4.s")
+    rc, so, se = run("asm", src, "-o", "/dev/full")
+    expect(rc != 0 and "No space left on device" in se, f"rc {rc}: {se}")
+    rc, so, se = run("asm", src, "-o", "/proc/tpuw_cli_test.bin")  # unwritable, even for root
+    expect(rc != 0 and "/proc/tpuw_cli_test.bin: cannot" in se, f"rc {rc}: {se}")
+    rc, so, se = run("gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--out", "/dev/full", "-q")
+    expect(rc != 0 and "No space left on device" in se, f"rc {rc}: {se}")
+    # `ulimit -f`: the existing outputs keep their old contents, no temporary is left.
+    out_bin = CLI.write("old.bin", b"old program")
+    out_npy = CLI.write("old.npy", b"old tensor")
+    before = sorted(os.listdir(TMP))
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+    for args in (["asm", src, "-o", out_bin],
+                 ["gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--out", out_npy, "-q"]):
+        p = subprocess.run([TPUW, *args], capture_output=True, text=True, preexec_fn=limited, timeout=120)
+        expect(p.returncode != 0 and "File too large" in p.stderr, f"{args}: rc {p.returncode}: {p.stderr}")
+    expect(open(out_bin, "rb").read() == b"old program", "asm -o output changed by a failed write")
+    expect(open(out_npy, "rb").read() == b"old tensor", "gemm --out output changed by a failed write")
+    expect(sorted(os.listdir(TMP)) == before, f"temporaries left: {sorted(os.listdir(TMP))}")
+
 elif CASE == "exec_fault":
     src = os.path.join(TMP, "bad.s")
     with open(src, "w") as f:

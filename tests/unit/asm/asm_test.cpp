@@ -1,6 +1,7 @@
 // Assembler and disassembler: syntax, every error message, round trips, firmware programs.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -193,6 +194,61 @@ TEST(Asm, MissingDataFileIsABadFile) {
     EXPECT_NE(std::string(e.what()).find("t.s:1"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)assemble_file("/nonexistent-dir/x.s"), Error);
+}
+
+// Expects kBadFile with `needle` in the message.
+template <typename F>
+void expect_bad_file(F&& f, std::string_view needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Asm, UntrustedTokensAreQuotedAndShortened) {
+  // Issue 14, class 10: a NUL byte truncated the message; binary bytes reached the terminal.
+  using namespace std::string_literals;
+  expect_error("lo\0ad mem=UB"s, 1, 1, "unknown mnemonic 'lo\\x00ad'");
+  expect_error("\x1b[2J\xff"s, 1, 1, "unknown mnemonic '\\x1b[2J\\xff'");
+  expect_error("nop sw\x01" "ap", 1, 5, "unknown field 'sw\\x01ap' for nop");
+  expect_error(".dump c 0 4 it's", 1, 13, "unknown element type 'it\\'s'");
+  // A 100 KB token is cut to kQuoteMaxBytes with a marker.
+  const std::string long_tok(100000, 'z');
+  try {
+    (void)assemble(long_tok + "\n", "t.s");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u);
+    EXPECT_NE(msg.find("'... (100000 bytes)"), std::string::npos) << msg;
+  }
+  // Numbers that parse but are out of range are shortened too (leading zeros).
+  expect_error(".int8 a 0 " + std::string(200, '0') + "300", 1, 11, "value 0000");
+}
+
+TEST(Asm, BoundedReads) {
+  // Issue 14, class 3: /dev/zero as a .data file (or as the source) was read until memory ran out.
+  // The limit of a .data file is what fits from its address up to 4 GiB (and kMaxDataFileBytes).
+  Program p = assemble(".data a 0xfffff000 /dev/zero\n", "t.s");
+  expect_bad_file([&] { load_data_files(p, "/"); }, "larger than the limit of 4096 bytes");
+  // A directory is an error, not an empty segment or source.
+  Program d = assemble(".data a 0 .\n", "t.s");
+  expect_bad_file([&] { load_data_files(d, fs::temp_directory_path()); }, "is a directory");
+  expect_bad_file([] { (void)assemble_file(fs::temp_directory_path()); }, "is a directory, not the assembly source");
+  // An endless source stops at kMaxSourceBytes.
+  expect_bad_file([] { (void)assemble_file("/dev/zero"); }, "larger than the limit of 67108864 bytes");
+  // A .data file that fits is read whole.
+  const fs::path f = fs::temp_directory_path() / "tpuw_asm_data.bin";
+  { std::ofstream(f, std::ios::binary) << "0123456789abcdef"; }
+  Program ok = assemble(".data a 0xfffffff0 " + f.string() + "\n", "t.s");
+  load_data_files(ok, "/");
+  EXPECT_EQ(ok.data[0].bytes.size(), 16u);
+  Program over = assemble(".data a 0xfffffff1 " + f.string() + "\n", "t.s");
+  expect_bad_file([&] { load_data_files(over, "/"); }, "larger than the limit of 15 bytes");
+  fs::remove(f);
 }
 
 }  // namespace

@@ -36,6 +36,32 @@ void check_shape_on(Device& dev, uint64_t m, uint64_t k, uint64_t n, uint32_t se
   EXPECT_GE(r.perf.wr_bytes, r.plan.c_bytes());
 }
 
+TEST(GemmSizes, OverflowingShapesAreClearErrors) {
+  const DeviceParams& p = *find_device_config(16);
+  // The example: tpuw gemm --m 1152921504606846977 --k 16 --n 16 (M*K wraps to 16).
+  for (const GemmShape s : {GemmShape{1152921504606846977ull, 16, 16}, GemmShape{16, ~uint64_t{0}, 16},
+                            GemmShape{uint64_t{1} << 32, uint64_t{1} << 32, 1}, GemmShape{1, 16, ~uint64_t{0} - 3}}) {
+    try {
+      (void)plan_gemm(p, s);
+      FAIL() << "M=" << s.m << " K=" << s.k << " N=" << s.n;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("overflows a 64-bit size"), std::string::npos) << e.what();
+    }
+  }
+  // Spans that do not match the shape, including one where M*K wraps to the span's size.
+  const std::vector<int8_t> a(16), b(256);
+  EXPECT_THROW((void)gemm_cpu(a, b, GemmShape{1152921504606846977ull, 16, 16}), Error);
+  EXPECT_THROW((void)gemm_cpu(a, b, GemmShape{2, 16, 16}), Error);
+  const GemmPlan small = plan_gemm(p, GemmShape{4, 16, 16});
+  EXPECT_THROW((void)pack_a(small, a), Error);
+  EXPECT_THROW((void)pack_b(small, std::span<const int8_t>(b).first(255)), Error);
+  EXPECT_THROW((void)unpack_c(small, std::vector<int32_t>(3)), Error);
+  // Packed sizes that fit 64 bits but not the device's 4 GiB: a clear error from compile_gemm.
+  const GemmPlan big = plan_gemm(p, GemmShape{uint64_t{1} << 20, uint64_t{1} << 20, 16});
+  EXPECT_THROW((void)compile_gemm(big, 0, 0, 0), Error);
+}
+
 TEST(GemmCpu, KnownValues) {
   // [1 2; 3 4] . [5 6; 7 8] = [19 22; 43 50]
   const std::vector<int8_t> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};

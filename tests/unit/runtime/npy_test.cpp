@@ -6,12 +6,18 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
+
+#include <csignal>
+#include <unistd.h>
 
 #include "tpuw/error.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::npy {
 namespace {
+
+using namespace std::string_literals;
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
@@ -140,6 +146,55 @@ TEST(Npy, BadHeader) {
   expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'extra': 1}", 4), "unknown key");
 }
 
+TEST(Npy, ShapesWhoseSizeOverflowsAreRefused) {
+  // 2^32 * 2^32 elements: the product overflows 64 bits (it wrapped to 0 before and "matched" an
+  // empty data section).
+  expect_bad(make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", 0),
+             "is too large");
+  // The element count fits but the byte count (x4) does not.
+  expect_bad(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387904,)}", 0),
+             "shape (4611686018427387904,) of int32 is too large");
+  // Many moderate dimensions whose product overflows.
+  expect_bad(make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (65536, 65536, 65536, 65536, 2)}", 0),
+             "is too large");
+  // A zero dimension makes any shape empty, however large the others are.
+  const Array empty = parse(
+      make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (18446744073709551615, 0)}", 0), "e");
+  EXPECT_EQ(empty.elements(), 0u);
+  // A dimension above 2^64 - 1 is refused by the header parser.
+  expect_bad(make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (18446744073709551616,)}", 0),
+             "shape dimension too large");
+  // In-memory arrays: elements() and zeros() check the product too.
+  Array a;
+  a.shape = {uint64_t{1} << 32, uint64_t{1} << 32};
+  EXPECT_THROW((void)a.elements(), Error);
+  EXPECT_THROW((void)Array::zeros(DType::kInt32, {uint64_t{1} << 62}), Error);
+}
+
+std::string fmt_bytes(size_t n) { return "\"... (" + std::to_string(n) + " bytes)"; }
+
+TEST(Npy, UntrustedHeaderTextIsQuotedAndShortened) {
+  // Issue 14, class 10: a 90 KB header was echoed whole, and binary bytes and NULs raw.
+  const std::string big = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, x" + std::string(90000, 'y') + ")}";
+  try {
+    (void)parse(make_npy(2, big, 4), "x.npy");
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+    EXPECT_NE(msg.find(fmt_bytes(big.size() + 1)), std::string::npos) << msg;  // + the '\n'
+    EXPECT_EQ(msg.find(std::string(200, 'y')), std::string::npos);
+  }
+  // A NUL and escape sequences in a dtype and in a key.
+  expect_bad(make_npy(1, "{'descr': '<\0\x1b[2J', 'fortran_order': False, 'shape': (1,)}"s, 4),
+             "dtype '<\\x00\\x1b[2J' is not supported");
+  const std::string with_nul = "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), 'k\0ey': 1}"s;
+  expect_bad(make_npy(1, with_nul, 4), "unknown key 'k\\x00ey'");
+  // Non-UTF-8 bytes in the header text.
+  expect_bad(make_npy(1, "{'descr': '\xff\xfe', 'fortran_order': False, 'shape': (1,)}", 4),
+             "dtype '\\xff\\xfe' is not supported");
+}
+
 TEST(Npy, UnsupportedDtypeAndOrder) {
   expect_bad(make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", 8), "dtype '<f8' is not supported");
   expect_bad(make_npy(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (1,)}", 2), "dtype '<i2' is not supported");
@@ -164,6 +219,85 @@ TEST(Npy, RequireDtypeAndRank) {
     EXPECT_STREQ(e.what(), "a.npy: rank 3 (shape (2, 3, 4)), expected a rank-2 array");
   }
   EXPECT_NO_THROW(require(a, "a.npy", DType::kInt32, 3));
+}
+
+// Expects load() to throw kBadFile with a message containing `what`.
+void expect_load_bad(const std::filesystem::path& p, const std::string& what, uint64_t max = kMaxDataBytes) {
+  try {
+    (void)load(p, max);
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const auto p = std::filesystem::temp_directory_path() / name;
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                           static_cast<std::streamsize>(bytes.size()));
+  return p;
+}
+
+TEST(Npy, BoundedReads) {
+  // Issue 14, class 3: /dev/zero as .npy was read until memory ran out.
+  expect_load_bad("/dev/zero", "/dev/zero: not a .npy file");
+  // A directory is an error, not an empty file.
+  expect_load_bad(std::filesystem::temp_directory_path(), "is a directory");
+  // A header length far beyond the limit: refused before the header is read.
+  auto img = make_npy(2, "{'descr': '|i1', 'fortran_order': False, 'shape': (1,)}", 1);
+  img[8] = img[9] = img[10] = img[11] = 0xff;
+  expect_bad(img, "the .npy header is 4294967295 bytes long; the limit is 1048576 bytes");
+  expect_load_bad(write_temp("tpuw_npy_hdr.npy", img), "the limit is 1048576 bytes");
+  // A small file whose header announces 1 TiB: refused from the file's size, nothing allocated.
+  const auto huge = write_temp(
+      "tpuw_npy_huge.npy", make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (65536, 4194304)}", 16));
+  expect_load_bad(huge, "more than the limit of 4294967296 bytes");
+  expect_load_bad(huge, "needs 1099511627776 data bytes, the file has 16", uint64_t{1} << 41);
+  // A caller's own limit.
+  const auto ok = write_temp("tpuw_npy_ok.npy", make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (100,)}", 100));
+  expect_load_bad(ok, "needs 100 data bytes, more than the limit of 99 bytes", 99);
+  EXPECT_EQ(load(ok, 100).data.size(), 100u);
+  // Trailing bytes in a regular file are counted from its size.
+  expect_load_bad(write_temp("tpuw_npy_trail.npy",
+                             make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4,)}", 9)),
+                  "5 unexpected bytes");
+  for (const char* f : {"tpuw_npy_hdr.npy", "tpuw_npy_huge.npy", "tpuw_npy_ok.npy", "tpuw_npy_trail.npy"}) {
+    std::filesystem::remove(std::filesystem::temp_directory_path() / f);
+  }
+}
+
+TEST(Npy, StreamsAreReadOnlyAsFarAsTheHeaderSays) {
+  // A pipe (size unknown): a valid header, its data, then more bytes than it announced.
+  std::signal(SIGPIPE, SIG_IGN);  // the reader stops early; the writer must not die of it
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::vector<uint8_t> img = make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 2)}", 6);
+  img.resize(img.size() + 1000, 7);
+  std::thread writer([&] {
+    size_t off = 0;
+    while (off < img.size()) {
+      const ssize_t w = ::write(fds[1], img.data() + off, img.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    ::close(fds[1]);
+  });
+  expect_load_bad("/proc/self/fd/" + std::to_string(fds[0]), "unexpected bytes after the data of shape (3, 2)");
+  ::close(fds[0]);  // the writer may still block on a full pipe: closing the read end ends it
+  writer.join();
+  // The same without the extra bytes loads.
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::vector<uint8_t> exact = make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3, 2)}", 6);
+  std::thread writer2([&] {
+    (void)::write(fds[1], exact.data(), exact.size());
+    ::close(fds[1]);
+  });
+  const Array a = load("/proc/self/fd/" + std::to_string(fds[0]));
+  writer2.join();
+  ::close(fds[0]);
+  EXPECT_EQ(a.shape, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(a.data, (std::vector<uint8_t>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST(Npy, MissingFileNamesIt) {

@@ -57,8 +57,9 @@ struct GemmPlan {
   uint64_t c_bytes() const { return 4 * mp * np; }
 };
 
-/// Chooses the tiling. Throws Error(kInvalidArgument) for a zero dimension, Error(kUnsupported)
-/// when the configuration cannot hold even one minimal tile.
+/// Chooses the tiling. Throws Error(kInvalidArgument) for a zero dimension or a shape whose padded
+/// sizes overflow 64 bits (afterwards a_bytes() + b_bytes() + c_bytes() + 4 GiB fits in 64 bits),
+/// Error(kUnsupported) when the configuration cannot hold even one minimal tile.
 GemmPlan plan_gemm(const DeviceParams& params, const GemmShape& shape);
 
 /// A compiled program (without the final FENCE: the driver appends it).
@@ -78,7 +79,8 @@ std::vector<int8_t> pack_a(const GemmPlan& plan, std::span<const int8_t> a);
 std::vector<int8_t> pack_b(const GemmPlan& plan, std::span<const int8_t> b);
 std::vector<int32_t> unpack_c(const GemmPlan& plan, std::span<const int32_t> c_packed);
 
-/// Plain CPU product (int32 accumulation with two's-complement wrap, like the device).
+/// Plain CPU product (int32 accumulation with two's-complement wrap, like the device). Throws
+/// Error(kInvalidArgument) when the spans do not hold M*K and K*N elements (products checked).
 std::vector<int32_t> gemm_cpu(std::span<const int8_t> a, std::span<const int8_t> b, const GemmShape& shape);
 
 struct GemmOptions {

@@ -8,7 +8,8 @@
 //
 // Every error is tpuw::Error(kBadFile) whose message starts with the file name and says what is
 // wrong: not a .npy file, unsupported version, truncated header or data, bad header, unsupported
-// dtype or order, trailing bytes; require() adds wrong dtype and wrong rank.
+// dtype or order, trailing bytes, a header or data larger than the limits below; require() adds
+// wrong dtype and wrong rank.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,7 @@ struct Array {
   std::vector<uint64_t> shape;  // empty = scalar
   std::vector<uint8_t> data;    // elements() * dtype_size(dtype) bytes
 
+  /// The product of the shape; throws Error(kInvalidArgument) when it overflows 64 bits.
   uint64_t elements() const;
   size_t rank() const { return shape.size(); }
 
@@ -55,14 +57,25 @@ struct Array {
   template <typename T> std::span<T> view();
 };
 
+/// Longest .npy header accepted (NumPy writes about 128 bytes; 1 MiB is rank ~100000).
+inline constexpr uint64_t kMaxHeaderBytes = uint64_t{1} << 20;
+/// Default limit of load(): the data of one array may not exceed the 4 GiB the device addresses.
+inline constexpr uint64_t kMaxDataBytes = uint64_t{4} << 30;
+
 /// Parses an in-memory .npy image. `name` is used in error messages (usually the path).
 Array parse(std::span<const uint8_t> bytes, std::string_view name);
-/// Reads and parses a file.
-Array load(const std::filesystem::path& path);
+/// Reads and parses a file. Reads are bounded by the header: at most 12 + kMaxHeaderBytes bytes
+/// before the header is parsed, then exactly the data it announces (refused when more than
+/// `max_data_bytes`, or, for a regular file, when the file's size does not match, before reading
+/// it), then one byte to see that nothing follows. So /dev/zero, an endless pipe or a huge file
+/// is an error, not a memory exhaustion; a directory is an error, not an empty file.
+Array load(const std::filesystem::path& path, uint64_t max_data_bytes = kMaxDataBytes);
 
 /// Encodes an array (version 1.0, or 2.0 when the header needs it), header padded to 64 bytes.
 std::vector<uint8_t> serialize(const Array& array);
-/// Writes a file (throws Error(kBadFile) when it cannot be written).
+/// Writes a file atomically (tpuw/file_io.h): the file appears complete or not at all, and an
+/// existing file of that name stays intact when writing fails. Throws Error(kBadFile) "PATH:
+/// cannot write the .npy file: REASON" (full disk, /dev/full, missing or unwritable directory).
 void save(const std::filesystem::path& path, const Array& array);
 
 /// Checks dtype and rank; throws Error(kBadFile) "NAME: dtype is int32, expected int8" /
