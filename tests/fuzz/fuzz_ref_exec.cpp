@@ -9,6 +9,7 @@
 
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/sim_control.h"
 
 namespace {
 
@@ -20,10 +21,12 @@ tpuw::Device& device() {
     cfg.memory.size = 1u << 20;
     tpuw::DeviceOptions opt;
     opt.ring_entries = 256;
-    opt.slice_cycles = 5000;
     opt.timeout_cycles = 200'000;
     opt.timeout_seconds = 5.0;
-    return std::make_unique<tpuw::Device>(tpuw::Device::open("ref", cfg, opt));
+    auto d = std::make_unique<tpuw::Device>(tpuw::Device::open("ref", cfg, opt));
+    // Short simulated slices per wait, so a deadlocked program reaches the timeout quickly.
+    if (tpuw::SimControl* sim = d->backend().sim_control()) sim->set_wait_slice(5000);
+    return d;
   }();
   return *dev;
 }
