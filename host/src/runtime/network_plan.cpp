@@ -236,6 +236,29 @@ std::string explain_traffic(const NetworkPlan& p, const DeviceParams& params) {
                         lp.k, l - 1, l, act, ub_bytes);
     }
   }
+  // Rows and tiles are padded to N columns: weight tiles, the input's k-blocks and the final
+  // output's n-blocks move whole, whatever the model's widths.
+  const NetworkLayerPlan& first = p.layers.front();
+  const NetworkLayerPlan& last = p.layers.back();
+  const uint64_t out_elem = last.final_int32 ? 4 : 1;
+  uint64_t padding = p.mp * first.k_blocks * an - p.batch * first.k;
+  padding += (p.mp * last.n_blocks * an - p.batch * last.n) * out_elem;
+  for (const NetworkLayerPlan& lp : p.layers) padding += lp.k_blocks * lp.n_blocks * an * an - lp.k * lp.n;
+  if (padding > best_excess) {
+    best_excess = padding;
+    why = fmt::format("padding to the {}-wide array: weight tiles, input k-blocks and output n-blocks move whole "
+                      "({} bytes beyond the model's own widths)",
+                      an, padding);
+  }
+  // An int32 final layer starts its accumulators from the bias: one bias row per output row and
+  // n-block is loaded into the ACC (host stride 0), M x 4N bytes per n-block.
+  const uint64_t bias_rows = last.final_int32 ? p.mp * last.n_blocks * 4 * an : 0;
+  if (bias_rows > best_excess) {
+    best_excess = bias_rows;
+    why = fmt::format("the int32 output layer preloads its accumulators with the bias, one {}-byte row per output "
+                      "row and n-block ({} bytes; the device has no on-chip row broadcast yet)",
+                      4 * an, bias_rows);
+  }
   if (fetch > best_excess) {
     why = fmt::format("instruction fetch: {} instructions x 16 bytes ({} bytes; at least 2 per {}-byte weight tile: "
                       "LOADW and MATMUL) against {} minimum bytes",

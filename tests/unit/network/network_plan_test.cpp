@@ -136,6 +136,18 @@ TEST(NetworkPlanner, BenchmarkMlpUnchanged) {
   EXPECT_TRUE(p.traffic_note.empty());
 }
 
+// A small classifier like digits (64-32-10, int32 output, batch 359): nothing spills and every
+// weight is read once, so the note names what really dominates the excess: the int32 layer's bias
+// rows preloaded into the accumulators (one 4N-byte row per output row), not instruction fetch.
+TEST(NetworkPlanner, SmallClassifierNoteNamesTheBiasPreload) {
+  std::mt19937 rng(3);
+  const nn::QNetwork net = random_network({64, 32, 10}, rng);
+  const NetworkPlan p = plan_network(params_of(16), net, 359);
+  for (const NetworkLayerPlan& lp : p.layers) EXPECT_EQ(lp.weight_reads, 1u);
+  ASSERT_GT(p.traffic.ratio(), kTrafficGoal);
+  EXPECT_NE(p.traffic_note.find("preloads its accumulators with the bias"), std::string::npos) << p.traffic_note;
+}
+
 // 200 layers: the per-layer cycles add up to PERF_CYCLES and every share is at most 100%.
 TEST(NetworkAttribution, DeepNetSharesAddUp) {
   std::mt19937 rng(9);
