@@ -310,16 +310,7 @@ GemmResult gemm(Device& device, std::span<const int8_t> a, std::span<const int8_
   r.instructions = prog.code.size() + 1;
 
   device.clear_perf();
-  const uint64_t base = device.instructions_submitted();
-  ProgressFn progress;
-  if (options.progress) {
-    progress = [&] {
-      const uint64_t consumed = device.instructions_consumed() - base;
-      const auto done = std::lower_bound(prog.fold_index.begin(), prog.fold_index.end(), consumed) -
-                        prog.fold_index.begin();
-      options.progress(static_cast<double>(done) / static_cast<double>(prog.fold_index.size()));
-    };
-  }
+  const ProgressFn progress = detail::fold_progress(device, prog.fold_index, options.progress);
   const uint64_t cyc0 = device.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t fence = device.submit(prog.code, progress);

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "network_internal.h"
+#include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/network.h"
 
@@ -234,17 +235,7 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
   r.instructions = prog.code.size() + 1;
 
   device.clear_perf();
-  const uint64_t base = device.instructions_submitted();
-  ProgressFn progress;
-  if (options.progress) {
-    progress = [&] {
-      const uint64_t consumed = device.instructions_consumed() - base;
-      const auto done =
-          std::lower_bound(prog.fold_index.begin(), prog.fold_index.end(), consumed) - prog.fold_index.begin();
-      options.progress(prog.fold_index.empty() ? 1.0
-                                               : static_cast<double>(done) / static_cast<double>(prog.fold_index.size()));
-    };
-  }
+  const ProgressFn progress = detail::fold_progress(device, prog.fold_index, options.progress);
   const uint64_t cyc0 = device.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t fence = submit_network(device, prog, buffers, input_q, progress);

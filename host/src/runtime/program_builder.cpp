@@ -194,4 +194,15 @@ isa::Instr dma_instr(spec::Opcode op, spec::Mem mem, const Transfer& t) {
   return i;
 }
 
+ProgressFn fold_progress(Device& device, const std::vector<uint64_t>& fold_index,
+                         const std::function<void(double)>& report) {
+  if (!report) return {};
+  const uint64_t base = device.instructions_submitted();
+  return [&device, &fold_index, report, base] {
+    const uint64_t consumed = device.instructions_consumed() - base;
+    const auto done = std::lower_bound(fold_index.begin(), fold_index.end(), consumed) - fold_index.begin();
+    report(fold_index.empty() ? 1.0 : static_cast<double>(done) / static_cast<double>(fold_index.size()));
+  };
+}
+
 }  // namespace tpuw::runtime::detail

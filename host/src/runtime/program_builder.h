@@ -23,9 +23,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tpuw/asm.h"
+#include "tpuw/device.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::runtime::detail {
@@ -94,5 +96,11 @@ constexpr uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m
 constexpr uint64_t round_down(uint64_t x, uint64_t m) { return x / m * m; }
 constexpr uint64_t kMaxRowsField = 0xFFFF;
 constexpr uint64_t kMaxHostRow = 4096;  // bytes per DMA host row: one 4 KiB page = one burst
+
+/// The driver progress callback of a compiled program: reports to `report` the fraction of
+/// `fold_index` (program index of every MATMUL, increasing) the device has fetched since this call
+/// (the program is submitted next). Empty when `report` is.
+ProgressFn fold_progress(Device& device, const std::vector<uint64_t>& fold_index,
+                         const std::function<void(double)>& report);
 
 }  // namespace tpuw::runtime::detail
