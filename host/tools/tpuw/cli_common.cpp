@@ -137,9 +137,7 @@ nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uin
     pd["utilization"] = utilization(d.macs, array_n, d.perf.cycles);
     pd["uploaded"] = d.uploaded;
     if (r.strategy == "pipeline") pd["steady_busy_fraction"] = d.steady_busy_fraction;
-    nlohmann::ordered_json perf = nlohmann::ordered_json::object();
-    for (const auto& [name, v] : d.perf.items()) perf[std::string(name)] = v;
-    pd["perf"] = perf;
+    pd["perf"] = perf_json(d.perf);
     per.push_back(pd);
   }
   j["per_device"] = per;

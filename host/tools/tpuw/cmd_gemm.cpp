@@ -119,6 +119,17 @@ void compare(const std::vector<int32_t>& got, const std::vector<int32_t>& want, 
   }
 }
 
+// The keys both JSON reports start with: backend, array_n, m, k, n.
+json gemm_json_head(const DeviceOpts& o, const runtime::GemmShape& s) {
+  json j;
+  j["backend"] = o.backend;
+  j["array_n"] = o.array_n;
+  j["m"] = s.m;
+  j["k"] = s.k;
+  j["n"] = s.n;
+  return j;
+}
+
 // gemm --devices K --strategy data: B's columns split over K devices (tpuw/worker/strategies.h).
 int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op, uint64_t mem) {
   worker::WorkerOptions wo;
@@ -146,12 +157,7 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
   const uint64_t macs = op.shape.m * op.shape.k * op.shape.n;
   const double macs_per_s = rep.wall_s > 0 ? static_cast<double>(macs) / rep.wall_s : 0.0;
   if (o.json) {
-    json j;
-    j["backend"] = o.backend;
-    j["array_n"] = o.array_n;
-    j["m"] = op.shape.m;
-    j["k"] = op.shape.k;
-    j["n"] = op.shape.n;
+    json j = gemm_json_head(o, op.shape);
     j["cycles"] = cycles;
     j["macs"] = macs;
     j["macs_per_s"] = macs_per_s;
@@ -236,12 +242,7 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
   }
   const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
   if (o.json) {
-    json j;
-    j["backend"] = o.backend;
-    j["array_n"] = o.array_n;
-    j["m"] = op.shape.m;
-    j["k"] = op.shape.k;
-    j["n"] = op.shape.n;
+    json j = gemm_json_head(o, op.shape);
     j["cycles"] = r.cycles;
     j["utilization"] = r.utilization;
     j["wall_s"] = r.wall_s;
