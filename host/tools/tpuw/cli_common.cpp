@@ -6,6 +6,9 @@
 #include <fmt/ranges.h>
 
 #include "tpuw/backend.h"
+#include "tpuw/device.h"
+#include "tpuw/error.h"
+#include "tpuw/file_io.h"
 
 namespace tpuw::cli {
 
@@ -56,6 +59,46 @@ void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::strin
 
 bool multi_selected(const MultiOpts& m) { return m.devices > 1 || !m.strategy.empty(); }
 
+void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave) {
+  add_backend_option(sub, o.backend);
+  o.array_n_opt = sub->add_option("--array-n", o.array_n, "MXU size N of the device configuration (N x N array)")
+                      ->capture_default_str();
+  sub->add_flag("--json", o.json, "print one JSON object instead of the human-readable report");
+  if (wave) {
+    sub->add_option("--wave", o.wave, "rtl only: write an FST waveform to this file");
+    sub->add_option("--wave-from", o.wave_from, "first device cycle traced")->capture_default_str();
+    sub->add_option("--wave-to", o.wave_to, "last device cycle traced (default: to the end)");
+  }
+}
+
+BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes) {
+  BackendConfig c;
+  c.array_n = o.array_n;
+  c.memory.size = mem_bytes;
+  c.wave_path = o.wave;
+  c.wave_from = o.wave_from;
+  c.wave_to = o.wave_to;
+  if (!o.wave.empty() && o.multi.devices > 1) {
+    throw Error(ErrorKind::kInvalidArgument, "--wave traces one device: it cannot be combined with --devices > 1");
+  }
+  if (!o.wave.empty() && o.backend != "rtl") {
+    throw Error(ErrorKind::kInvalidArgument, "--wave needs --backend rtl (the ref model has no signals)");
+  }
+  if (o.wave_to < o.wave_from) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--wave-to {} is before --wave-from {}", o.wave_to, o.wave_from));
+  }
+  return c;
+}
+
+void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes) { write_file_atomic(p, bytes); }
+
+nlohmann::ordered_json perf_json(const PerfCounters& p) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [name, v] : p.items()) j[std::string(name)] = v;
+  return j;
+}
+
 void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n) {
   for (const worker::DeviceUse& d : r.per_device) {
     fmt::print("  device {}: {}: {} {}, busy {:.3f} s ({:.0f}% of wall), {} cycles, utilization {:.3f}{}\n", d.index,
@@ -94,9 +137,7 @@ nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uin
     pd["utilization"] = utilization(d.macs, array_n, d.perf.cycles);
     pd["uploaded"] = d.uploaded;
     if (r.strategy == "pipeline") pd["steady_busy_fraction"] = d.steady_busy_fraction;
-    nlohmann::ordered_json perf = nlohmann::ordered_json::object();
-    for (const auto& [name, v] : d.perf.items()) perf[std::string(name)] = v;
-    pd["perf"] = perf;
+    pd["perf"] = perf_json(d.perf);
     per.push_back(pd);
   }
   j["per_device"] = per;

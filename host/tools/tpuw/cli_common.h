@@ -1,12 +1,18 @@
 // Pieces shared by the tpuw subcommands: the backend option (every name tpuw::backend_names()
-// knows), the multi-device options (--devices, --strategy) and the report of a strategy run
-// (tpuw/worker/strategies.h) as text and JSON.
+// knows), the device options of info/exec/gemm (--array-n, --json, --wave*) and the backend
+// configuration they give, the PERF counters as JSON, the multi-device options (--devices,
+// --strategy) and the report of a strategy run (tpuw/worker/strategies.h) as text and JSON.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tpuw/backend.h"
+#include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/worker/strategies.h"
 
@@ -38,6 +44,33 @@ void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::strin
 
 /// The multi-device path is taken when --devices or --strategy is given.
 bool multi_selected(const MultiOpts& m);
+
+// Options shared by the subcommands that open a device (info, exec, gemm).
+struct DeviceOpts {
+  std::string backend = "rtl";
+  unsigned array_n = 16;
+  bool json = false;
+  std::string wave;
+  uint64_t wave_from = 0;
+  uint64_t wave_to = UINT64_MAX;
+  CLI::Option* array_n_opt = nullptr;
+  MultiOpts multi;
+};
+
+/// --backend, --array-n, --json and (with `wave`) --wave, --wave-from, --wave-to.
+void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave);
+
+/// The backend configuration of these options with `mem_bytes` of host memory; throws
+/// kInvalidArgument for a waveform on several devices, on a backend other than rtl, or with
+/// --wave-to before --wave-from.
+BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes = 64ull << 20);
+
+/// Writes a file complete or not at all: a temporary beside the target, renamed when every write
+/// succeeded (tpuw/file_io.h).
+void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes);
+
+/// Every PERF counter by name.
+nlohmann::ordered_json perf_json(const PerfCounters& p);
 
 /// Per-device report lines ("  device i: ..."), with utilization = macs / (N^2 * cycles).
 void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n);

@@ -464,9 +464,7 @@ int run_command(const RunOpts& o) {
     j["instructions"] = instructions;
     j["wall_s"] = wall;
     j["sim_hz"] = sim_hz;
-    json pj = json::object();
-    for (const auto& [name, v] : perf.items()) pj[std::string(name)] = v;
-    j["perf"] = pj;
+    j["perf"] = perf_json(perf);
     add_result_json(j, o, labels.size(), acc_int8, acc_float, check_json);
     std::cout << j.dump(2) << "\n";
     return kOk;

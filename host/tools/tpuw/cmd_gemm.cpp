@@ -1,0 +1,301 @@
+// tpuw gemm (cmd_gemm.h).
+#include "cmd_gemm.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "cli_common.h"
+#include "tpuw/backend.h"
+#include "tpuw/device.h"
+#include "tpuw/error.h"
+#include "tpuw/runtime/gemm.h"
+#include "tpuw/runtime/npy.h"
+#include "tpuw/worker/strategies.h"
+#include "tpuw/worker/worker.h"
+
+namespace tpuw::cli {
+
+struct GemmOpts {
+  std::string a, b, out;
+  uint64_t m = 64, k = 64, n = 64;
+  uint64_t seed = 1;
+  bool check = false;
+  bool quiet = false;
+};
+
+struct GemmArgs {
+  DeviceOpts device;
+  GemmOpts gemm;
+};
+
+namespace {
+
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+struct Operands {
+  runtime::GemmShape shape;
+  std::vector<int8_t> a, b;
+};
+
+uint64_t memory_for(const runtime::GemmPlan& p);
+
+Operands load_operands(const GemmOpts& g, const DeviceParams& params) {
+  Operands op;
+  if (g.a.empty() != g.b.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--a and --b go together (or use --m/--k/--n for random operands)");
+  }
+  if (!g.a.empty()) {
+    const npy::Array a = npy::load(g.a);
+    npy::require(a, g.a, npy::DType::kInt8, 2);
+    const npy::Array b = npy::load(g.b);
+    npy::require(b, g.b, npy::DType::kInt8, 2);
+    if (a.shape[1] != b.shape[0]) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("inner dimensions differ: {} is [M={}, K={}] but {} is [K={}, N={}]", g.a, a.shape[0],
+                              a.shape[1], g.b, b.shape[0], b.shape[1]));
+    }
+    for (const auto& [arr, name] : {std::pair{&a, &g.a}, std::pair{&b, &g.b}}) {
+      if (arr->elements() == 0) {
+        throw Error(ErrorKind::kBadFile,
+                    fmt::format("{}: shape {} has a zero dimension", *name, npy::shape_string(arr->shape)));
+      }
+    }
+    op.shape = {a.shape[0], a.shape[1], b.shape[1]};
+    const auto av = a.view<int8_t>(), bv = b.view<int8_t>();
+    op.a.assign(av.begin(), av.end());
+    op.b.assign(bv.begin(), bv.end());
+    return op;
+  }
+  if (g.m == 0 || g.k == 0 || g.n == 0) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--m {} --k {} --n {}: every dimension must be >= 1", g.m, g.k, g.n));
+  }
+  op.shape = {g.m, g.k, g.n};
+  (void)memory_for(runtime::plan_gemm(params, op.shape));  // sizes checked before anything is allocated
+  std::mt19937_64 rng(g.seed);
+  std::uniform_int_distribution<int> d(-128, 127);
+  op.a.resize(g.m * g.k);
+  op.b.resize(g.k * g.n);
+  for (auto& x : op.a) x = static_cast<int8_t>(d(rng));
+  for (auto& x : op.b) x = static_cast<int8_t>(d(rng));
+  return op;
+}
+
+// Host memory big enough for the packed operands (plus slack for the ring), at least 64 MiB.
+uint64_t memory_for(const runtime::GemmPlan& p) {
+  const uint64_t need = p.a_bytes() + p.b_bytes() + p.c_bytes() + (8ull << 20);
+  const uint64_t size = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  if (size > (4ull << 30)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("GEMM needs {} MiB of host memory; the device addresses at most 4 GiB", need >> 20));
+  }
+  return size;
+}
+
+void compare(const std::vector<int32_t>& got, const std::vector<int32_t>& want, const runtime::GemmShape& s,
+             const std::string& got_name, const std::string& want_name) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      throw Error(ErrorKind::kMismatch,
+                  fmt::format("mismatch: first differing element C[{}, {}]: {} = {}, {} = {}", i / s.n, i % s.n,
+                              got_name, got[i], want_name, want[i]));
+    }
+  }
+}
+
+// The keys both JSON reports start with: backend, array_n, m, k, n.
+json gemm_json_head(const DeviceOpts& o, const runtime::GemmShape& s) {
+  json j;
+  j["backend"] = o.backend;
+  j["array_n"] = o.array_n;
+  j["m"] = s.m;
+  j["k"] = s.k;
+  j["n"] = s.n;
+  return j;
+}
+
+// gemm --devices K --strategy data: B's columns split over K devices (tpuw/worker/strategies.h).
+int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op, uint64_t mem) {
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config = backend_config(o, mem);
+  wo.devices = o.multi.devices;
+  worker::Worker w(wo);
+  const worker::GemmStrategyResult r = worker::gemm_parallel(w, op.a, op.b, op.shape);
+  json check_json = nullptr;
+  if (g.check) {
+    // The same GEMM on one device of the same backend, and on the CPU.
+    compare(r.c, runtime::gemm_cpu(op.a, op.b, op.shape), op.shape, fmt::format("{} x{}", o.backend, w.size()), "cpu");
+    check_json = json{{"cpu", "equal"}};
+    DeviceOpts oo = o;
+    oo.wave.clear();
+    Device dev1 = Device::open(o.backend, backend_config(oo, mem));
+    compare(r.c, runtime::gemm(dev1, op.a, op.b, op.shape).c, op.shape, fmt::format("{} x{}", o.backend, w.size()),
+            fmt::format("{} x1", o.backend));
+    check_json["one_device"] = "equal";
+  }
+  if (!g.out.empty()) npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  const worker::StrategyReport& rep = r.report;
+  uint64_t cycles = 0;
+  for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
+  const uint64_t macs = op.shape.m * op.shape.k * op.shape.n;
+  const double macs_per_s = rep.wall_s > 0 ? static_cast<double>(macs) / rep.wall_s : 0.0;
+  if (o.json) {
+    json j = gemm_json_head(o, op.shape);
+    j["cycles"] = cycles;
+    j["macs"] = macs;
+    j["macs_per_s"] = macs_per_s;
+    const json report = strategy_report_json(rep, o.array_n);
+    for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = it.value();
+    j["strategy"] = "data";
+    j["split"] = "columns";
+    j["check"] = check_json;
+    if (!g.out.empty()) j["out"] = g.out;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("gemm {}x{}x{} on {} (N={}) x {} device{}, strategy data (B's columns split): wall {:.3f} s, {:.3g} "
+               "MAC/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
+               op.shape.m, op.shape.k, op.shape.n, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s",
+               rep.wall_s, macs_per_s, rep.overlap);
+    print_strategy_report(rep, o.array_n);
+    if (g.check) fmt::print("  check: {}\n", check_json.dump());
+  }
+  return kOk;
+}
+
+int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
+  if (o.multi.strategy == "pipeline") {
+    throw Error(ErrorKind::kInvalidArgument,
+                "tpuw gemm --strategy pipeline: a single GEMM has no layers to pipeline; use --strategy data (B's "
+                "columns split over the devices)");
+  }
+  const DeviceParams* params = find_device_config(o.array_n);
+  if (params == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
+                            fmt::join(backend_array_sizes("ref"), ", ")));
+  }
+  const Operands op = load_operands(g, *params);
+  if (!g.out.empty()) {
+    const fs::path parent = fs::path(g.out).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec)) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
+    }
+  }
+  const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
+  if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);
+  Device dev = Device::open(o.backend, backend_config(o, mem));
+
+  const bool show_progress = !g.quiet && isatty(fileno(stderr)) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool progress_shown = false;
+  runtime::GemmOptions gopt;
+  if (show_progress) {
+    gopt.progress = [&](double f) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (el < 2.0) return;
+      progress_shown = true;
+      fmt::print(stderr, "\rtpuw gemm: {:3.0f}% of folds dispatched ({:.0f} s)", 100.0 * f, el);
+    };
+  }
+  const runtime::GemmResult r = runtime::gemm(dev, op.a, op.b, op.shape, gopt);
+  if (progress_shown) fmt::print(stderr, "\n");
+
+  json check_json = nullptr;
+  if (g.check) {
+    const auto cpu = runtime::gemm_cpu(op.a, op.b, op.shape);
+    compare(r.c, cpu, op.shape, o.backend, "cpu");
+    check_json = json{{"cpu", "equal"}};
+    const std::string other = o.backend == "rtl" ? "ref" : "rtl";
+    if (!backend_array_sizes(other).empty()) {
+      DeviceOpts oo = o;
+      oo.backend = other;
+      oo.wave.clear();
+      Device dev2 = Device::open(other, backend_config(oo, mem));
+      const runtime::GemmResult r2 = runtime::gemm(dev2, op.a, op.b, op.shape);
+      compare(r.c, r2.c, op.shape, o.backend, other);
+      check_json[other] = "equal";
+      check_json[other + "_cycles"] = r2.cycles;
+    } else {
+      check_json[other] = "not built";
+    }
+  }
+  if (!g.out.empty()) {
+    npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  }
+  const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
+  if (o.json) {
+    json j = gemm_json_head(o, op.shape);
+    j["cycles"] = r.cycles;
+    j["utilization"] = r.utilization;
+    j["wall_s"] = r.wall_s;
+    j["sim_hz"] = sim_hz;
+    j["rd_bytes"] = r.perf.rd_bytes;
+    j["wr_bytes"] = r.perf.wr_bytes;
+    j["min_bytes"] = r.min_bytes;
+    j["instructions"] = r.instructions;
+    j["perf"] = perf_json(r.perf);
+    j["plan"] = {{"m_tile", r.plan.m_tile}, {"m_tiles", r.plan.m_tiles}, {"k_blocks", r.plan.k_blocks},
+                 {"n_blocks", r.plan.n_blocks}, {"folds", r.plan.folds}, {"a_resident", r.plan.a_resident},
+                 {"a_slots", r.plan.a_slots}, {"w_slots", r.plan.w_slots}};
+    j["check"] = check_json;
+    if (!g.out.empty()) j["out"] = g.out;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("gemm {}x{}x{} on {} (N={}): {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M simulated cycles/s\n",
+               op.shape.m, op.shape.k, op.shape.n, o.backend, o.array_n, r.cycles, r.utilization, r.wall_s,
+               sim_hz / 1e6);
+    fmt::print("  perf: mxu_active {} weight_stall {} weight_shift {} dma_wait {} instret {}; "
+               "bytes read {} written {} (minimum {})\n",
+               r.perf.mxu_active, r.perf.weight_stall, r.perf.weight_shift, r.perf.dma_wait, r.perf.instret,
+               r.perf.rd_bytes, r.perf.wr_bytes, r.min_bytes);
+    if (g.check) fmt::print("  check: {}\n", check_json.dump());
+  }
+  return kOk;
+}
+
+}  // namespace
+
+GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
+  DeviceOpts& gemm_o = opts_->device;
+  GemmOpts& g = opts_->gemm;
+
+  auto* ge = app.add_subcommand("gemm", "C[M,N] int32 = A[M,K] int8 . B[K,N] int8 on the device");
+  ge->add_option("--a", g.a, "A as .npy, int8 [M, K]");
+  ge->add_option("--b", g.b, "B as .npy, int8 [K, N]");
+  ge->add_option("--out", g.out, "write C as .npy, int32 [M, N]");
+  ge->add_option("--m", g.m, "rows of A (random operands)")->capture_default_str();
+  ge->add_option("--k", g.k, "columns of A / rows of B (random operands)")->capture_default_str();
+  ge->add_option("--n", g.n, "columns of B (random operands)")->capture_default_str();
+  ge->add_option("--seed", g.seed, "seed of the random operands")->capture_default_str();
+  ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
+  ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
+  add_device_options(ge, gemm_o, true);
+  add_multi_options(ge, gemm_o.multi, {"data", "pipeline"},
+                    "how the GEMM uses several devices: data (B's columns split, A to every device; the default); "
+                    "pipeline is for tpuw run");
+  sub_ = ge;
+}
+
+bool GemmCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }
+
+int GemmCommand::execute() const { return cmd_gemm(opts_->device, opts_->gemm); }
+
+}  // namespace tpuw::cli
