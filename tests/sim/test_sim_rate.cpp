@@ -18,7 +18,9 @@ using namespace testing;  // NOLINT: test helpers
 namespace reg = spec::reg;
 
 // Simulation rate of the whole device (tracing off) on the default configuration: a long run of
-// back-to-back MATMULs. Prints the figure; asserts only a generous floor.
+// back-to-back MATMULs. Prints the figure (wall-clock rates are measured, not asserted: they belong
+// to bench/tpuw_bench, which compares them as a ratio in one run) and asserts what is
+// deterministic: the result and the cycle count of the streamed MATMULs (rows back to back).
 TEST(SimDeviceRate, WholeDeviceCyclesPerSecond) {
   const unsigned n = SimDevice::available_array_sizes().front();
   SimDevice d(config_for(n));
@@ -63,7 +65,9 @@ TEST(SimDeviceRate, WholeDeviceCyclesPerSecond) {
               100.0 * m * reps / static_cast<double>(busy), idle_rate / 1e6);
   RecordProperty("busy_cycles_per_s", std::to_string(busy_rate));
   RecordProperty("idle_cycles_per_s", std::to_string(idle_rate));
-  EXPECT_GT(busy_rate, 1e5);
+  // 51,200 MXU rows; fetch, loads, pipeline fill and the store cost about 1,400 cycles more
+  // (52,635 when written). A bubble between MATMULs would add at least one cycle per MATMUL.
+  EXPECT_LE(busy, uint64_t{m} * reps + 1600) << "MATMULs no longer stream back to back";
 }
 
 }  // namespace
