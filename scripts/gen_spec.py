@@ -424,13 +424,20 @@ def gen_reg_top(spec: dict) -> str:
             rst = f"{w}'h{field_reset(r, f):x}"
             rst_cond = "!rst_ni || soft_rst_i" if r.get("soft_reset", True) else "!rst_ni"
             if acc in ("rw", "wo"):
-                out.append(f"  logic {'' if w == 1 else f'[{w - 1}:0] '}{sig}_q, {sig}_wd;")
-                out.append(f"  assign {sig}_wd = ({sig}_q & ~wmask{sl}) | (wdata{sl} & wmask{sl});")
+                # The byte-masked merge is a continuous wd only where hardware sees it (qe);
+                # elsewhere it sits in the write branch, evaluated on a write rather than on
+                # every AXI-Lite input change.
+                merge = f"({sig}_q & ~wmask{sl}) | (wdata{sl} & wmask{sl})"
+                if r.get("qe"):
+                    out.append(f"  logic {'' if w == 1 else f'[{w - 1}:0] '}{sig}_q, {sig}_wd;")
+                    out.append(f"  assign {sig}_wd = {merge};")
+                else:
+                    out.append(f"  logic {'' if w == 1 else f'[{w - 1}:0] '}{sig}_q;")
                 out.append("  always_ff @(posedge clk_i) begin")
                 out.append(f"    if ({rst_cond}) begin")
                 out.append(f"      {sig}_q <= {rst};")
                 out.append(f"    end else if (we_{ln}) begin")
-                out.append(f"      {sig}_q <= {sig}_wd;")
+                out.append(f"      {sig}_q <= {sig}_wd;" if r.get("qe") else f"      {sig}_q <= {merge};")
                 out.append("    end")
                 out.append("  end")
                 out.append(f"  assign reg2hw_o.{path}.q = {sig}_q;")

@@ -144,23 +144,21 @@ module tpu_reg_top (
   // IRQ_ENABLE @ 0x02C (rw): interrupt enables; irq_o = |(IRQ_STATUS & IRQ_ENABLE)
   logic we_irq_enable;
   assign we_irq_enable = wr_fire && (waddr == tpu_reg_pkg::REG_IRQ_ENABLE);
-  logic irq_enable_fence_q, irq_enable_fence_wd;
-  assign irq_enable_fence_wd = (irq_enable_fence_q & ~wmask[0]) | (wdata[0] & wmask[0]);
+  logic irq_enable_fence_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       irq_enable_fence_q <= 1'h0;
     end else if (we_irq_enable) begin
-      irq_enable_fence_q <= irq_enable_fence_wd;
+      irq_enable_fence_q <= (irq_enable_fence_q & ~wmask[0]) | (wdata[0] & wmask[0]);
     end
   end
   assign reg2hw_o.irq_enable.fence.q = irq_enable_fence_q;
-  logic irq_enable_fault_q, irq_enable_fault_wd;
-  assign irq_enable_fault_wd = (irq_enable_fault_q & ~wmask[1]) | (wdata[1] & wmask[1]);
+  logic irq_enable_fault_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       irq_enable_fault_q <= 1'h0;
     end else if (we_irq_enable) begin
-      irq_enable_fault_q <= irq_enable_fault_wd;
+      irq_enable_fault_q <= (irq_enable_fault_q & ~wmask[1]) | (wdata[1] & wmask[1]);
     end
   end
   assign reg2hw_o.irq_enable.fault.q = irq_enable_fault_q;
@@ -195,13 +193,12 @@ module tpu_reg_top (
   // RING_BASE @ 0x034 (rw): host byte address of the command ring (16-byte aligned)
   logic we_ring_base;
   assign we_ring_base = wr_fire && (waddr == tpu_reg_pkg::REG_RING_BASE);
-  logic [31:0] ring_base_q, ring_base_wd;
-  assign ring_base_wd = (ring_base_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
+  logic [31:0] ring_base_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni || soft_rst_i) begin
       ring_base_q <= 32'h0;
     end else if (we_ring_base) begin
-      ring_base_q <= ring_base_wd;
+      ring_base_q <= (ring_base_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
     end
   end
   assign reg2hw_o.ring_base.q = ring_base_q;
@@ -209,13 +206,12 @@ module tpu_reg_top (
   // RING_SIZE @ 0x038 (rw): ring entries (16-byte instructions)
   logic we_ring_size;
   assign we_ring_size = wr_fire && (waddr == tpu_reg_pkg::REG_RING_SIZE);
-  logic [31:0] ring_size_q, ring_size_wd;
-  assign ring_size_wd = (ring_size_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
+  logic [31:0] ring_size_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni || soft_rst_i) begin
       ring_size_q <= 32'h0;
     end else if (we_ring_size) begin
-      ring_size_q <= ring_size_wd;
+      ring_size_q <= (ring_size_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
     end
   end
   assign reg2hw_o.ring_size.q = ring_size_q;
@@ -249,13 +245,12 @@ module tpu_reg_top (
   // DMA_WIN_BASE @ 0x054 (rw): lowest host byte address DMA may touch (reset 0)
   logic we_dma_win_base;
   assign we_dma_win_base = wr_fire && (waddr == tpu_reg_pkg::REG_DMA_WIN_BASE);
-  logic [31:0] dma_win_base_q, dma_win_base_wd;
-  assign dma_win_base_wd = (dma_win_base_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
+  logic [31:0] dma_win_base_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       dma_win_base_q <= 32'h0;
     end else if (we_dma_win_base) begin
-      dma_win_base_q <= dma_win_base_wd;
+      dma_win_base_q <= (dma_win_base_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
     end
   end
   assign reg2hw_o.dma_win_base.q = dma_win_base_q;
@@ -264,13 +259,12 @@ module tpu_reg_top (
   // DMA_WIN_LAST @ 0x058 (rw): highest host byte address DMA may touch (reset 0xFFFFFFFF)
   logic we_dma_win_last;
   assign we_dma_win_last = wr_fire && (waddr == tpu_reg_pkg::REG_DMA_WIN_LAST);
-  logic [31:0] dma_win_last_q, dma_win_last_wd;
-  assign dma_win_last_wd = (dma_win_last_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
+  logic [31:0] dma_win_last_q;
   always_ff @(posedge clk_i) begin
     if (!rst_ni) begin
       dma_win_last_q <= 32'hffffffff;
     end else if (we_dma_win_last) begin
-      dma_win_last_q <= dma_win_last_wd;
+      dma_win_last_q <= (dma_win_last_q & ~wmask[31:0]) | (wdata[31:0] & wmask[31:0]);
     end
   end
   assign reg2hw_o.dma_win_last.q = dma_win_last_q;

@@ -19,7 +19,7 @@ module tpu_counter #(
   output logic [Width-1:0] q_o
 );
 
-  logic [Width-1:0] q_q, q_d, decr;
+  logic [Width-1:0] q_q, decr;
 
   if (CountDown) begin : g_down
     assign decr = decr_i;
@@ -31,21 +31,30 @@ module tpu_counter #(
 
   if (Saturate) begin : g_sat
     logic [Width+1:0] sum;   // two's complement, one bit of headroom each way
+    logic [Width-1:0] q_d;
     assign sum = {2'b00, q_q} + {2'b00, incr_i} - {2'b00, decr};
     always_comb begin
       if (sum[Width+1])     q_d = '0;         // below zero
       else if (sum[Width])  q_d = '1;         // above the maximum
       else                  q_d = sum[Width-1:0];
     end
+    always_ff @(posedge clk_i) begin
+      if (!rst_ni || clr_i) begin
+        q_q <= Width'(ResetValue);
+      end else begin
+        q_q <= q_d;
+      end
+    end
   end else begin : g_wrap
-    assign q_d = q_q + incr_i - decr;
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni || clr_i) begin
-      q_q <= Width'(ResetValue);
-    end else begin
-      q_q <= q_d;
+    // The sum lives inside the clocked block: Verilator then evaluates it once per rising edge
+    // instead of on every input change (the perf counters are 64 bits wide and see top-level
+    // inputs, so a continuous sum landed in the input-combinational pass of every eval).
+    always_ff @(posedge clk_i) begin
+      if (!rst_ni || clr_i) begin
+        q_q <= Width'(ResetValue);
+      end else begin
+        q_q <= q_q + incr_i - decr;
+      end
     end
   end
 
