@@ -1,6 +1,8 @@
 // The graph IR (tpuw/compiler/ir.h): names, the Graph helpers, verify() and dump().
 #include "tpuw/compiler/ir.h"
 
+#include "tpuw/checked.h"
+
 #include <fmt/format.h>
 
 #include <array>
@@ -36,8 +38,9 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
   for (const int64_t d : dims) {
     if (d == kBatch) continue;
     if (d < 0) return std::nullopt;
-    if (d > 0 && p > kMaxElements / d) return std::nullopt;
-    p *= d;
+    const std::optional<int64_t> r = try_mul(p, d);
+    if (!r || *r > kMaxElements) return std::nullopt;
+    p = *r;
   }
   return p;
 }

@@ -6,14 +6,18 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <map>
+
+#include "tpuw/file_io.h"
 
 namespace tpuw::compiler {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Protobuf refuses serialized messages above 2 GiB; larger files cannot be models.
+constexpr uint64_t kMaxOnnxBytes = uint64_t{2} << 30;
 
 class Importer {
  public:
@@ -269,12 +273,9 @@ Graph import_onnx_graph(std::span<const uint8_t> bytes, std::string_view name) {
 }
 
 Graph import_onnx_file(const fs::path& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw Error(ErrorKind::kBadFile, fmt::format("{}: is a directory", path.string()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kBadFile, fmt::format("{}: cannot open file", path.string()));
-  const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw Error(ErrorKind::kBadFile, fmt::format("{}: read error", path.string()));
+  // Bounded like every reader of outside data (tpuw/file_io.h): protobuf cannot parse a message
+  // above 2 GiB anyway, so /dev/zero or an endless pipe is refused instead of filling memory.
+  const std::vector<uint8_t> bytes = read_file_bounded(path, kMaxOnnxBytes, "an ONNX model");
   return import_onnx_graph(bytes, path.string());
 }
 
