@@ -489,13 +489,15 @@ struct Device::Impl {
 
   void wait(uint32_t fence, const ProgressFn& progress) {
     start_progress_clock();
+    const std::string what = fmt::format("waiting for fence {}", fence);  // for a timeout message only
+    // step() services the interrupt status before each wait_irq; a completed fence still checks
+    // for a fault below, so the loop reads IRQ_STATUS once per round (a link round trip on serial).
     for (;;) {
-      service_irq();
       if (fence_done(fence)) {
         check_fault();
         return;
       }
-      step(progress, fmt::format("waiting for fence {}", fence));
+      step(progress, what);
     }
   }
 };
