@@ -29,36 +29,35 @@ std::vector<int8_t> pack_network_input(const NetworkPlan& p, std::span<const int
   return out;
 }
 
-std::vector<int8_t> unpack_network_tensor(const NetworkPlan& p, std::span<const int8_t> image, uint64_t features) {
-  const uint64_t an = p.array_n, kbn = (features + an - 1) / an;
-  std::vector<int8_t> out(p.batch * features);
+namespace {
+
+// The host image layout of a tensor (int8 activations) or of the final output (int32): per M tile,
+// per N-wide column block, a [rows x N] block; the model's `features` columns come back row-major.
+template <typename T>
+std::vector<T> unpack_blocks(const NetworkPlan& p, std::span<const T> image, uint64_t features) {
+  const uint64_t an = p.array_n, nbn = (features + an - 1) / an;
+  std::vector<T> out(p.batch * features);
   for (uint64_t mt = 0; mt < p.m_tiles; ++mt) {
     const uint64_t rows = p.rows_of_tile(mt);
-    for (uint64_t kb = 0; kb < kbn; ++kb) {
-      const int8_t* block = image.data() + mt * p.m_tile * kbn * an + kb * rows * an;
-      const uint64_t k0 = kb * an, kw = std::min(an, features - k0);
+    for (uint64_t nb = 0; nb < nbn; ++nb) {
+      const T* block = image.data() + mt * p.m_tile * nbn * an + nb * rows * an;
+      const uint64_t n0 = nb * an, nw = std::min(an, features - n0);
       for (uint64_t r = 0; r < rows && mt * p.m_tile + r < p.batch; ++r) {
-        std::copy_n(block + r * an, kw, out.data() + (mt * p.m_tile + r) * features + k0);
+        std::copy_n(block + r * an, nw, out.data() + (mt * p.m_tile + r) * features + n0);
       }
     }
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<int8_t> unpack_network_tensor(const NetworkPlan& p, std::span<const int8_t> image, uint64_t features) {
+  return unpack_blocks(p, image, features);
+}
+
 std::vector<int32_t> unpack_network_output(const NetworkPlan& p, std::span<const int32_t> image) {
-  const uint64_t an = p.array_n, N = p.layers.back().n, nbn = p.layers.back().n_blocks;
-  std::vector<int32_t> out(p.batch * N);
-  for (uint64_t mt = 0; mt < p.m_tiles; ++mt) {
-    const uint64_t rows = p.rows_of_tile(mt);
-    for (uint64_t nb = 0; nb < nbn; ++nb) {
-      const int32_t* strip = image.data() + mt * p.m_tile * nbn * an + nb * rows * an;
-      const uint64_t n0 = nb * an, nw = std::min(an, N - n0);
-      for (uint64_t r = 0; r < rows && mt * p.m_tile + r < p.batch; ++r) {
-        std::copy_n(strip + r * an, nw, out.data() + (mt * p.m_tile + r) * N + n0);
-      }
-    }
-  }
-  return out;
+  return unpack_blocks(p, image, p.layers.back().n);
 }
 
 std::vector<int8_t> pack_network_weights(const NetworkPlan& p, const nn::QNetwork& net) {
