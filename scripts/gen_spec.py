@@ -140,6 +140,12 @@ def gen_isa_pkg(spec: dict) -> str:
     out.append("  typedef enum logic [1:0] {")
     out.append(",\n".join(f"    Token{upper_camel(t['name'])} = 2'd{t['value']}" for t in spec["token"]))
     out.append("  } token_e;")
+    out.append("")
+    out.append("  // VECTOR operations (field op).")
+    out.append("  typedef enum logic [3:0] {")
+    out.append(",\n".join(f"    Vop{upper_camel(v['name'])} = 4'd{v['value']}" for v in spec["vop"]))
+    out.append("  } vop_e;")
+    out.append("")
     out.append(f"  localparam int unsigned TOKEN_MAX = {meta['token_max']};  // tokens a counter may hold, in program order")
     out.append("")
     out.append("  // Decoded views: one packed struct per instruction, bit for bit the encoding (reserved bits")
@@ -551,7 +557,8 @@ def gen_cpp(spec: dict) -> str:
                                ("Mem", [(m["name"], m["value"]) for m in spec["memory"]], "uint8_t"),
                                ("Queue", [(q["name"], q["value"]) for q in spec["queue"]], "uint8_t"),
                                ("Fault", [(f["name"], f["value"]) for f in spec["fault"]], "uint8_t"),
-                               ("Token", [(t["name"], t["value"]) for t in spec["token"]], "uint8_t")):
+                               ("Token", [(t["name"], t["value"]) for t in spec["token"]], "uint8_t"),
+                               ("VecOp", [(v["name"], v["value"]) for v in spec["vop"]], "uint8_t")):
         out.append(f"enum class {kind} : {utype} {{")
         for name, value in items:
             out.append(f"  k{upper_camel(name)} = 0x{value:02X},")
@@ -565,6 +572,15 @@ def gen_cpp(spec: dict) -> str:
         out.append("  return \"?\";")
         out.append("}")
         out.append("")
+    out.append("constexpr std::string_view vec_op_doc(VecOp v) {")
+    out.append("  switch (v) {")
+    for v in spec["vop"]:
+        out.append(f"    case VecOp::k{upper_camel(v['name'])}: return \"{v['doc']}\";")
+    out.append("  }")
+    out.append("  return \"?\";")
+    out.append("}")
+    out.append(f"inline constexpr unsigned kNumVecOps = {len(spec['vop'])};")
+    out.append("")
     out.append("constexpr std::string_view fault_doc(Fault f) {")
     out.append("  switch (f) {")
     for f in spec["fault"]:
@@ -578,6 +594,10 @@ def gen_cpp(spec: dict) -> str:
         out.append(f"namespace {ns} {{")
         for f in ins["fields"]:
             out.append(f"inline constexpr Field k{upper_camel(f['name'])}{{\"{f['name']}\", {f['lsb']}, {f['width']}, \"{f['doc']}\"}};")
+        if ins["fields"]:
+            out.append("/// Positions in isa::Instr::fields (the order above).")
+            for i, f in enumerate(ins["fields"]):
+                out.append(f"inline constexpr unsigned kIdx{upper_camel(f['name'])} = {i};")
         mask = reserved_mask(spec, ins)
         out.append("/// Bits no field uses, as four little-endian 32-bit words; they must be zero.")
         out.append("inline constexpr std::array<uint32_t, 4> kReservedMask{%s};" % ", ".join(f"0x{w:08X}u" for w in mask))
@@ -696,6 +716,16 @@ def gen_doc(spec: dict) -> str:
             out.append("|---|---|---|")
             for f in ins["fields"]:
                 out.append(f"| `{f['name']}` | {f['lsb'] + f['width'] - 1}:{f['lsb']} | {f['doc']} |")
+    out.append("")
+    out.append("## VECTOR operations")
+    out.append("")
+    out.append("Field `op` of VECTOR. a, b: lanes of ACC rows `a_addr`+i, `b_addr`+i; s: the fp32 `scalar`. "
+               "Rounding, flush-to-zero and NaN rules: docs/numerics.md.")
+    out.append("")
+    out.append("| op | value | result |")
+    out.append("|---|---|---|")
+    for v in spec["vop"]:
+        out.append(f"| `{v['name']}` | {v['value']} | {v['doc']} |")
     out.append("")
     out.append("## Faults")
     out.append("")

@@ -79,6 +79,9 @@ module tpu_decode #(
     if (is_act)    rsv_mask = tpu_isa_pkg::ACTIVATE_RESERVED_MASK;
     if (is_nop)    rsv_mask = tpu_isa_pkg::NOP_RESERVED_MASK;
     if (is_fence)  rsv_mask = tpu_isa_pkg::FENCE_RESERVED_MASK;
+    // ISA 1.1 mode bits not implemented yet (FEATURES.BF16 / TRANSPOSE read 0): reserved.
+    if (is_loadw)  rsv_mask[14:12] = 3'b111;
+    if (is_matmul || is_act) rsv_mask[14] = 1'b1;
   end
   assign rsv_bits = instr_i & rsv_mask;
 
@@ -281,9 +284,10 @@ module tpu_decode #(
 
   // Fields no rule looks at (reserved bits are checked through the masks above).
   logic unused_views;
-  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd12, lw.hdr,
-                          mm.rsvd72, mm.rsvd14, mm.swap, mm.accumulate, mm.hdr,
-                          act.rsvd112, act.rsvd14, act.relu, act.hdr,
+  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15, lw.bf16,
+                          lw.rsvd13, lw.transpose, lw.hdr,
+                          mm.rsvd72, mm.rsvd15, mm.bf16, mm.swap, mm.accumulate, mm.hdr,
+                          act.rsvd112, act.rsvd15, act.bf16, act.relu, act.hdr,
                           fc.rsvd96, fc.value, fc.rsvd13, fc.irq, fc.hdr};
 
 endmodule

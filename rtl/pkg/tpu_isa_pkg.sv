@@ -23,7 +23,9 @@ package tpu_isa_pkg;
     OpMatmul = 8'h04,
     OpActivate = 8'h05,
     OpNop = 8'h06,
-    OpFence = 8'h07
+    OpFence = 8'h07,
+    OpTranspose = 8'h08,
+    OpVector = 8'h09
   } opcode_e;
 
   typedef enum logic [1:0] {
@@ -57,6 +59,21 @@ package tpu_isa_pkg;
     TokenCmp2st = 2'd2,
     TokenSt2cmp = 2'd3
   } token_e;
+
+  // VECTOR operations (field op).
+  typedef enum logic [3:0] {
+    VopAdd = 4'd0,
+    VopSub = 4'd1,
+    VopMul = 4'd2,
+    VopAxpy = 4'd3,
+    VopScale = 4'd4,
+    VopMax = 4'd5,
+    VopMaxs = 4'd6,
+    VopSelect = 4'd7,
+    VopColsum = 4'd8,
+    VopRoundBf16 = 4'd9
+  } vop_e;
+
   localparam int unsigned TOKEN_MAX = 127;  // tokens a counter may hold, in program order
 
   // Decoded views: one packed struct per instruction, bit for bit the encoding (reserved bits
@@ -102,16 +119,20 @@ package tpu_isa_pkg;
   typedef struct packed {  // LOADW
     logic [91:0] rsvd36;
     logic [19:0] wb_addr;  // first WB row of the tile
-    logic [3:0] rsvd12;
+    logic rsvd15;
+    logic bf16;  // 1: the tile is bf16 (WB row pairs; wb_addr even); FEATURES.BF16 must be set
+    logic rsvd13;
+    logic transpose;  // 1: PE (k, n) takes element k of tile row n
     hdr_t hdr;
   } loadw_t;
 
   typedef struct packed {  // MATMUL
     logic [55:0] rsvd72;
-    logic [15:0] rows;  // number of rows, >= 1
+    logic [15:0] rows;  // number of rows, >= 1 (bf16: row pairs)
     logic [19:0] acc_addr;  // first result row in ACC
     logic [19:0] ub_addr;  // first activation row in UB
-    logic [1:0] rsvd14;
+    logic rsvd15;
+    logic bf16;  // 1: bf16 activations and weights, fp32 results (ub_addr even); FEATURES.BF16 must be set
     logic swap;  // 1: activate the weights shifted in by the last LOADW
     logic accumulate;  // 1: ACC += product, 0: ACC = product
     hdr_t hdr;
@@ -119,12 +140,13 @@ package tpu_isa_pkg;
 
   typedef struct packed {  // ACTIVATE
     logic [15:0] rsvd112;
-    logic [19:0] qparam_addr;  // ACC row of multipliers; the next row holds shifts
-    logic [19:0] bias_addr;  // ACC row holding ArrayN int32 biases
+    logic [19:0] qparam_addr;  // ACC row of multipliers; the next row holds shifts (int8 mode only)
+    logic [19:0] bias_addr;  // ACC row holding ArrayN int32 (bf16 mode: fp32) biases
     logic [15:0] rows;  // number of rows, >= 1
     logic [19:0] ub_addr;  // first destination UB row
     logic [19:0] acc_addr;  // first source ACC row
-    logic [1:0] rsvd14;
+    logic rsvd15;
+    logic bf16;  // 1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set
     logic bias;  // add the bias row before requantization
     logic relu;  // apply ReLU after requantization
     hdr_t hdr;
@@ -143,6 +165,28 @@ package tpu_isa_pkg;
     logic irq;  // raise the fence interrupt when done
     hdr_t hdr;
   } fence_t;
+
+  typedef struct packed {  // TRANSPOSE
+    logic [55:0] rsvd72;
+    logic [15:0] rows;  // source rows, 1 .. ArrayN
+    logic [19:0] dst_addr;  // first destination UB row
+    logic [19:0] src_addr;  // first source UB row
+    logic rsvd15;
+    logic bf16;  // 1: bf16 elements, UB row pairs (addresses even); FEATURES.BF16 must be set
+    logic [1:0] rsvd12;
+    hdr_t hdr;
+  } transpose_t;
+
+  typedef struct packed {  // VECTOR
+    logic [31:0] scalar;  // fp32 scalar s (bit pattern)
+    logic [3:0] rsvd92;
+    logic [15:0] rows;  // number of rows, >= 1
+    logic [19:0] b_addr;  // first ACC row of operand b
+    logic [19:0] a_addr;  // first ACC row of operand a
+    logic [19:0] dst_addr;  // first destination ACC row
+    logic [3:0] op;  // operation (vector-op table); an undefined op is ILLEGAL_FIELD
+    hdr_t hdr;
+  } vector_t;
 
   // LOAD (LOAD queue)
   localparam int unsigned LOAD_MEM_LSB = 12;  // destination memory (UB, WB or ACC)
@@ -175,39 +219,47 @@ package tpu_isa_pkg;
   localparam logic [127:0] STORE_RESERVED_MASK = 128'hf000000000000000000000000000c000;
 
   // LOADW (COMPUTE queue)
+  localparam int unsigned LOADW_TRANSPOSE_LSB = 12;  // 1: PE (k, n) takes element k of tile row n
+  localparam int unsigned LOADW_TRANSPOSE_W = 1;
+  localparam int unsigned LOADW_BF16_LSB = 14;  // 1: the tile is bf16 (WB row pairs; wb_addr even); FEATURES.BF16 must be set
+  localparam int unsigned LOADW_BF16_W = 1;
   localparam int unsigned LOADW_WB_ADDR_LSB = 16;  // first WB row of the tile
   localparam int unsigned LOADW_WB_ADDR_W = 20;
-  localparam logic [127:0] LOADW_RESERVED_MASK = 128'hfffffffffffffffffffffff00000f000;
+  localparam logic [127:0] LOADW_RESERVED_MASK = 128'hfffffffffffffffffffffff00000a000;
 
   // MATMUL (COMPUTE queue)
   localparam int unsigned MATMUL_ACCUMULATE_LSB = 12;  // 1: ACC += product, 0: ACC = product
   localparam int unsigned MATMUL_ACCUMULATE_W = 1;
   localparam int unsigned MATMUL_SWAP_LSB = 13;  // 1: activate the weights shifted in by the last LOADW
   localparam int unsigned MATMUL_SWAP_W = 1;
+  localparam int unsigned MATMUL_BF16_LSB = 14;  // 1: bf16 activations and weights, fp32 results (ub_addr even); FEATURES.BF16 must be set
+  localparam int unsigned MATMUL_BF16_W = 1;
   localparam int unsigned MATMUL_UB_ADDR_LSB = 16;  // first activation row in UB
   localparam int unsigned MATMUL_UB_ADDR_W = 20;
   localparam int unsigned MATMUL_ACC_ADDR_LSB = 36;  // first result row in ACC
   localparam int unsigned MATMUL_ACC_ADDR_W = 20;
-  localparam int unsigned MATMUL_ROWS_LSB = 56;  // number of rows, >= 1
+  localparam int unsigned MATMUL_ROWS_LSB = 56;  // number of rows, >= 1 (bf16: row pairs)
   localparam int unsigned MATMUL_ROWS_W = 16;
-  localparam logic [127:0] MATMUL_RESERVED_MASK = 128'hffffffffffffff00000000000000c000;
+  localparam logic [127:0] MATMUL_RESERVED_MASK = 128'hffffffffffffff000000000000008000;
 
   // ACTIVATE (COMPUTE queue)
   localparam int unsigned ACTIVATE_RELU_LSB = 12;  // apply ReLU after requantization
   localparam int unsigned ACTIVATE_RELU_W = 1;
   localparam int unsigned ACTIVATE_BIAS_LSB = 13;  // add the bias row before requantization
   localparam int unsigned ACTIVATE_BIAS_W = 1;
+  localparam int unsigned ACTIVATE_BF16_LSB = 14;  // 1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set
+  localparam int unsigned ACTIVATE_BF16_W = 1;
   localparam int unsigned ACTIVATE_ACC_ADDR_LSB = 16;  // first source ACC row
   localparam int unsigned ACTIVATE_ACC_ADDR_W = 20;
   localparam int unsigned ACTIVATE_UB_ADDR_LSB = 36;  // first destination UB row
   localparam int unsigned ACTIVATE_UB_ADDR_W = 20;
   localparam int unsigned ACTIVATE_ROWS_LSB = 56;  // number of rows, >= 1
   localparam int unsigned ACTIVATE_ROWS_W = 16;
-  localparam int unsigned ACTIVATE_BIAS_ADDR_LSB = 72;  // ACC row holding ArrayN int32 biases
+  localparam int unsigned ACTIVATE_BIAS_ADDR_LSB = 72;  // ACC row holding ArrayN int32 (bf16 mode: fp32) biases
   localparam int unsigned ACTIVATE_BIAS_ADDR_W = 20;
-  localparam int unsigned ACTIVATE_QPARAM_ADDR_LSB = 92;  // ACC row of multipliers; the next row holds shifts
+  localparam int unsigned ACTIVATE_QPARAM_ADDR_LSB = 92;  // ACC row of multipliers; the next row holds shifts (int8 mode only)
   localparam int unsigned ACTIVATE_QPARAM_ADDR_W = 20;
-  localparam logic [127:0] ACTIVATE_RESERVED_MASK = 128'hffff000000000000000000000000c000;
+  localparam logic [127:0] ACTIVATE_RESERVED_MASK = 128'hffff0000000000000000000000008000;
 
   // NOP (COMPUTE queue)
   localparam logic [127:0] NOP_RESERVED_MASK = 128'hfffffffffffffffffffffffffffff000;
@@ -220,5 +272,31 @@ package tpu_isa_pkg;
   localparam int unsigned FENCE_HOST_ADDR_LSB = 64;  // where the value is written
   localparam int unsigned FENCE_HOST_ADDR_W = 32;
   localparam logic [127:0] FENCE_RESERVED_MASK = 128'hffffffff0000000000000000ffffe000;
+
+  // TRANSPOSE (COMPUTE queue)
+  localparam int unsigned TRANSPOSE_BF16_LSB = 14;  // 1: bf16 elements, UB row pairs (addresses even); FEATURES.BF16 must be set
+  localparam int unsigned TRANSPOSE_BF16_W = 1;
+  localparam int unsigned TRANSPOSE_SRC_ADDR_LSB = 16;  // first source UB row
+  localparam int unsigned TRANSPOSE_SRC_ADDR_W = 20;
+  localparam int unsigned TRANSPOSE_DST_ADDR_LSB = 36;  // first destination UB row
+  localparam int unsigned TRANSPOSE_DST_ADDR_W = 20;
+  localparam int unsigned TRANSPOSE_ROWS_LSB = 56;  // source rows, 1 .. ArrayN
+  localparam int unsigned TRANSPOSE_ROWS_W = 16;
+  localparam logic [127:0] TRANSPOSE_RESERVED_MASK = 128'hffffffffffffff00000000000000b000;
+
+  // VECTOR (COMPUTE queue)
+  localparam int unsigned VECTOR_OP_LSB = 12;  // operation (vector-op table); an undefined op is ILLEGAL_FIELD
+  localparam int unsigned VECTOR_OP_W = 4;
+  localparam int unsigned VECTOR_DST_ADDR_LSB = 16;  // first destination ACC row
+  localparam int unsigned VECTOR_DST_ADDR_W = 20;
+  localparam int unsigned VECTOR_A_ADDR_LSB = 36;  // first ACC row of operand a
+  localparam int unsigned VECTOR_A_ADDR_W = 20;
+  localparam int unsigned VECTOR_B_ADDR_LSB = 56;  // first ACC row of operand b
+  localparam int unsigned VECTOR_B_ADDR_W = 20;
+  localparam int unsigned VECTOR_ROWS_LSB = 76;  // number of rows, >= 1
+  localparam int unsigned VECTOR_ROWS_W = 16;
+  localparam int unsigned VECTOR_SCALAR_LSB = 96;  // fp32 scalar s (bit pattern)
+  localparam int unsigned VECTOR_SCALAR_W = 32;
+  localparam logic [127:0] VECTOR_RESERVED_MASK = 128'h00000000f00000000000000000000000;
 
 endpackage

@@ -2,7 +2,7 @@
 package tpu_reg_pkg;
 
   localparam logic [31:0] DEVICE_ID = 32'h54505557;
-  localparam logic [31:0] DEVICE_VERSION = 32'h00010000;
+  localparam logic [31:0] DEVICE_VERSION = 32'h00010001;
   localparam int unsigned REG_WINDOW_BYTES = 4096;
 
   localparam logic [11:0] REG_ID = 12'h000;  // ro: 0x54505557, ASCII TPUW
@@ -17,6 +17,8 @@ package tpu_reg_pkg;
   localparam int unsigned REG_FEATURES_BIAS_BIT = 1;  // ACTIVATE can add a bias row
   localparam int unsigned REG_FEATURES_RELU_BIT = 2;  // ACTIVATE can apply ReLU
   localparam int unsigned REG_FEATURES_PER_COLUMN_QUANT_BIT = 3;  // requantization multiplier and shift per column
+  localparam int unsigned REG_FEATURES_TRANSPOSE_BIT = 4;  // TRANSPOSE instruction and LOADW transpose
+  localparam int unsigned REG_FEATURES_BF16_BIT = 5;  // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit (build parameter EnableBf16)
   localparam logic [11:0] REG_QUEUE_DEPTH = 12'h020;  // ro: instructions each of the load / compute / store queues holds
   localparam logic [11:0] REG_CTRL = 12'h024;  // w1s: control
   localparam int unsigned REG_CTRL_SOFT_RESET_BIT = 0;  // stop fetching, let outstanding AXI transactions finish, then reset everything but this register block's configuration (DMA window, IRQ enable); reads 1 until done
@@ -199,6 +201,15 @@ package tpu_reg_pkg;
   } tpu_hw2reg_dma_data_w_reg_t;
 
   typedef struct packed {
+    struct packed {
+      logic d;
+    } transpose;
+    struct packed {
+      logic d;
+    } bf16;
+  } tpu_hw2reg_features_reg_t;
+
+  typedef struct packed {
     logic [31:0] d;
   } tpu_hw2reg_queue_depth_reg_t;
 
@@ -336,6 +347,7 @@ package tpu_reg_pkg;
     tpu_hw2reg_wb_depth_reg_t wb_depth;
     tpu_hw2reg_acc_depth_reg_t acc_depth;
     tpu_hw2reg_dma_data_w_reg_t dma_data_w;
+    tpu_hw2reg_features_reg_t features;
     tpu_hw2reg_queue_depth_reg_t queue_depth;
     tpu_hw2reg_ctrl_reg_t ctrl;
     tpu_hw2reg_status_reg_t status;

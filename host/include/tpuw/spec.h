@@ -9,7 +9,7 @@ namespace tpuw::spec {
 
 inline constexpr uint32_t kDeviceId = 0x54505557;
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 0;
+inline constexpr uint32_t kVersionMinor = 1;
 inline constexpr unsigned kInstrBits = 128;
 inline constexpr unsigned kInstrBytes = 16;
 inline constexpr uint32_t kRegWindowBytes = 4096;
@@ -41,6 +41,8 @@ enum class Opcode : uint8_t {
   kActivate = 0x05,
   kNop = 0x06,
   kFence = 0x07,
+  kTranspose = 0x08,
+  kVector = 0x09,
 };
 
 constexpr std::string_view to_string(Opcode v) {
@@ -52,6 +54,8 @@ constexpr std::string_view to_string(Opcode v) {
     case Opcode::kActivate: return "ACTIVATE";
     case Opcode::kNop: return "NOP";
     case Opcode::kFence: return "FENCE";
+    case Opcode::kTranspose: return "TRANSPOSE";
+    case Opcode::kVector: return "VECTOR";
   }
   return "?";
 }
@@ -130,6 +134,52 @@ constexpr std::string_view to_string(Token v) {
   return "?";
 }
 
+enum class VecOp : uint8_t {
+  kAdd = 0x00,
+  kSub = 0x01,
+  kMul = 0x02,
+  kAxpy = 0x03,
+  kScale = 0x04,
+  kMax = 0x05,
+  kMaxs = 0x06,
+  kSelect = 0x07,
+  kColsum = 0x08,
+  kRoundBf16 = 0x09,
+};
+
+constexpr std::string_view to_string(VecOp v) {
+  switch (v) {
+    case VecOp::kAdd: return "ADD";
+    case VecOp::kSub: return "SUB";
+    case VecOp::kMul: return "MUL";
+    case VecOp::kAxpy: return "AXPY";
+    case VecOp::kScale: return "SCALE";
+    case VecOp::kMax: return "MAX";
+    case VecOp::kMaxs: return "MAXS";
+    case VecOp::kSelect: return "SELECT";
+    case VecOp::kColsum: return "COLSUM";
+    case VecOp::kRoundBf16: return "ROUND_BF16";
+  }
+  return "?";
+}
+
+constexpr std::string_view vec_op_doc(VecOp v) {
+  switch (v) {
+    case VecOp::kAdd: return "d = a + b";
+    case VecOp::kSub: return "d = a - b";
+    case VecOp::kMul: return "d = a * b";
+    case VecOp::kAxpy: return "d = (a * s) + b, two roundings; SGD: g' = AXPY(w, wd, g), v = AXPY(v, momentum, g'), w = AXPY(v, -lr, w)";
+    case VecOp::kScale: return "d = a * s (b not read)";
+    case VecOp::kMax: return "d = a if a > b else b; canonical NaN if either is NaN";
+    case VecOp::kMaxs: return "d = a if a > s else s; canonical NaN if a or s is NaN (ReLU: s = 0) (b not read)";
+    case VecOp::kSelect: return "d = +0 if a <= 0 else b (a NaN selects b): the ReLU derivative, a = pre-activation, b = incoming gradient";
+    case VecOp::kColsum: return "one row: d = (((+0 + a[0]) + a[1]) + ...) + a[rows-1] per lane, in row order (bias gradients) (b not read)";
+    case VecOp::kRoundBf16: return "d = a rounded to bf16 precision (round-to-nearest-even; the low 16 bits become 0): fp32 -> bf16 -> fp32 (b not read)";
+  }
+  return "?";
+}
+inline constexpr unsigned kNumVecOps = 10;
+
 constexpr std::string_view fault_doc(Fault f) {
   switch (f) {
     case Fault::kNone: return "no fault";
@@ -151,6 +201,13 @@ inline constexpr Field kHostAddr{"host_addr", 36, 32, "byte address of the first
 inline constexpr Field kRows{"rows", 68, 16, "number of host rows, >= 1"};
 inline constexpr Field kRowBytes{"row_bytes", 84, 16, "bytes per host row"};
 inline constexpr Field kHostStride{"host_stride", 100, 24, "bytes from one host row start to the next"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxMem = 0;
+inline constexpr unsigned kIdxLocalAddr = 1;
+inline constexpr unsigned kIdxHostAddr = 2;
+inline constexpr unsigned kIdxRows = 3;
+inline constexpr unsigned kIdxRowBytes = 4;
+inline constexpr unsigned kIdxHostStride = 5;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
 inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000C000u, 0x00000000u, 0x00000000u, 0xF0000000u};
 }  // namespace load
@@ -162,36 +219,67 @@ inline constexpr Field kHostAddr{"host_addr", 36, 32, "byte address of the first
 inline constexpr Field kRows{"rows", 68, 16, "number of host rows, >= 1"};
 inline constexpr Field kRowBytes{"row_bytes", 84, 16, "bytes per host row"};
 inline constexpr Field kHostStride{"host_stride", 100, 24, "bytes from one host row start to the next"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxMem = 0;
+inline constexpr unsigned kIdxLocalAddr = 1;
+inline constexpr unsigned kIdxHostAddr = 2;
+inline constexpr unsigned kIdxRows = 3;
+inline constexpr unsigned kIdxRowBytes = 4;
+inline constexpr unsigned kIdxHostStride = 5;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
 inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000C000u, 0x00000000u, 0x00000000u, 0xF0000000u};
 }  // namespace store
 
 namespace loadw {
+inline constexpr Field kTranspose{"transpose", 12, 1, "1: PE (k, n) takes element k of tile row n"};
+inline constexpr Field kBf16{"bf16", 14, 1, "1: the tile is bf16 (WB row pairs; wb_addr even); FEATURES.BF16 must be set"};
 inline constexpr Field kWbAddr{"wb_addr", 16, 20, "first WB row of the tile"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxTranspose = 0;
+inline constexpr unsigned kIdxBf16 = 1;
+inline constexpr unsigned kIdxWbAddr = 2;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
-inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000F000u, 0xFFFFFFF0u, 0xFFFFFFFFu, 0xFFFFFFFFu};
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000A000u, 0xFFFFFFF0u, 0xFFFFFFFFu, 0xFFFFFFFFu};
 }  // namespace loadw
 
 namespace matmul {
 inline constexpr Field kAccumulate{"accumulate", 12, 1, "1: ACC += product, 0: ACC = product"};
 inline constexpr Field kSwap{"swap", 13, 1, "1: activate the weights shifted in by the last LOADW"};
+inline constexpr Field kBf16{"bf16", 14, 1, "1: bf16 activations and weights, fp32 results (ub_addr even); FEATURES.BF16 must be set"};
 inline constexpr Field kUbAddr{"ub_addr", 16, 20, "first activation row in UB"};
 inline constexpr Field kAccAddr{"acc_addr", 36, 20, "first result row in ACC"};
-inline constexpr Field kRows{"rows", 56, 16, "number of rows, >= 1"};
+inline constexpr Field kRows{"rows", 56, 16, "number of rows, >= 1 (bf16: row pairs)"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxAccumulate = 0;
+inline constexpr unsigned kIdxSwap = 1;
+inline constexpr unsigned kIdxBf16 = 2;
+inline constexpr unsigned kIdxUbAddr = 3;
+inline constexpr unsigned kIdxAccAddr = 4;
+inline constexpr unsigned kIdxRows = 5;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
-inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000C000u, 0x00000000u, 0xFFFFFF00u, 0xFFFFFFFFu};
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x00008000u, 0x00000000u, 0xFFFFFF00u, 0xFFFFFFFFu};
 }  // namespace matmul
 
 namespace activate {
 inline constexpr Field kRelu{"relu", 12, 1, "apply ReLU after requantization"};
 inline constexpr Field kBias{"bias", 13, 1, "add the bias row before requantization"};
+inline constexpr Field kBf16{"bf16", 14, 1, "1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set"};
 inline constexpr Field kAccAddr{"acc_addr", 16, 20, "first source ACC row"};
 inline constexpr Field kUbAddr{"ub_addr", 36, 20, "first destination UB row"};
 inline constexpr Field kRows{"rows", 56, 16, "number of rows, >= 1"};
-inline constexpr Field kBiasAddr{"bias_addr", 72, 20, "ACC row holding ArrayN int32 biases"};
-inline constexpr Field kQparamAddr{"qparam_addr", 92, 20, "ACC row of multipliers; the next row holds shifts"};
+inline constexpr Field kBiasAddr{"bias_addr", 72, 20, "ACC row holding ArrayN int32 (bf16 mode: fp32) biases"};
+inline constexpr Field kQparamAddr{"qparam_addr", 92, 20, "ACC row of multipliers; the next row holds shifts (int8 mode only)"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxRelu = 0;
+inline constexpr unsigned kIdxBias = 1;
+inline constexpr unsigned kIdxBf16 = 2;
+inline constexpr unsigned kIdxAccAddr = 3;
+inline constexpr unsigned kIdxUbAddr = 4;
+inline constexpr unsigned kIdxRows = 5;
+inline constexpr unsigned kIdxBiasAddr = 6;
+inline constexpr unsigned kIdxQparamAddr = 7;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
-inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000C000u, 0x00000000u, 0x00000000u, 0xFFFF0000u};
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x00008000u, 0x00000000u, 0x00000000u, 0xFFFF0000u};
 }  // namespace activate
 
 namespace nop {
@@ -203,9 +291,45 @@ namespace fence {
 inline constexpr Field kIrq{"irq", 12, 1, "raise the fence interrupt when done"};
 inline constexpr Field kValue{"value", 32, 32, "completion value"};
 inline constexpr Field kHostAddr{"host_addr", 64, 32, "where the value is written"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxIrq = 0;
+inline constexpr unsigned kIdxValue = 1;
+inline constexpr unsigned kIdxHostAddr = 2;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
 inline constexpr std::array<uint32_t, 4> kReservedMask{0xFFFFE000u, 0x00000000u, 0x00000000u, 0xFFFFFFFFu};
 }  // namespace fence
+
+namespace transpose {
+inline constexpr Field kBf16{"bf16", 14, 1, "1: bf16 elements, UB row pairs (addresses even); FEATURES.BF16 must be set"};
+inline constexpr Field kSrcAddr{"src_addr", 16, 20, "first source UB row"};
+inline constexpr Field kDstAddr{"dst_addr", 36, 20, "first destination UB row"};
+inline constexpr Field kRows{"rows", 56, 16, "source rows, 1 .. ArrayN"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxBf16 = 0;
+inline constexpr unsigned kIdxSrcAddr = 1;
+inline constexpr unsigned kIdxDstAddr = 2;
+inline constexpr unsigned kIdxRows = 3;
+/// Bits no field uses, as four little-endian 32-bit words; they must be zero.
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x0000B000u, 0x00000000u, 0xFFFFFF00u, 0xFFFFFFFFu};
+}  // namespace transpose
+
+namespace vector {
+inline constexpr Field kOp{"op", 12, 4, "operation (vector-op table); an undefined op is ILLEGAL_FIELD"};
+inline constexpr Field kDstAddr{"dst_addr", 16, 20, "first destination ACC row"};
+inline constexpr Field kAAddr{"a_addr", 36, 20, "first ACC row of operand a"};
+inline constexpr Field kBAddr{"b_addr", 56, 20, "first ACC row of operand b"};
+inline constexpr Field kRows{"rows", 76, 16, "number of rows, >= 1"};
+inline constexpr Field kScalar{"scalar", 96, 32, "fp32 scalar s (bit pattern)"};
+/// Positions in isa::Instr::fields (the order above).
+inline constexpr unsigned kIdxOp = 0;
+inline constexpr unsigned kIdxDstAddr = 1;
+inline constexpr unsigned kIdxAAddr = 2;
+inline constexpr unsigned kIdxBAddr = 3;
+inline constexpr unsigned kIdxRows = 4;
+inline constexpr unsigned kIdxScalar = 5;
+/// Bits no field uses, as four little-endian 32-bit words; they must be zero.
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x00000000u, 0x00000000u, 0xF0000000u, 0x00000000u};
+}  // namespace vector
 
 /// Everything the assembler, disassembler and decoders need to know about one instruction.
 struct InstrInfo {
@@ -220,20 +344,24 @@ struct InstrInfo {
 namespace detail {
 inline constexpr std::array<Field, 6> kLoadFields{load::kMem, load::kLocalAddr, load::kHostAddr, load::kRows, load::kRowBytes, load::kHostStride};
 inline constexpr std::array<Field, 6> kStoreFields{store::kMem, store::kLocalAddr, store::kHostAddr, store::kRows, store::kRowBytes, store::kHostStride};
-inline constexpr std::array<Field, 1> kLoadwFields{loadw::kWbAddr};
-inline constexpr std::array<Field, 5> kMatmulFields{matmul::kAccumulate, matmul::kSwap, matmul::kUbAddr, matmul::kAccAddr, matmul::kRows};
-inline constexpr std::array<Field, 7> kActivateFields{activate::kRelu, activate::kBias, activate::kAccAddr, activate::kUbAddr, activate::kRows, activate::kBiasAddr, activate::kQparamAddr};
+inline constexpr std::array<Field, 3> kLoadwFields{loadw::kTranspose, loadw::kBf16, loadw::kWbAddr};
+inline constexpr std::array<Field, 6> kMatmulFields{matmul::kAccumulate, matmul::kSwap, matmul::kBf16, matmul::kUbAddr, matmul::kAccAddr, matmul::kRows};
+inline constexpr std::array<Field, 8> kActivateFields{activate::kRelu, activate::kBias, activate::kBf16, activate::kAccAddr, activate::kUbAddr, activate::kRows, activate::kBiasAddr, activate::kQparamAddr};
 inline constexpr std::array<Field, 3> kFenceFields{fence::kIrq, fence::kValue, fence::kHostAddr};
+inline constexpr std::array<Field, 4> kTransposeFields{transpose::kBf16, transpose::kSrcAddr, transpose::kDstAddr, transpose::kRows};
+inline constexpr std::array<Field, 6> kVectorFields{vector::kOp, vector::kDstAddr, vector::kAAddr, vector::kBAddr, vector::kRows, vector::kScalar};
 }  // namespace detail
 
-inline constexpr std::array<InstrInfo, 7> kInstrs{{
+inline constexpr std::array<InstrInfo, 9> kInstrs{{
     {"LOAD", Opcode::kLoad, Queue::kLoad, detail::kLoadFields.data(), 6, load::kReservedMask},
     {"STORE", Opcode::kStore, Queue::kStore, detail::kStoreFields.data(), 6, store::kReservedMask},
-    {"LOADW", Opcode::kLoadw, Queue::kCompute, detail::kLoadwFields.data(), 1, loadw::kReservedMask},
-    {"MATMUL", Opcode::kMatmul, Queue::kCompute, detail::kMatmulFields.data(), 5, matmul::kReservedMask},
-    {"ACTIVATE", Opcode::kActivate, Queue::kCompute, detail::kActivateFields.data(), 7, activate::kReservedMask},
+    {"LOADW", Opcode::kLoadw, Queue::kCompute, detail::kLoadwFields.data(), 3, loadw::kReservedMask},
+    {"MATMUL", Opcode::kMatmul, Queue::kCompute, detail::kMatmulFields.data(), 6, matmul::kReservedMask},
+    {"ACTIVATE", Opcode::kActivate, Queue::kCompute, detail::kActivateFields.data(), 8, activate::kReservedMask},
     {"NOP", Opcode::kNop, Queue::kCompute, nullptr, 0, nop::kReservedMask},
     {"FENCE", Opcode::kFence, Queue::kCtrl, detail::kFenceFields.data(), 3, fence::kReservedMask},
+    {"TRANSPOSE", Opcode::kTranspose, Queue::kCompute, detail::kTransposeFields.data(), 4, transpose::kReservedMask},
+    {"VECTOR", Opcode::kVector, Queue::kCompute, detail::kVectorFields.data(), 6, vector::kReservedMask},
 }};
 
 /// The table entry for an opcode, or nullptr when the opcode is not defined.
@@ -257,6 +385,8 @@ inline constexpr uint32_t kFeaturesWeightDoubleBuffer = 1u << 0;  // next weight
 inline constexpr uint32_t kFeaturesBias = 1u << 1;  // ACTIVATE can add a bias row
 inline constexpr uint32_t kFeaturesRelu = 1u << 2;  // ACTIVATE can apply ReLU
 inline constexpr uint32_t kFeaturesPerColumnQuant = 1u << 3;  // requantization multiplier and shift per column
+inline constexpr uint32_t kFeaturesTranspose = 1u << 4;  // TRANSPOSE instruction and LOADW transpose
+inline constexpr uint32_t kFeaturesBf16 = 1u << 5;  // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit (build parameter EnableBf16)
 inline constexpr uint32_t kQueueDepth = 0x020;  // ro: instructions each of the load / compute / store queues holds
 inline constexpr uint32_t kCtrl = 0x024;  // w1s: control
 inline constexpr uint32_t kCtrlSoftReset = 1u << 0;  // stop fetching, let outstanding AXI transactions finish, then reset everything but this register block's configuration (DMA window, IRQ enable); reads 1 until done
@@ -318,13 +448,13 @@ struct RegInfo {
 };
 inline constexpr std::array<RegInfo, 42> kRegs{{
     {"ID", 0x000, "ro", "0x54505557, ASCII TPUW", Access::kRo, 0xFFFFFFFFu, 0x54505557u, true},
-    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010000u, true},
+    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010001u, true},
     {"ARRAY_N", 0x008, "ro", "MXU size N (N x N processing elements)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"UB_DEPTH", 0x00C, "ro", "unified buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"WB_DEPTH", 0x010, "ro", "weight buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"ACC_DEPTH", 0x014, "ro", "accumulator rows (ArrayN int32 each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"DMA_DATA_W", 0x018, "ro", "AXI4 master data width in bits", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
-    {"FEATURES", 0x01C, "ro", "feature bits", Access::kRo, 0x0000000Fu, 0x0000000Fu, true},
+    {"FEATURES", 0x01C, "ro", "feature bits", Access::kRo, 0x0000003Fu, 0x0000000Fu, true},
     {"QUEUE_DEPTH", 0x020, "ro", "instructions each of the load / compute / store queues holds", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"CTRL", 0x024, "w1s", "control", Access::kW1s, 0x00000001u, 0x00000000u, true},
     {"STATUS", 0x028, "ro", "device state", Access::kRo, 0x00000007u, 0x00000000u, true},

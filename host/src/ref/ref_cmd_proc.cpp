@@ -109,8 +109,8 @@ void RefDevice::Impl::do_dispatch(uint64_t t) {
 }
 
 void RefDevice::Impl::do_fence(uint64_t t, const Head& h) {
-  const uint32_t value = static_cast<uint32_t>(h.in.fields[1]);
-  const uint64_t addr = h.in.fields[2];
+  const uint32_t value = static_cast<uint32_t>(h.in.fields[spec::fence::kIdxValue]);
+  const uint64_t addr = h.in.fields[spec::fence::kIdxHostAddr];
   perf[kPerfWrBytes] += 4;
   wr_chan_free = std::max(wr_chan_free, t - mc.write_latency);
   if (!dev_in_host(addr, 4)) {
@@ -119,7 +119,7 @@ void RefDevice::Impl::do_fence(uint64_t t, const Head& h) {
   }
   std::memcpy(hptr(addr), &value, 4);  // host is little-endian
   fence_value = value;
-  if (h.in.fields[0] != 0) irq_status |= spec::reg::kIrqStatusFence;
+  if (h.in.fields[spec::fence::kIdxIrq] != 0) irq_status |= spec::reg::kIrqStatusFence;
   ++perf[kPerfInstret];
   for (auto& d : last_done) d = std::max(d, t);
 }
@@ -157,6 +157,8 @@ void RefDevice::Impl::do_issue(size_t qi, uint64_t t) {
       accept[qi] = t + 1;
       break;
     case Opcode::kFence: break;  // never queued
+    case Opcode::kTranspose:
+    case Opcode::kVector: break;  // never decoded as legal yet (ISA 1.1 in progress)
   }
   done = std::max(done, last_done[qi]);  // engines report done in acceptance order
   last_done[qi] = done;

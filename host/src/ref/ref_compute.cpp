@@ -13,7 +13,7 @@
 namespace tpuw::ref {
 
 uint64_t RefDevice::Impl::exec_loadw(const Queued& e, uint64_t t) {
-  const uint64_t wb_addr = e.in.fields[0];
+  const uint64_t wb_addr = e.in.fields[spec::loadw::kIdxWbAddr];
   auto& shadow = wbank[1 - wsel];
   std::memcpy(shadow.data(), wb.data() + wb_addr * n, static_cast<size_t>(n) * n);
   const uint64_t shift_cycles = n + pm.loadw_extra;
@@ -27,8 +27,9 @@ uint64_t RefDevice::Impl::exec_loadw(const Queued& e, uint64_t t) {
 }
 
 uint64_t RefDevice::Impl::exec_matmul(const Queued& e, uint64_t t) {
-  const bool accumulate = e.in.fields[0] != 0, swap = e.in.fields[1] != 0;
-  const uint64_t ub_addr = e.in.fields[2], acc_addr = e.in.fields[3], rows = e.in.fields[4];
+  namespace mm = spec::matmul;
+  const bool accumulate = e.in.fields[mm::kIdxAccumulate] != 0, swap = e.in.fields[mm::kIdxSwap] != 0;
+  const uint64_t ub_addr = e.in.fields[mm::kIdxUbAddr], acc_addr = e.in.fields[mm::kIdxAccAddr], rows = e.in.fields[mm::kIdxRows];
   if (swap) wsel ^= 1u;
   const auto& w = wbank[wsel];
   std::vector<uint32_t> sum(n);
@@ -60,9 +61,10 @@ uint64_t RefDevice::Impl::exec_matmul(const Queued& e, uint64_t t) {
 }
 
 uint64_t RefDevice::Impl::exec_activate(const Queued& e, uint64_t t) {
-  const bool relu = e.in.fields[0] != 0, bias = e.in.fields[1] != 0;
-  const uint64_t acc_addr = e.in.fields[2], ub_addr = e.in.fields[3], rows = e.in.fields[4],
-                 bias_addr = e.in.fields[5], qp = e.in.fields[6];
+  namespace ac = spec::activate;
+  const bool relu = e.in.fields[ac::kIdxRelu] != 0, bias = e.in.fields[ac::kIdxBias] != 0;
+  const uint64_t acc_addr = e.in.fields[ac::kIdxAccAddr], ub_addr = e.in.fields[ac::kIdxUbAddr], rows = e.in.fields[ac::kIdxRows],
+                 bias_addr = e.in.fields[ac::kIdxBiasAddr], qp = e.in.fields[ac::kIdxQparamAddr];
   const uint32_t* bias_row = acc.data() + bias_addr * n;
   const uint32_t* mult_row = acc.data() + qp * n;
   const uint32_t* shift_row = acc.data() + (qp + 1) * n;

@@ -35,8 +35,9 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
   // 4. fields, 5. local range, 6. DMA window
   const auto op = static_cast<Opcode>(in.opcode);
   if (op == Opcode::kLoad || op == Opcode::kStore) {
-    const uint64_t mem = in.fields[0], local = in.fields[1], haddr = in.fields[2], rows = in.fields[3],
-                   rbytes = in.fields[4], stride = in.fields[5];
+    namespace ld = spec::load;  // LOAD and STORE share the field order (asserted in tpu_decode)
+    const uint64_t mem = in.fields[ld::kIdxMem], local = in.fields[ld::kIdxLocalAddr], haddr = in.fields[ld::kIdxHostAddr],
+                   rows = in.fields[ld::kIdxRows], rbytes = in.fields[ld::kIdxRowBytes], stride = in.fields[ld::kIdxHostStride];
     const bool mem_ok = op == Opcode::kLoad ? mem <= 2 : (mem == 0 || mem == 2);
     if (!mem_ok) return illegal(spec::load::kMem.lsb);
     if (rows == 0) return illegal(spec::load::kRows.lsb);
@@ -48,15 +49,17 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
     const uint64_t last = haddr + (rows - 1) * stride + rbytes - 1;
     if (haddr < win_base || last > win_last) return FaultRec{Fault::kDmaWindow, static_cast<uint32_t>(haddr)};
   } else if (op == Opcode::kLoadw) {
-    if (auto f = range_fault(in.fields[0], n, p.wb_depth)) return f;
+    if (auto f = range_fault(in.fields[spec::loadw::kIdxWbAddr], n, p.wb_depth)) return f;
   } else if (op == Opcode::kMatmul) {
-    const uint64_t ub_addr = in.fields[2], acc_addr = in.fields[3], rows = in.fields[4];
+    namespace mm = spec::matmul;
+    const uint64_t ub_addr = in.fields[mm::kIdxUbAddr], acc_addr = in.fields[mm::kIdxAccAddr], rows = in.fields[mm::kIdxRows];
     if (rows == 0) return illegal(spec::matmul::kRows.lsb);
     if (auto f = range_fault(ub_addr, rows, p.ub_depth)) return f;
     if (auto f = range_fault(acc_addr, rows, p.acc_depth)) return f;
   } else if (op == Opcode::kActivate) {
-    const uint64_t bias = in.fields[1], acc_addr = in.fields[2], ub_addr = in.fields[3], rows = in.fields[4],
-                   bias_addr = in.fields[5], qp = in.fields[6];
+    namespace ac = spec::activate;
+    const uint64_t bias = in.fields[ac::kIdxBias], acc_addr = in.fields[ac::kIdxAccAddr], ub_addr = in.fields[ac::kIdxUbAddr],
+                   rows = in.fields[ac::kIdxRows], bias_addr = in.fields[ac::kIdxBiasAddr], qp = in.fields[ac::kIdxQparamAddr];
     if (rows == 0) return illegal(spec::activate::kRows.lsb);
     if (auto f = range_fault(acc_addr, rows, p.acc_depth)) return f;
     if (auto f = range_fault(ub_addr, rows, p.ub_depth)) return f;
@@ -65,7 +68,7 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
     }
     if (auto f = range_fault(qp, 2, p.acc_depth)) return f;
   } else if (op == Opcode::kFence) {
-    const uint64_t haddr = in.fields[2];
+    const uint64_t haddr = in.fields[spec::fence::kIdxHostAddr];
     if (haddr % 4 != 0) return illegal(spec::fence::kHostAddr.lsb);
     if (haddr < win_base || haddr + 3 > win_last) return FaultRec{Fault::kDmaWindow, static_cast<uint32_t>(haddr)};
   }
@@ -99,8 +102,17 @@ void RefDevice::Impl::peek_head() {
   } else {
     std::memcpy(h.w.data(), hptr(h.pc), spec::kInstrBytes);
     const auto* inf = spec::find_instr(h.w[0]);
-    if (inf == nullptr) {
+    // ISA 1.1 features this model does not implement yet (FEATURES.BF16 / TRANSPOSE read 0):
+    // their opcodes are illegal and their mode bits count as reserved, as in tpu_decode.
+    const auto op0 = static_cast<Opcode>(h.w[0] & 0xFF);
+    uint32_t absent = 0;
+    if (op0 == Opcode::kLoadw) absent = (1u << 12) | (1u << 14);
+    if (op0 == Opcode::kMatmul || op0 == Opcode::kActivate) absent = 1u << 14;
+    const uint32_t w0_rsv = inf == nullptr ? 0 : ((h.w[0] & (inf->reserved_mask[0] | absent)));
+    if (inf == nullptr || op0 == Opcode::kTranspose || op0 == Opcode::kVector) {
       h.fault = FaultRec{Fault::kIllegalOpcode, h.w[0]};
+    } else if (w0_rsv != 0) {
+      h.fault = FaultRec{Fault::kIllegalField, static_cast<uint32_t>(__builtin_ctz(w0_rsv))};
     } else if (const auto bit = isa::first_reserved_bit(h.w)) {
       h.fault = FaultRec{Fault::kIllegalField, *bit};
     } else {

@@ -8,6 +8,12 @@
 
 namespace tpuw::ref {
 
+// STORE is decoded with LOAD's field positions.
+static_assert(spec::store::kIdxMem == spec::load::kIdxMem && spec::store::kIdxLocalAddr == spec::load::kIdxLocalAddr &&
+              spec::store::kIdxHostAddr == spec::load::kIdxHostAddr && spec::store::kIdxRows == spec::load::kIdxRows &&
+              spec::store::kIdxRowBytes == spec::load::kIdxRowBytes &&
+              spec::store::kIdxHostStride == spec::load::kIdxHostStride);
+
 /// Bursts needed for one host row (split at 4 KiB boundaries and 256 beats).
 uint64_t RefDevice::Impl::bursts_of(uint64_t addr, uint64_t len) const {
   uint64_t count = 0;
@@ -22,8 +28,9 @@ uint64_t RefDevice::Impl::bursts_of(uint64_t addr, uint64_t len) const {
 }
 
 uint64_t RefDevice::Impl::exec_load(const Queued& e, uint64_t t) {
-  const uint64_t mem = e.in.fields[0], local = e.in.fields[1], haddr = e.in.fields[2], rows = e.in.fields[3],
-                 rbytes = e.in.fields[4], stride = e.in.fields[5];
+  namespace ld = spec::load;  // LOAD and STORE share the field order
+  const uint64_t mem = e.in.fields[ld::kIdxMem], local = e.in.fields[ld::kIdxLocalAddr], haddr = e.in.fields[ld::kIdxHostAddr],
+                 rows = e.in.fields[ld::kIdxRows], rbytes = e.in.fields[ld::kIdxRowBytes], stride = e.in.fields[ld::kIdxHostStride];
   const uint32_t rs = row_size(mem);
   const uint64_t rows_per = rbytes / rs;
   uint64_t bursts = 0, bytes = 0;
@@ -58,8 +65,9 @@ uint64_t RefDevice::Impl::exec_load(const Queued& e, uint64_t t) {
 }
 
 uint64_t RefDevice::Impl::exec_store(const Queued& e, uint64_t t) {
-  const uint64_t mem = e.in.fields[0], local = e.in.fields[1], haddr = e.in.fields[2], rows = e.in.fields[3],
-                 rbytes = e.in.fields[4], stride = e.in.fields[5];
+  namespace ld = spec::load;  // LOAD and STORE share the field order
+  const uint64_t mem = e.in.fields[ld::kIdxMem], local = e.in.fields[ld::kIdxLocalAddr], haddr = e.in.fields[ld::kIdxHostAddr],
+                 rows = e.in.fields[ld::kIdxRows], rbytes = e.in.fields[ld::kIdxRowBytes], stride = e.in.fields[ld::kIdxHostStride];
   const uint32_t rs = row_size(mem);
   const uint64_t rows_per = rbytes / rs;
   uint64_t bursts = 0, bytes = 0;

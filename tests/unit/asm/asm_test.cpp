@@ -96,7 +96,7 @@ TEST(Asm, Directives) {
 TEST(Asm, ErrorMessagesSayWhereAndWhat) {
   expect_error("  lod mem=UB", 1, 3, "unknown mnemonic 'lod'");
   expect_error("nop\n.dta a 0 x", 2, 1, "unknown directive '.dta'");
-  expect_error("loadw wb_addr=0 rows=3", 1, 17, "unknown field 'rows' for loadw (expected one of: wb_addr");
+  expect_error("loadw wb_addr=0 rows=3", 1, 17, "unknown field 'rows' for loadw (expected one of: transpose, bf16, wb_addr");
   expect_error("loadw wb_addr=0x100000", 1, 15, "out of range for loadw wb_addr (20 bits: 0..0xfffff)");
   expect_error("matmul ub_addr=0 acc_addr=0 rows=-1", 1, 34, "out of range");
   expect_error("matmul ub_addr=0 acc_addr=0", 1, 1, "missing required field 'rows' for matmul");

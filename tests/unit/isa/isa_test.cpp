@@ -106,7 +106,7 @@ TEST(Isa, EncodeRejectsValuesWiderThanTheField) {
 }
 
 TEST(Isa, UndefinedOpcodes) {
-  for (unsigned op : {0x00u, 0x08u, 0x7Fu, 0xFFu}) {
+  for (unsigned op : {0x00u, 0x0Au, 0x7Fu, 0xFFu}) {
     Word w{};
     w[0] = static_cast<uint8_t>(op);
     EXPECT_THROW((void)decode(w), Error);

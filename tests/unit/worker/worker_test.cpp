@@ -93,14 +93,17 @@ SimControl& hook(DeviceSlot& slot) {
 }
 
 // Submits every case, returns the results in submission order. The first `spread` tasks wait for
-// each other, so each of them runs on a different device.
+// each other, so each of them runs on a different device. Only a task's first attempt arrives at
+// the latch: a retried attempt (after a timeout on a loaded machine, e.g. under TSan) arriving
+// again would drive the count below zero and wait forever.
 std::vector<TaskRun> run_all(Worker& w, const std::vector<Case>& cases, unsigned spread = 1) {
   auto meet = std::make_shared<std::latch>(spread);
   std::vector<std::future<TaskRun>> fs;
   for (size_t i = 0; i < cases.size(); ++i) {
     const bool wait = i < spread;
-    fs.push_back(w.submit([&c = cases[i], meet, wait](DeviceSlot& s) {
-      if (wait) meet->arrive_and_wait();
+    auto arrived = std::make_shared<std::atomic<bool>>(false);
+    fs.push_back(w.submit([&c = cases[i], meet, wait, arrived](DeviceSlot& s) {
+      if (wait && !arrived->exchange(true)) meet->arrive_and_wait();
       return gemm_task(c, s);
     }));
   }
