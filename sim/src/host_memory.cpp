@@ -48,8 +48,8 @@ void HostMemory::map(uint64_t addr, uint64_t bytes) {
       const uint64_t bytes_in_chunk = std::min(chunk, size_ - c * chunk);
       void* p = std::calloc(static_cast<size_t>(bytes_in_chunk), 1);
       if (p == nullptr) {
-        throw SimError(SimErrorKind::kInvalidArgument,
-                       fmt::format("host memory: cannot allocate {} bytes", bytes_in_chunk));
+        throw SimError(SimErrorKind::kOutOfMemory,
+                       fmt::format("host memory: out of memory: cannot allocate {} bytes", bytes_in_chunk));
       }
       chunks_[c].reset(static_cast<uint8_t*>(p));
     }

@@ -18,7 +18,9 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -64,7 +66,7 @@ class ModelImpl final : public SimDevice::Impl {
     // An RTL assertion must not abort the process: it is reported as SimError(kAssertion).
     ctx_->fatalOnError(false);
     enter();
-    top_ = std::make_unique<Top>(ctx_.get(), "TOP");
+    construct_top();
     if (!config.wave.path.empty()) set_wave(config.wave.path, config.wave.from, config.wave.to);
     Top& t = *top_;
     t.clk_i = 0;
@@ -74,6 +76,26 @@ class ModelImpl final : public SimDevice::Impl {
     for (unsigned i = 0; i < config.reset_cycles; ++i) step<false>();
     t.rst_ni = 1;
     check_model_errors();
+  }
+
+  // Verilator 5.006's generated model constructor is not exception-safe: when operator new fails
+  // half way, unwinding the partly built symbol table crashes in VerilatedContextImp::scopeErase
+  // (seen under `ulimit -v` with many devices). So the model is only constructed after a probe
+  // allocation of kConstructProbeBytes (far more than any model needs) succeeded, and models are
+  // constructed one at a time, so no other construction eats the probed memory in between. This
+  // narrows the window to allocations by unrelated threads; it cannot close it.
+  static constexpr size_t kConstructProbeBytes = size_t{64} << 20;
+  void construct_top() {
+    static std::mutex construct_mu;  // serializes a third-party constructor, holds no state
+    std::lock_guard lk(construct_mu);
+    void* probe = std::malloc(kConstructProbeBytes);
+    if (probe == nullptr) {
+      throw SimError(SimErrorKind::kOutOfMemory,
+                     fmt::format("out of memory: cannot construct the device model (needs up to {} MiB)",
+                                 kConstructProbeBytes >> 20));
+    }
+    std::free(probe);
+    top_ = std::make_unique<Top>(ctx_.get(), "TOP");
   }
 
   ~ModelImpl() override {

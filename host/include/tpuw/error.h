@@ -16,6 +16,7 @@ enum class ErrorKind {
   kMismatch,         // --check found a difference between backends
   kUnsupported,      // valid request the implementation cannot do (CLI exit 2)
   kCancelled,        // queued work dropped by a shutdown before it ran
+  kResource,         // out of memory, threads or disk space (the message names which; CLI exit 1)
   kInternal,         // a bug: an invariant did not hold
 };
 

@@ -20,8 +20,9 @@ ErrorKind map_kind(sim::SimErrorKind kind) {
     case sim::SimErrorKind::kOutOfRange: return ErrorKind::kInvalidArgument;
     case sim::SimErrorKind::kBusError: return ErrorKind::kInvalidArgument;
     case sim::SimErrorKind::kTimeout: return ErrorKind::kTimeout;
-    case sim::SimErrorKind::kIo: return ErrorKind::kInvalidArgument;
+    case sim::SimErrorKind::kIo: return ErrorKind::kResource;  // a waveform write failed (disk full)
     case sim::SimErrorKind::kAssertion: return ErrorKind::kInternal;  // an RTL bug, not the user's
+    case sim::SimErrorKind::kOutOfMemory: return ErrorKind::kResource;
   }
   return ErrorKind::kInternal;
 }

@@ -37,7 +37,8 @@ RefDevice::Impl::Impl(const DeviceParams& params, const HostMemoryConfig& memory
   bw_wr = bw_rd;
   void* block = std::calloc(static_cast<size_t>(mc.size), 1);
   if (block == nullptr) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("ref: cannot allocate {} bytes of host memory", mc.size));
+    throw Error(ErrorKind::kResource,
+                fmt::format("ref: out of memory: cannot allocate the model's {} bytes of host memory", mc.size));
   }
   host.reset(static_cast<uint8_t*>(block));
   page_mapped.assign(static_cast<size_t>((mc.size + kMemPageBytes - 1) / kMemPageBytes), false);

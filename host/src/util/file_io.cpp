@@ -157,7 +157,10 @@ void AtomicFile::discard() noexcept {
 void AtomicFile::fail(std::string_view step, int err) {
   discard();
   committed_ = true;  // nothing left to clean up
-  bad(target_, fmt::format("cannot {} {}: {}", step, what_, reason(err)));
+  const std::string msg = fmt::format("{}: cannot {} {}: {}", target_.string(), step, what_, reason(err));
+  // Out of space (disk, quota, `ulimit -f`) or memory is the machine's state, not a bad path.
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT || err == ENOMEM) throw Error(ErrorKind::kResource, msg);
+  throw Error(ErrorKind::kBadFile, msg);
 }
 
 void AtomicFile::write(std::span<const uint8_t> bytes) {

@@ -14,7 +14,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <span>
+#include <system_error>
 #include <thread>
 
 #include "tpuw/asm.h"
@@ -326,6 +328,21 @@ struct Worker::State {
     std::optional<Device> dev;
     try {
       dev.emplace(open_device(i));
+    } catch (const std::bad_alloc&) {
+      std::lock_guard lk(mu);
+      if (!open_error) {
+        open_error = std::make_exception_ptr(
+            Error(ErrorKind::kResource, fmt::format("device {}: out of memory while opening the backend", i)));
+      }
+      stats[i].healthy = false;
+    } catch (const std::system_error& e) {
+      std::lock_guard lk(mu);
+      if (!open_error) {
+        open_error = std::make_exception_ptr(Error(
+            ErrorKind::kResource,
+            fmt::format("device {}: cannot open the backend: {} (out of threads or memory)", i, e.what())));
+      }
+      stats[i].healthy = false;
     } catch (...) {
       std::lock_guard lk(mu);
       if (!open_error) open_error = std::current_exception();
@@ -380,7 +397,24 @@ Worker::Worker(const WorkerOptions& options) {
   State& s = *state_;
   s.threads.reserve(options.devices);
   for (unsigned i = 0; i < options.devices; ++i) {
-    s.threads.emplace_back([&s, i] { s.device_loop(i); });
+    try {
+      s.threads.emplace_back([&s, i] { s.device_loop(i); });
+    } catch (const std::system_error& e) {
+      // Out of threads (or of memory for a stack): the devices already started see `opened`
+      // complete with an error and exit, and the constructor reports the resource instead of
+      // std::terminate on a joinable thread.
+      std::lock_guard lk(s.mu);
+      if (!s.open_error) {
+        s.open_error = std::make_exception_ptr(Error(
+            ErrorKind::kResource,
+            fmt::format("Worker: cannot start the thread of device {} of {}: {} (out of threads or memory: use "
+                        "fewer devices or raise the process limits)",
+                        i, options.devices, e.what())));
+      }
+      s.opened += options.devices - i;  // these devices will never report
+      s.open_cv.notify_all();
+      break;
+    }
     s.thread_ids.push_back(s.threads.back().get_id());
   }
   std::exception_ptr error;

@@ -9,8 +9,13 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
+#include "tpuw/spec.h"
 
 namespace tpuw::cli {
+
+std::string version_string() {
+  return fmt::format("tpuw {} (ISA {}.{})", TPUW_VERSION, spec::kVersionMajor, spec::kVersionMinor);
+}
 
 int exit_code(ErrorKind kind) {
   switch (kind) {
@@ -22,6 +27,7 @@ int exit_code(ErrorKind kind) {
     case ErrorKind::kDeviceFault:
     case ErrorKind::kTimeout: return kDeviceExit;
     case ErrorKind::kCancelled:
+    case ErrorKind::kResource:
     case ErrorKind::kInternal: return kOther;
   }
   return kOther;

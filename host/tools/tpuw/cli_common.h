@@ -69,6 +69,10 @@ BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes = 64ull << 
 /// succeeded (tpuw/file_io.h).
 void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes);
 
+/// "tpuw <project version> (ISA <major>.<minor>)": `tpuw --version` and the `tpuw_version` key of
+/// every --json report.
+std::string version_string();
+
 /// Every PERF counter by name.
 nlohmann::ordered_json perf_json(const PerfCounters& p);
 

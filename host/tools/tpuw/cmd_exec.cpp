@@ -172,6 +172,7 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
   if (o.json) {
     json j;
     j["program"] = path;
+    j["tpuw_version"] = version_string();
     j["backend"] = o.backend;
     j["array_n"] = o.array_n;
     j["instructions"] = prog.num_instrs();

@@ -122,6 +122,7 @@ void compare(const std::vector<int32_t>& got, const std::vector<int32_t>& want, 
 // The keys both JSON reports start with: backend, array_n, m, k, n.
 json gemm_json_head(const DeviceOpts& o, const runtime::GemmShape& s) {
   json j;
+  j["tpuw_version"] = version_string();
   j["backend"] = o.backend;
   j["array_n"] = o.array_n;
   j["m"] = s.m;

@@ -53,6 +53,7 @@ int cmd_info_devices(const DeviceOpts& o) {
   for (auto& f : futures) infos.push_back(f.get());
   if (o.json) {
     json j;
+    j["tpuw_version"] = version_string();
     j["backend"] = o.backend;
     j["array_n"] = o.array_n;
     j["devices"] = json::array();
@@ -86,6 +87,7 @@ int cmd_info(const DeviceOpts& o) {
   const auto& p = i.params;
   if (o.json) {
     json j;
+    j["tpuw_version"] = version_string();
     j["backend"] = i.backend;
     j["id"] = fmt::format("0x{:08x}", i.id);
     j["version"] = fmt::format("{}.{}", i.version_major(), i.version_minor());

@@ -227,6 +227,7 @@ json model_json(const RunOpts& o, const nn::QNetwork& q, uint32_t classes, const
   json j;
   j["model"] = o.model;
   j["input"] = o.input;
+  j["tpuw_version"] = version_string();
   j["backend"] = o.backend;
   j["array_n"] = o.array_n;
   j["rows"] = in.rows;

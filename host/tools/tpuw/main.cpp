@@ -3,7 +3,8 @@
 // (tpuw/worker/strategies.h), with each device's busy time and the overlap in the report.
 //
 // Exit codes: 0 ok, 2 bad input or usage, 3 result mismatch (--check, .expect), 4 device fault
-// or timeout, 1 anything else.
+// or timeout, 1 anything else (including out of memory, threads or disk space).
+// `tpuw --version` prints the version of the tool and the ISA it was built against.
 //
 // One file per subcommand: cmd_info, cmd_asm, cmd_disasm, cmd_exec, cmd_gemm, cmd_run; the
 // options and reports they share are in cli_common. This file sets up the app, registers the
@@ -14,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "cli_common.h"
 #include "cmd_asm.h"
@@ -23,13 +25,16 @@
 #include "cmd_info.h"
 #include "cmd_run.h"
 #include "tpuw/error.h"
+#include "tpuw/spec.h"
 
 namespace tpuw::cli {
 namespace {
 
 int run(int argc, char** argv) {
   CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run).\n"
-               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other."};
+               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other\n"
+               "(runtime failure, out of memory/threads/disk)."};
+  app.set_version_flag("--version", version_string(), "print the tool and ISA version and exit");
   app.require_subcommand(1);
 
   // Registered in this order, which is the order `tpuw --help` lists them in.
@@ -45,6 +50,8 @@ int run(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
@@ -69,6 +76,10 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   try {
     return tpuw::cli::run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "tpuw: error: out of memory (lower the sizes, batch or device count, or raise the "
+                       "process memory limit)\n");
+    return tpuw::cli::kOther;
   } catch (const tpuw::Error& e) {
     fmt::print(stderr, "tpuw: error: {}\n", e.what());
     return tpuw::cli::exit_code(e.kind());

@@ -162,12 +162,13 @@ elif CASE == "atomic_outputs":
     import resource
     import subprocess
     src = os.path.join(FIRMWARE, "gemm_n4.s")
+    # Exit codes (tpuw --help): a full disk is a runtime failure (1), an unwritable path bad input (2).
     rc, so, se = run("asm", src, "-o", "/dev/full")
-    expect(rc != 0 and "No space left on device" in se, f"rc {rc}: {se}")
+    expect(rc == 1 and "No space left on device" in se, f"rc {rc}: {se}")
     rc, so, se = run("asm", src, "-o", "/proc/tpuw_cli_test.bin")  # unwritable, even for root
-    expect(rc != 0 and "/proc/tpuw_cli_test.bin: cannot" in se, f"rc {rc}: {se}")
+    expect(rc == 2 and "/proc/tpuw_cli_test.bin: cannot" in se, f"rc {rc}: {se}")
     rc, so, se = run("gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--out", "/dev/full", "-q")
-    expect(rc != 0 and "No space left on device" in se, f"rc {rc}: {se}")
+    expect(rc == 1 and "No space left on device" in se, f"rc {rc}: {se}")
     # `ulimit -f`: the existing outputs keep their old contents, no temporary is left.
     out_bin = CLI.write("old.bin", b"old program")
     out_npy = CLI.write("old.npy", b"old tensor")
@@ -178,10 +179,37 @@ elif CASE == "atomic_outputs":
     for args in (["asm", src, "-o", out_bin],
                  ["gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--out", out_npy, "-q"]):
         p = subprocess.run([TPUW, *args], capture_output=True, text=True, preexec_fn=limited, timeout=120)
-        expect(p.returncode != 0 and "File too large" in p.stderr, f"{args}: rc {p.returncode}: {p.stderr}")
+        expect(p.returncode == 1 and "File too large" in p.stderr, f"{args}: rc {p.returncode}: {p.stderr}")
     expect(open(out_bin, "rb").read() == b"old program", "asm -o output changed by a failed write")
     expect(open(out_npy, "rb").read() == b"old tensor", "gemm --out output changed by a failed write")
     expect(sorted(os.listdir(TMP)) == before, f"temporaries left: {sorted(os.listdir(TMP))}")
+
+elif CASE == "version_and_exit_codes":
+    # Issue 14 "Also": --version, the version in --json, and the exit codes documented in --help.
+    rc, so, se = run("--version")
+    expect(rc == 0 and so.startswith("tpuw ") and "(ISA " in so, f"rc {rc}: {so!r} {se!r}")
+    version = so.strip()
+    rc, so, se = run("info", "--backend", "ref", "--json")
+    expect(rc == 0 and json.loads(so).get("tpuw_version") == version, f"rc {rc}: {so}")
+    rc, so, se = run("gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--json", "-q")
+    expect(rc == 0 and json.loads(so).get("tpuw_version") == version, f"rc {rc}: {so}")
+    rc, so, se = run("--help")
+    expect(rc == 0 and "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other" in so, so)
+
+elif CASE == "resource_exhaustion":
+    # Issue 14, class 5: `ulimit -v 1000000; tpuw info --devices 64` aborted (std::terminate) when a
+    # device thread or model could not be created. Now exit 1 with the resource named; two variants.
+    import resource
+    import subprocess
+    backends = ["ref"] + (["rtl"] if rtl_built() else [])
+    for backend in backends:
+        for devices, limit in ((64, 1000000 * 1024), (32, 300 << 20), (16, 200 << 20), (64, 700000 * 1024)):
+            def limited(limit=limit):
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            p = subprocess.run([TPUW, "info", "--backend", backend, "--devices", str(devices)], capture_output=True,
+                               text=True, preexec_fn=limited, timeout=120)
+            expect(p.returncode == 1 and "out of" in p.stderr and "terminate" not in p.stderr,
+                   f"{backend}: {devices} devices in {limit} bytes: rc {p.returncode}: {p.stderr}")
 
 elif CASE == "exec_fault":
     src = os.path.join(TMP, "bad.s")

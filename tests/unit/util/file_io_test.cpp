@@ -44,11 +44,11 @@ class FileIo : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string error_of(auto&& f) {
+std::string error_of(auto&& f, ErrorKind want = ErrorKind::kBadFile) {
   try {
     f();
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadFile) << e.what();
+    EXPECT_EQ(e.kind(), want) << e.what();
     return e.what();
   }
   return "(no error)";
@@ -94,9 +94,22 @@ TEST_F(FileIo, AtomicWriteCreatesAndReplaces) {
 TEST_F(FileIo, AtomicWriteFailuresLeaveNothingBehind) {
   // Issue 14, class 4: a failing write must be an error, never a truncated or empty file.
   // /dev/full: a device is written in place and the write fails.
-  EXPECT_NE(error_of([] { write_file_atomic("/dev/full", bytes("data")); })
+  EXPECT_NE(error_of([] { write_file_atomic("/dev/full", bytes("data")); }, ErrorKind::kResource)
                 .find("/dev/full: cannot write the output file: No space left on device"),
             std::string::npos);
+  // A full disk is a resource error (CLI exit 1), a bad path a bad-file error (exit 2).
+  try {
+    write_file_atomic("/dev/full", bytes("data"));
+    ADD_FAILURE() << "writing /dev/full succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResource);
+  }
+  try {
+    write_file_atomic(dir_ / "no" / "c.npy", bytes("x"));
+    ADD_FAILURE() << "writing into a missing directory succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
+  }
   // /dev/null takes anything.
   EXPECT_NO_THROW(write_file_atomic("/dev/null", bytes("data")));
   // A directory that does not exist, a "directory" that is a file, an unwritable directory (even

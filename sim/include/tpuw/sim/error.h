@@ -14,6 +14,7 @@ enum class SimErrorKind {
   kTimeout,          // the device did not answer an AXI4-Lite access in time
   kIo,               // waveform file could not be written
   kAssertion,        // an RTL assertion (or $stop/$error) fired in the device model
+  kOutOfMemory,      // the host process could not allocate the model's memory
 };
 
 class SimError : public std::runtime_error {
