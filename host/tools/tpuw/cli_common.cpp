@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
+
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
@@ -12,6 +14,19 @@
 #include "tpuw/spec.h"
 
 namespace tpuw::cli {
+
+CLI::Validator unsigned_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (!s.empty() && s.front() == '-') return fmt::format("{}: must not be negative", s);
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc::result_out_of_range) return fmt::format("{}: larger than 2^64 - 1", s);
+        if (ec != std::errc() || end != s.data() + s.size()) return fmt::format("{}: not an unsigned integer", s);
+        return {};
+      },
+      "UINT");
+}
 
 std::string version_string() {
   return fmt::format("tpuw {} (ISA {}.{})", TPUW_VERSION, spec::kVersionMajor, spec::kVersionMinor);
@@ -58,7 +73,7 @@ CLI::Option* add_backend_option(CLI::App* sub, std::string& backend) {
 
 void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::string>& strategies, const std::string& help) {
   m.devices_opt = sub->add_option("--devices", m.devices, "number of devices (each on its own thread)")
-                      ->check(CLI::Range(1u, 64u))
+                      ->check(unsigned_check() & CLI::Range(1u, 64u))
                       ->capture_default_str();
   sub->add_option("--strategy", m.strategy, help)->check(CLI::IsMember(strategies));
 }
@@ -68,12 +83,13 @@ bool multi_selected(const MultiOpts& m) { return m.devices > 1 || !m.strategy.em
 void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave) {
   add_backend_option(sub, o.backend);
   o.array_n_opt = sub->add_option("--array-n", o.array_n, "MXU size N of the device configuration (N x N array)")
+                      ->check(unsigned_check())
                       ->capture_default_str();
   sub->add_flag("--json", o.json, "print one JSON object instead of the human-readable report");
   if (wave) {
     sub->add_option("--wave", o.wave, "rtl only: write an FST waveform to this file");
-    sub->add_option("--wave-from", o.wave_from, "first device cycle traced")->capture_default_str();
-    sub->add_option("--wave-to", o.wave_to, "last device cycle traced (default: to the end)");
+    sub->add_option("--wave-from", o.wave_from, "first device cycle traced")->check(unsigned_check())->capture_default_str();
+    sub->add_option("--wave-to", o.wave_to, "last device cycle traced (default: to the end)")->check(unsigned_check());
   }
 }
 

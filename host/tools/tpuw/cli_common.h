@@ -18,6 +18,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 class Option;
 }  // namespace CLI
 
@@ -72,6 +73,10 @@ void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes);
 /// "tpuw <project version> (ISA <major>.<minor>)": `tpuw --version` and the `tpuw_version` key of
 /// every --json report.
 std::string version_string();
+
+/// The check of every unsigned integer option: decimal digits only, at most 2^64 - 1. CLI11 2.1.2
+/// converts "-1" to 2^64 - 1 and wraps values past 2^64 (issue 14, class 2).
+CLI::Validator unsigned_check();
 
 /// Every PERF counter by name.
 nlohmann::ordered_json perf_json(const PerfCounters& p);

@@ -282,10 +282,10 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
   ge->add_option("--a", g.a, "A as .npy, int8 [M, K]");
   ge->add_option("--b", g.b, "B as .npy, int8 [K, N]");
   ge->add_option("--out", g.out, "write C as .npy, int32 [M, N]");
-  ge->add_option("--m", g.m, "rows of A (random operands)")->capture_default_str();
-  ge->add_option("--k", g.k, "columns of A / rows of B (random operands)")->capture_default_str();
-  ge->add_option("--n", g.n, "columns of B (random operands)")->capture_default_str();
-  ge->add_option("--seed", g.seed, "seed of the random operands")->capture_default_str();
+  ge->add_option("--m", g.m, "rows of A (random operands)")->check(unsigned_check())->capture_default_str();
+  ge->add_option("--k", g.k, "columns of A / rows of B (random operands)")->check(unsigned_check())->capture_default_str();
+  ge->add_option("--n", g.n, "columns of B (random operands)")->check(unsigned_check())->capture_default_str();
+  ge->add_option("--seed", g.seed, "seed of the random operands")->check(unsigned_check())->capture_default_str();
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
   add_device_options(ge, gemm_o, true);

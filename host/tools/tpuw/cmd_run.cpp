@@ -515,9 +515,11 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
   sub->add_option("--batch", o->batch,
                   "rows per device run (0: all rows in one run; with --devices/--strategy: the micro-batch, 0 = "
                   "automatic)")
+      ->check(unsigned_check())
       ->capture_default_str();
   add_backend_option(sub, o->backend);
   sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (N x N array)")
+      ->check(unsigned_check())
       ->capture_default_str();
   add_multi_options(sub, o->multi, {"data", "pipeline"},
                     "how the rows use several devices: data (micro-batches spread over the devices, weights "

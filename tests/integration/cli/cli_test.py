@@ -196,6 +196,23 @@ elif CASE == "version_and_exit_codes":
     rc, so, se = run("--help")
     expect(rc == 0 and "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other" in so, so)
 
+elif CASE == "unsigned_options":
+    # Issue 14, class 2: `--m -1`, a negative or > 2^64 `--seed` / `--batch` were accepted (CLI11
+    # wraps them). Each is a usage error (exit 2) naming the option, before any work or output.
+    out = os.path.join(TMP, "c.npy")
+    for args, needle in ((["gemm", "--m", "-1"], "--m: -1: must not be negative"),
+                         (["gemm", "--seed", "-5"], "--seed: -5: must not be negative"),
+                         (["gemm", "--seed", "99999999999999999999999"], "larger than 2^64 - 1"),
+                         (["gemm", "--n", "1e3"], "--n: 1e3: not an unsigned integer"),
+                         (["gemm", "--k", "-0"], "must not be negative"),
+                         (["run", "model.onnx", "--input", "x.npy", "--batch", "-3"], "--batch: -3: must not be negative"),
+                         (["gemm", "--devices", "-2"], "must not be negative")):
+        rc, so, se = run(*args, "--backend", "ref", "--out", out) if args[0] == "gemm" else run(*args)
+        expect(rc == 2 and needle in se, f"{args}: rc {rc}: {se}")
+        expect(not os.path.exists(out), f"{args}: output written")
+    rc, so, se = run("gemm", "--backend", "ref", "--seed", "18446744073709551615", "-q")
+    expect(rc == 0, f"the largest seed is valid: rc {rc}: {se}")
+
 elif CASE == "resource_exhaustion":
     # Issue 14, class 5: `ulimit -v 1000000; tpuw info --devices 64` aborted (std::terminate) when a
     # device thread or model could not be created. Now exit 1 with the resource named; two variants.
