@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "pass_util.h"
 #include "tpuw/compiler/passes.h"
@@ -35,6 +36,38 @@ int32_t sat32(double v) {
 
 /// How reports name a (Q)Dense layer: the labels of the model nodes merged into it.
 std::string layer_name(const Node& n) { return fmt::format("{}", fmt::join(n.origin, " + ")); }
+
+// Issue 14, class 6: every float entering the quantizer is checked, and the message names the
+// tensor and the index ([row, column] of its [rows, row_len] view). std::max would drop a NaN and
+// casting one to int8 is undefined, so nothing below may see one.
+std::string not_finite(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"); }
+
+void require_finite(const Graph& g, std::span<const float> x, const std::string& what, uint64_t row_len,
+                    ErrorKind kind) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) {
+      throw Error(kind, fmt::format("{}: {} element [{}, {}] is {} (every value the int8 quantizer reads must be "
+                                    "finite)",
+                                    g.source, what, i / row_len, i % row_len, not_finite(x[i])));
+    }
+  }
+}
+
+// The per-tensor int8 scale of a calibrated activation: max |x| / 127, 1 for an all-zero tensor.
+// A tensor whose largest magnitude is below 127 x the smallest normal float would get a
+// subnormal (or zero) scale and a meaningless requantization: refused, with the value.
+float activation_scale(const Graph& g, std::span<const float> x, const std::string& what, uint64_t row_len) {
+  require_finite(g, x, what + " (calibration)", row_len, ErrorKind::kUnsupported);
+  float m = 0;
+  for (const float v : x) m = std::max(m, std::fabs(v));
+  if (m > 0 && m < 127.0f * std::numeric_limits<float>::min()) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: {} has largest magnitude {:g} over the calibration rows: too small for an int8 "
+                            "scale (it must be at least 127 x {:g}, the smallest normal float); scale the data",
+                            g.source, what, m, std::numeric_limits<float>::min()));
+  }
+  return m > 0 ? m / 127.0f : 1.0f;
+}
 
 Node make_node(Op op, std::string name, std::vector<ValueId> inputs, std::vector<ValueId> outputs) {
   Node n;
@@ -91,7 +124,9 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
 
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() + 2);
-  const ValueId xq = activation_like(g, input, ".q", DType::kInt8, {nn::symmetric_scale(calib)});
+  const ValueId xq = activation_like(g, input, ".q", DType::kInt8,
+                                     {activation_scale(g, calib, fmt::format("input '{}'", g.value(input).name),
+                                                       features_in)});
   nodes.push_back(make_node(Op::kQuantize, "quantize", {input}, {xq}));
   g.replace_uses(input, xq);
 
@@ -129,25 +164,27 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     for (const ValueId c : {n.inputs[1], n.inputs[2]}) {
       if (readers[static_cast<size_t>(c)].size() == 1 && !g.is_graph_output(c)) g.value(c).data.reset();
     }
+    require_finite(g, w, fmt::format("layer '{}' weight '{}' (as [inputs, outputs])", name, w_name), cols,
+                   ErrorKind::kBadFile);
+    require_finite(g, b, fmt::format("layer '{}' bias '{}'", name, b_name), cols, ErrorKind::kBadFile);
     std::vector<int64_t> w_q(size_t{k} * cols), bias_q(cols);
     std::vector<float> w_scale(cols);
     for (uint32_t j = 0; j < cols; ++j) {
       float m = 0;
       for (uint32_t r = 0; r < k; ++r) m = std::max(m, std::fabs(w[size_t{r} * cols + j]));
-      if (!std::isfinite(m)) {
-        throw Error(ErrorKind::kUnsupported,
-                    fmt::format("{}: layer '{}' column {} has a non-finite weight", g.source, name, j));
-      }
       w_scale[j] = m > 0 ? m / 127.0f : 1.0f;
+      if (!(w_scale[j] > 0)) {
+        throw Error(ErrorKind::kUnsupported,
+                    fmt::format("{}: layer '{}' weight '{}' column {} has largest magnitude {:g}: too small for an "
+                                "int8 scale",
+                                g.source, name, w_name, j, m));
+      }
       for (uint32_t r = 0; r < k; ++r) {
         const double v = std::round(static_cast<double>(w[size_t{r} * cols + j]) / static_cast<double>(w_scale[j]));
         w_q[size_t{r} * cols + j] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
       }
       const double acc_scale = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]);
       const double bq = std::round(static_cast<double>(b[j]) / acc_scale);
-      if (std::isnan(bq)) {
-        throw Error(ErrorKind::kUnsupported, fmt::format("{}: layer '{}' bias {} is not finite", g.source, name, j));
-      }
       bias_q[j] = sat32(bq);
     }
     const bool relu = attr_int(g, n, "relu", 0) != 0;
@@ -171,7 +208,8 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
       nodes.push_back(std::move(dq));
       continue;
     }
-    const float out_scale = nn::symmetric_scale(acts[static_cast<size_t>(out)]);
+    const float out_scale = activation_scale(g, acts[static_cast<size_t>(out)],
+                                             fmt::format("layer '{}' output", name), cols);
     std::vector<int64_t> mult(cols), shift(cols);
     for (uint32_t j = 0; j < cols; ++j) {
       const double real =

@@ -203,7 +203,14 @@ TEST(QuantizePass, SameErrorsAsTheOldQuantizer) {
       (void)legacy_quantize(f, calib, rows);
       ADD_FAILURE() << "the old quantizer accepted case " << t;
     } catch (const Error& e) {
-      err(e.kind(), [&] { (void)nn::quantize(f, calib, rows); }, {e.what()});
+      if (t == 3 || t == 4) {
+        // Issue 14, class 6: a non-finite weight or bias is now a bad-file error naming the tensor
+        // and the element (the old quantizer named only the column).
+        err(ErrorKind::kBadFile, [&] { (void)nn::quantize(f, calib, rows); },
+            {t == 3 ? "weight" : "bias", "element [", t == 3 ? "is +inf" : "is NaN"});
+      } else {
+        err(e.kind(), [&] { (void)nn::quantize(f, calib, rows); }, {e.what()});
+      }
     }
   }
 }

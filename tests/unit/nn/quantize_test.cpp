@@ -202,6 +202,59 @@ TEST(Quantize, BadArgumentsThrow) {
   }
 }
 
+// Issue 14, class 6: NaN weights were accepted (std::max drops NaN, the int8 cast of NaN is
+// undefined), an infinite bias saturated silently, subnormal inputs gave a zero scale and a
+// misleading requantization message. Each is now an error naming the tensor and the index.
+std::string quantize_error(const FloatNetwork& f, const std::vector<float>& calib, uint64_t rows, ErrorKind want) {
+  try {
+    (void)quantize(f, calib, rows);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), want) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "quantize accepted the input";
+  return {};
+}
+
+TEST(Quantize, NonFiniteWeightsAndBiasesAreRefusedByNameAndIndex) {
+  const std::vector<float> calib{2.54f, -1.0f, 0.0f};
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Bad {
+    bool bias;
+    size_t index;
+    float value;
+    const char* needle;
+  };
+  for (const Bad b : {Bad{false, 3, std::nanf(""), "weight 'layer0.w' (as [inputs, outputs]) element [1, 1] is NaN"},
+                      Bad{false, 0, -inf, "element [0, 0] is -inf"},
+                      Bad{true, 1, inf, "bias 'layer0.b' element [0, 1] is +inf"},
+                      Bad{true, 0, std::nanf(""), "bias 'layer0.b' element [0, 0] is NaN"}}) {
+    FloatNetwork f = small_net(false);
+    f.layers[0].name = "l1";
+    (b.bias ? f.layers[0].b : f.layers[0].w)[b.index] = b.value;
+    const std::string msg = quantize_error(f, calib, 1, ErrorKind::kBadFile);
+    EXPECT_NE(msg.find(b.needle), std::string::npos) << msg;
+  }
+}
+
+TEST(Quantize, SubnormalOrOverflowingCalibrationIsRefusedWithTheValue) {
+  const FloatNetwork f = small_net(true);
+  // Every input subnormal: the input scale would be subnormal.
+  const float sub = std::numeric_limits<float>::denorm_min() * 8;
+  std::string msg = quantize_error(f, {sub, -sub, 0.0f}, 1, ErrorKind::kUnsupported);
+  EXPECT_NE(msg.find("input"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("too small for an int8 scale"), std::string::npos) << msg;
+  // Normal but below 127 x the smallest normal: the same.
+  msg = quantize_error(f, {std::numeric_limits<float>::min(), 0.0f, 0.0f}, 1, ErrorKind::kUnsupported);
+  EXPECT_NE(msg.find("too small for an int8 scale"), std::string::npos) << msg;
+  // A hidden activation that overflows to infinity during calibration is named too.
+  FloatNetwork big = small_net(true);
+  for (float& w : big.layers[0].w) w = 3e38f;
+  msg = quantize_error(big, {3e38f, 3e38f, 3e38f}, 1, ErrorKind::kUnsupported);
+  EXPECT_NE(msg.find("output (calibration) element [0, "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is +inf"), std::string::npos) << msg;
+}
+
 TEST(ForwardInt, HandComputedTwoLayerNetwork) {
   QNetwork q;
   q.input_features = 2;
