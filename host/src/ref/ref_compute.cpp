@@ -4,6 +4,7 @@
 // ReLU, saturation; bf16: fp32 bias, ReLU, RNE to bf16), each with its analytic timing. Mirrors
 // tpu_compute, tpu_mxu, tpu_act_seq and tpu_act_unit (rtl/core).
 #include "ref_impl.h"
+#include "ref_mxu.h"
 
 #include <algorithm>
 #include <cstring>
@@ -61,36 +62,11 @@ uint64_t RefDevice::Impl::exec_matmul(const Queued& e, uint64_t t) {
   const uint64_t ub_addr = e.in.fields[mm::kIdxUbAddr], acc_addr = e.in.fields[mm::kIdxAccAddr], rows = e.in.fields[mm::kIdxRows];
   if (swap) wsel ^= 1u;
   const auto& w = wbank[wsel];
-  std::vector<uint32_t> sum(n);
+  uint32_t* out = acc.data() + acc_addr * n;
   if (bf16) {
-    // Column c: s = (((+0 + p0) + p1) + ...) + p_{N-1}, one fp32 rounding per PE; then the ACC word.
-    std::vector<uint16_t> a(n);
-    for (uint64_t i = 0; i < rows; ++i) {
-      const int8_t* row = ub.data() + (ub_addr + 2 * i) * n;
-      for (size_t k = 0; k < n; ++k) a[k] = bf16_at(row, k);
-      std::fill(sum.begin(), sum.end(), 0u);
-      for (size_t k = 0; k < n; ++k) {
-        const uint16_t* wrow = w.data() + k * n;
-        for (size_t c = 0; c < n; ++c) sum[c] = num::mac_bf16(sum[c], a[k], wrow[c]);
-      }
-      uint32_t* out = acc.data() + (acc_addr + i) * n;
-      for (size_t c = 0; c < n; ++c) out[c] = accumulate ? num::add(out[c], sum[c]) : sum[c];
-    }
+    mxu_bf16(simd, reinterpret_cast<const uint8_t*>(ub.data() + ub_addr * n), rows, w.data(), n, out, accumulate);
   } else {
-    for (uint64_t i = 0; i < rows; ++i) {
-      std::fill(sum.begin(), sum.end(), 0u);
-      const int8_t* a = ub.data() + (ub_addr + i) * n;
-      for (uint32_t k = 0; k < n; ++k) {
-        const int32_t ak = a[k];
-        if (ak == 0) continue;
-        const uint16_t* wrow = w.data() + static_cast<size_t>(k) * n;
-        for (uint32_t c = 0; c < n; ++c) {
-          sum[c] += static_cast<uint32_t>(ak * static_cast<int32_t>(static_cast<int8_t>(wrow[c] & 0xFFu)));
-        }
-      }
-      uint32_t* out = acc.data() + (acc_addr + i) * n;
-      for (uint32_t c = 0; c < n; ++c) out[c] = accumulate ? out[c] + sum[c] : sum[c];
-    }
+    mxu_int8(simd, ub.data() + ub_addr * n, rows, w.data(), n, out, accumulate);
   }
   // Timing: one activation row (a UB row pair in bf16 mode) enters the array per cycle.
   const uint64_t ready = std::max({t, mxu_in_free, act_free});

@@ -19,7 +19,7 @@ namespace tpuw::ref {
 
 RefDevice::Impl::Impl(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model,
                       const RefConfig& config)
-    : p(params), mc(memory), pm(model), cfg(config) {
+    : p(params), mc(memory), pm(model), cfg(config), simd(best_simd_level()) {
   if (p.array_n == 0 || p.ub_depth == 0 || p.wb_depth == 0 || p.acc_depth == 0 || p.queue_depth == 0 ||
       p.dma_data_w < 8 || !is_pow2(p.dma_data_w)) {
     throw Error(ErrorKind::kInvalidArgument,

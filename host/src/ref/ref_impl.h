@@ -29,6 +29,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/ref/ref_device.h"
 #include "tpuw/spec.h"
+#include "ref_mxu.h"
 
 namespace tpuw::ref {
 
@@ -73,6 +74,7 @@ struct RefDevice::Impl {
   HostMemoryConfig mc;
   PerfModel pm;
   RefConfig cfg;
+  SimdLevel simd;        // MXU kernels (ref_mxu.h): the best this CPU runs; results do not depend on it
   uint32_t n;            // array size
   uint32_t beat;         // DMA beat bytes
   uint64_t bw_rd;        // bytes per cycle on the read data channel
