@@ -7,6 +7,7 @@
 #include <charconv>
 #include <algorithm>
 #include <limits>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "tpuw/asm.h"
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
+#include "tpuw/numerics.h"
 #include "tpuw/quote.h"
 
 namespace tpuw::isa {
@@ -269,6 +271,18 @@ class Assembler {
       fail(vt, fmt::format("unknown memory {} for {} {} (expected UB, WB or ACC)", q(vt.text), lower(inf.name),
                            f.name));
     }
+    if (detail::is_vecop_field(inf, f.name) && !vt.quoted && !vt.text.empty() &&
+        !(vt.text[0] >= '0' && vt.text[0] <= '9')) {
+      const std::string u = upper(vt.text);
+      std::string names;
+      for (const auto op : detail::kVecOps) {
+        if (spec::to_string(op) == u) return static_cast<uint64_t>(op);
+        names += (names.empty() ? "" : ", ") + std::string(spec::to_string(op));
+      }
+      fail(vt, fmt::format("unknown vector op {} for {} {} (expected one of: {}; or a number)", q(vt.text),
+                           lower(inf.name), f.name, names));
+    }
+    if (detail::is_f32_field(inf, f.name)) return f32_value(inf, f, vt);
     int64_t v = 0;
     if (vt.quoted || !parse_int(vt.text, v)) {
       fail(vt, fmt::format("expected a number for {} (decimal, 0x hex or 0b binary), got {}", f.name, q(vt.text)));
@@ -278,6 +292,42 @@ class Assembler {
                            f.width, max));
     }
     return static_cast<uint64_t>(v);
+  }
+
+  /// An fp32 field: 0x / 0b bits, or a float literal rounded to fp32 (nearest even).
+  uint64_t f32_value(const spec::InstrInfo& inf, const spec::Field& f, const Token& vt) const {
+    const std::string usage = "a float such as 0.5, -1e-3, inf or nan, or fp32 bits in 0x hex";
+    if (vt.quoted) fail(vt, fmt::format("expected {} for {} {}, got {}", usage, lower(inf.name), f.name, q(vt.text)));
+    std::string_view t = vt.text;
+    const bool bits = t.size() > 2 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X' || t[1] == 'b' || t[1] == 'B');
+    if (bits) {
+      int64_t v = 0;
+      if (!parse_int(vt.text, v)) fail(vt, fmt::format("expected {} for {} {}, got {}", usage, lower(inf.name), f.name, q(vt.text)));
+      if (v < 0 || v > 0xFFFFFFFFll) {
+        fail(vt, fmt::format("value {} out of range for {} {} (32 bits: 0..0xffffffff)", num(vt.text), lower(inf.name),
+                             f.name));
+      }
+      return static_cast<uint64_t>(v);
+    }
+    bool neg = false;
+    if (!t.empty() && (t[0] == '+' || t[0] == '-')) {
+      neg = t[0] == '-';
+      t.remove_prefix(1);
+    }
+    const std::string l = lower(t);
+    if (l == "nan") return neg ? 0xFFC00000u : num::kF32Nan;
+    float value = 0;
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), value, std::chars_format::general);
+    if (t.empty() || ec == std::errc::invalid_argument || p != t.data() + t.size()) {
+      fail(vt, fmt::format("expected {} for {} {}, got {}", usage, lower(inf.name), f.name, q(vt.text)));
+    }
+    if (ec == std::errc::result_out_of_range) {
+      fail(vt, fmt::format("{} is out of the fp32 range for {} {} (|x| <= 3.4e38 and normal; write other values "
+                           "as bits in 0x hex)",
+                           num(vt.text), lower(inf.name), f.name));
+    }
+    const uint32_t b = num::to_bits(value);
+    return neg ? (b ^ num::kF32SignBit) : b;
   }
 
   // -------------------------------------------------------------------------------------------

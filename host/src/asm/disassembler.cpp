@@ -4,6 +4,7 @@
 #include "syntax.h"
 #include "tpuw/asm.h"
 #include "tpuw/error.h"
+#include "tpuw/numerics.h"
 
 namespace tpuw::isa {
 
@@ -19,6 +20,17 @@ std::string raw_word(const Word& w) {
   std::string s = ".word";
   for (unsigned k = 0; k < 4; ++k) s += fmt::format(" 0x{:08x}", get_bits(w, 32 * k, 32));
   return s;
+}
+
+/// An fp32 bit pattern as a literal the assembler reads back to the same bits: the shortest
+/// decimal that round-trips, inf/-inf, nan for the canonical NaN, hex bits for other NaNs and
+/// subnormals.
+std::string f32_literal(uint32_t b) {
+  if (b == num::kF32Nan) return "nan";
+  if (num::is_nan(b) || num::is_subnormal(b)) return fmt::format("{:#x}", b);
+  if (b == num::kF32PosInf) return "inf";
+  if (b == num::kF32NegInf) return "-inf";
+  return fmt::format("{}", num::to_float(b));
 }
 
 }  // namespace
@@ -38,6 +50,10 @@ std::string disassemble_one(const Word& word) {
     const uint64_t v = in.fields[i];
     if (detail::is_mem_field(f.name) && v < detail::kMems.size()) {
       s += fmt::format(" {}={}", f.name, spec::to_string(static_cast<spec::Mem>(v)));
+    } else if (detail::is_vecop_field(*inf, f.name) && v < detail::kVecOps.size()) {
+      s += fmt::format(" {}={}", f.name, spec::to_string(detail::kVecOps[v]));
+    } else if (detail::is_f32_field(*inf, f.name)) {
+      s += fmt::format(" {}={}", f.name, f32_literal(static_cast<uint32_t>(v)));
     } else if (f.width == 1) {
       if (v != 0) s += fmt::format(" {}", f.name);
     } else if (detail::is_hex_field(f.name)) {

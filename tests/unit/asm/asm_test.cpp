@@ -141,6 +141,79 @@ TEST(Asm, DisassemblyFormat) {
   EXPECT_THROW((void)disassemble(std::vector<uint8_t>(17)), Error);
 }
 
+TEST(Asm, VectorOpNamesAndFloatScalars) {
+  const auto scalar_of = [](const std::string& lit) {
+    const Program p = assemble("vector op=AXPY dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=" + lit, "t.s");
+    return static_cast<uint32_t>(decode(word_from(p.code)).get("scalar"));
+  };
+  EXPECT_EQ(scalar_of("0.5"), 0x3F000000u);
+  EXPECT_EQ(scalar_of("-1e-3"), 0xBA83126Fu);  // -0.001 rounded to fp32
+  EXPECT_EQ(scalar_of("2"), 0x40000000u);      // a decimal is a float value, not bits
+  EXPECT_EQ(scalar_of("+1.5"), 0x3FC00000u);
+  EXPECT_EQ(scalar_of("-0"), 0x80000000u);
+  EXPECT_EQ(scalar_of("0.1"), 0x3DCCCCCDu);   // nearest even
+  EXPECT_EQ(scalar_of("inf"), 0x7F800000u);
+  EXPECT_EQ(scalar_of("-INF"), 0xFF800000u);
+  EXPECT_EQ(scalar_of("nan"), 0x7FC00000u);
+  EXPECT_EQ(scalar_of("NaN"), 0x7FC00000u);
+  EXPECT_EQ(scalar_of("0x7fc12345"), 0x7FC12345u);  // bits
+  EXPECT_EQ(scalar_of("0b1"), 1u);
+  EXPECT_EQ(scalar_of("3.4028234e38"), 0x7F7FFFFFu);
+
+  const Program p = assemble(
+      "vector op=axpy dst_addr=4 a_addr=0 b_addr=4 rows=8 scalar=-0.05 pop_prev\n"
+      "vector op=Maxs dst_addr=1 a_addr=1 b_addr=0 rows=2 scalar=0\n"
+      "vector op=9 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0x00000001\n"
+      "vector op=12 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e30\n"
+      "transpose src_addr=0 dst_addr=16 rows=4 bf16\n"
+      "loadw wb_addr=2 transpose bf16\n"
+      "matmul ub_addr=0 acc_addr=0 rows=2 bf16 swap\n"
+      "activate acc_addr=0 ub_addr=0 rows=1 bias_addr=0 qparam_addr=0 bf16\n",
+      "t.s");
+  EXPECT_EQ(disassemble(p.code),
+            "vector op=AXPY dst_addr=4 a_addr=0 b_addr=4 rows=8 scalar=-0.05 pop_prev\n"
+            "vector op=MAXS dst_addr=1 a_addr=1 b_addr=0 rows=2 scalar=0\n"
+            "vector op=ROUND_BF16 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0x1\n"
+            "vector op=12 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e+30\n"
+            "transpose bf16 src_addr=0 dst_addr=16 rows=4\n"
+            "loadw transpose bf16 wb_addr=2\n"
+            "matmul swap bf16 ub_addr=0 acc_addr=0 rows=2\n"
+            "activate bf16 acc_addr=0 ub_addr=0 rows=1 bias_addr=0 qparam_addr=0\n");
+  EXPECT_EQ(assemble(disassemble(p.code), "again.s").code, p.code);
+
+  expect_error("vector op=AXPZ dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0", 1, 11,
+               "unknown vector op 'AXPZ' for vector op (expected one of: ADD, SUB, MUL, AXPY, SCALE, MAX, MAXS, "
+               "SELECT, COLSUM, ROUND_BF16; or a number)");
+  expect_error("vector op=16 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0", 1, 11, "out of range for vector op");
+  expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e39", 1, 58,
+               "1e39 is out of the fp32 range for vector scalar");
+  expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0.5x", 1, 58,
+               "expected a float such as 0.5, -1e-3, inf or nan, or fp32 bits in 0x hex for vector scalar, got '0.5x'");
+  expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0x100000000", 1, 58,
+               "out of range for vector scalar (32 bits");
+  expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=\"1\"", 1, 58, "expected a float");
+  expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1", 1, 1, "missing required field 'scalar'");
+}
+
+TEST(Asm, EveryScalarBitPatternRoundTrips) {
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> code;
+  std::vector<uint32_t> specials = {0u, 0x80000000u, 1u, 0x807FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0xFF7FFFFFu,
+                                    0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0x3F800000u,
+                                    0x3DCCCCCDu, 0x4B7FFFFFu, 0x4B800001u};
+  for (int i = 0; i < 5000; ++i) specials.push_back(static_cast<uint32_t>(rng()));
+  for (const uint32_t b : specials) {
+    Instr in = make_instr(spec::Opcode::kVector);
+    in.set("op", static_cast<uint64_t>(rng() % 16));
+    in.set("rows", 1);
+    in.set("scalar", b);
+    const Word w = encode(in);
+    code.insert(code.end(), w.begin(), w.end());
+  }
+  const std::string text = disassemble(code);
+  EXPECT_EQ(assemble(text, "round.s").code, code);
+}
+
 TEST(Asm, RandomInstructionsRoundTripThroughText) {
   std::mt19937_64 rng(42);
   std::vector<uint8_t> code;
