@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "program_builder.h"
+#include "step_builder.h"
 #include "tpuw/checked.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
@@ -54,12 +54,13 @@ void check_spec(const Bf16GemmSpec& s) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: every dimension must be >= 1", spec_name(s)));
   }
-  if (!s.bf16_out && (s.bias || s.relu)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: bias and relu need the bf16 epilogue", spec_name(s)));
+  if (!s.bf16_out && (s.relu || s.z_out)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: relu and z_out need the bf16 epilogue", spec_name(s)));
   }
-  if (s.bf16_out && s.accumulate) {
+  if (s.accumulate && (s.bf16_out || s.bias)) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("{}: accumulate reads an fp32 C; it does not combine with bf16 output", spec_name(s)));
+                fmt::format("{}: accumulate reads an fp32 C; it combines with neither bf16 output nor a bias",
+                            spec_name(s)));
   }
   constexpr uint64_t kMax = uint64_t{1} << 24;  // keeps every padded size and byte count far inside 64 bits
   if (s.shape.m > kMax || s.shape.k > kMax || s.shape.n > kMax) {
@@ -92,11 +93,8 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
                 fmt::format("{}: the operands exceed the 4 GiB device address space", spec_name(spec)));
   }
 
-  // ACC: two strip buffers of m_tile rows and two bias rows.
-  const uint64_t acc_cap = params.acc_depth >= 2 ? round_down(std::min<uint64_t>((params.acc_depth - 2) / 2,
-                                                                                  detail::kMaxRowsField / 2),
-                                                               an)
-                                                 : 0;
+  // ACC: two strip buffers of m_tile rows.
+  const uint64_t acc_cap = round_down(std::min<uint64_t>(params.acc_depth / 2, detail::kMaxRowsField / 2), an);
   if (acc_cap == 0) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("ACC depth {} cannot hold two output strips of {} rows", params.acc_depth, an));
@@ -134,7 +132,81 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
   return p;
 }
 
-GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs) {
+namespace detail {
+
+StepBuilder::StepBuilder(const DeviceParams& params, size_t host_buffers)
+    : params_(params),
+      an_(params.array_n),
+      beat_(params.dma_data_w / 8),
+      ub_chunk_(2 * uint64_t{params.array_n}),
+      wb_chunk_(2 * uint64_t{params.array_n}),
+      acc_chunk_(params.array_n),
+      ub0_(0),
+      wb0_(ub0_ + (params.ub_depth + ub_chunk_ - 1) / ub_chunk_),
+      acc0_(wb0_ + (params.wb_depth + wb_chunk_ - 1) / wb_chunk_),
+      host0_(acc0_ + (params.acc_depth + acc_chunk_ - 1) / acc_chunk_),
+      host_state_(host_buffers, HostState::kNone),
+      b_(host0_ + host_buffers) {}
+
+std::vector<size_t> StepBuilder::range(size_t base, uint64_t chunk, uint64_t row, uint64_t rows) const {
+  std::vector<size_t> out;
+  if (rows == 0) return out;
+  for (uint64_t c = row / chunk; c <= (row + rows - 1) / chunk; ++c) out.push_back(base + c);
+  return out;
+}
+
+std::vector<size_t> StepBuilder::ub(uint64_t row, uint64_t rows) const { return range(ub0_, ub_chunk_, row, rows); }
+std::vector<size_t> StepBuilder::wb(uint64_t row, uint64_t rows) const { return range(wb0_, wb_chunk_, row, rows); }
+std::vector<size_t> StepBuilder::acc(uint64_t row, uint64_t rows) const {
+  return range(acc0_, acc_chunk_, row, rows);
+}
+
+uint64_t StepBuilder::local_rows(spec::Mem mem, const Transfer& t) const {
+  const uint64_t row_bytes = mem == spec::Mem::kAcc ? 4 * uint64_t{an_} : an_;
+  return t.rows * t.row_bytes / row_bytes;
+}
+
+std::vector<size_t> local_of(const StepBuilder& sb, spec::Mem mem, uint64_t row, uint64_t rows) {
+  switch (mem) {
+    case spec::Mem::kUb: return sb.ub(row, rows);
+    case spec::Mem::kWb: return sb.wb(row, rows);
+    default: return sb.acc(row, rows);
+  }
+}
+
+void StepBuilder::load(spec::Mem mem, const Transfer& t, std::optional<size_t> host_buf) {
+  std::vector<size_t> reads;
+  if (host_buf) {
+    HostState& st = host_state_.at(*host_buf);
+    if (st == HostState::kStored) b_.emit(kC, isa::make_instr(spec::Opcode::kNop), {}, {host(*host_buf)});
+    st = HostState::kLoaded;
+    reads.push_back(host(*host_buf));
+  }
+  b_.emit(kL, dma_instr(spec::Opcode::kLoad, mem, t), reads, local_of(*this, mem, t.local_row, local_rows(mem, t)));
+}
+
+void StepBuilder::store(spec::Mem mem, const Transfer& t, std::optional<size_t> host_buf) {
+  std::vector<size_t> writes;
+  if (host_buf) {
+    HostState& st = host_state_.at(*host_buf);
+    if (st == HostState::kLoaded) b_.emit(kC, isa::make_instr(spec::Opcode::kNop), {}, {host(*host_buf)});
+    st = HostState::kStored;
+    writes.push_back(host(*host_buf));
+  }
+  b_.emit(kS, dma_instr(spec::Opcode::kStore, mem, t), local_of(*this, mem, t.local_row, local_rows(mem, t)), writes);
+}
+
+void StepBuilder::compute(isa::Instr in, const std::vector<size_t>& reads, const std::vector<size_t>& writes,
+                          bool is_matmul) {
+  b_.emit(kC, std::move(in), reads, writes, is_matmul);
+}
+
+MergedProgram StepBuilder::finish() {
+  return merge_program(b_, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
+}
+
+void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
+                    const Bf16GemmHostBufs& bufs) {
   const Bf16GemmSpec& s = plan.spec;
   const uint64_t an = plan.array_n;
   const uint64_t beat = plan.beat;
@@ -149,21 +221,12 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   check_addr(addrs.b, plan.b_bytes(), "B");
   check_addr(addrs.c, plan.c_bytes(), "C");
   if (s.bias) check_addr(addrs.bias, plan.bias_bytes(), "bias");
-
-  // Resources.
-  const size_t w_res0 = 0;
-  const size_t a_res0 = w_res0 + plan.w_slots;
-  const size_t scr_res0 = a_res0 + plan.a_slots;
-  const size_t acc_res0 = scr_res0 + 2;
-  const size_t bias_res0 = acc_res0 + 2;
-  const size_t out_res0 = bias_res0 + 2;
-  Builder b(out_res0 + 2);
+  if (s.z_out) check_addr(addrs.z, plan.z_bytes(), "Z");
 
   // Local memory layout.
   const uint64_t a_row0 = 0;
   const uint64_t scr_row0 = a_row0 + uint64_t{plan.a_slots} * 2 * plan.m_tile;
   const uint64_t out_row0 = scr_row0 + (s.trans_a ? 4 * an : 0);
-  const uint64_t bias_acc_row0 = 2 * plan.m_tile;
 
   std::vector<int64_t> a_content(plan.a_slots, -1);
   uint64_t tile_counter = 0, a_ring = 0, strip = 0, scr_counter = 0;
@@ -173,13 +236,13 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
     for (uint64_t nb = 0; nb < plan.n_blocks; ++nb, ++strip) {
       const uint64_t buf = strip % 2;
       const uint64_t acc_row = buf * plan.m_tile;
+      const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
       if (s.accumulate) {
-        const Transfer t{acc_row, addrs.c + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np};
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {acc_res0 + buf});
-      }
-      if (s.bias) {
-        const Transfer t{bias_acc_row0 + buf, addrs.bias + 4 * nb * an, 1, 4 * an, 4 * an};
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {bias_res0 + buf});
+        sb.load(spec::Mem::kAcc, Transfer{acc_row, addrs.c + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
+                bufs.c);
+      } else if (s.bias) {
+        // The bias strip in every row of the ACC strip: one host row read `rows` times.
+        sb.load(spec::Mem::kAcc, Transfer{acc_row, addrs.bias + 4 * nb * an, rows, 4 * an, 0}, bufs.bias);
       }
       for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
         // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
@@ -187,29 +250,28 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
         const uint64_t tile_addr = s.trans_b ? addrs.b + 2 * (nb * an * plan.kp + kb * an)
                                              : addrs.b + 2 * (kb * an * plan.np + nb * an);
         const uint64_t tile_stride = 2 * (s.trans_b ? plan.kp : plan.np);
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}),
-               {}, {w_res0 + wslot});
+        sb.load(spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}, bufs.b);
         // A block -> UB slot, unless it is already there.
         const uint64_t aslot = plan.a_resident ? kb : (a_ring++ % plan.a_slots);
         const uint64_t slot_row = a_row0 + aslot * 2 * plan.m_tile;
         const auto a_id = static_cast<int64_t>(mt * plan.k_blocks + kb);
         if (a_content[aslot] != a_id) {
           if (!s.trans_a) {
-            const Transfer t{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp};
-            b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {a_res0 + aslot});
+            sb.load(spec::Mem::kUb, Transfer{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp},
+                    bufs.a);
           } else {
             // A is stored [K, M]: its tile (kb, m chunk) is LOADed and TRANSPOSEd into the slot.
             for (uint64_t c = 0; c < rows / an; ++c, ++scr_counter) {
-              const uint64_t sc = scr_counter % 2;
-              const uint64_t sc_row = scr_row0 + sc * 2 * an;
-              const Transfer t{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp};
-              b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {scr_res0 + sc});
+              const uint64_t sc_row = scr_row0 + (scr_counter % 2) * 2 * an;
+              sb.load(spec::Mem::kUb,
+                      Transfer{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp},
+                      bufs.a);
               isa::Instr tr = isa::make_instr(spec::Opcode::kTranspose);
               tr.set("bf16", 1);
               tr.set("src_addr", sc_row);
               tr.set("dst_addr", slot_row + c * 2 * an);
               tr.set("rows", an);
-              b.emit(kC, std::move(tr), {scr_res0 + sc}, {a_res0 + aslot});
+              sb.compute(std::move(tr), sb.ub(sc_row, 2 * an), sb.ub(slot_row + c * 2 * an, 2 * an));
             }
           }
           a_content[aslot] = a_id;
@@ -218,40 +280,52 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
         lw.set("wb_addr", wslot * 2 * an);
         lw.set("bf16", 1);
         lw.set("transpose", s.trans_b ? 1 : 0);
-        b.emit(kC, std::move(lw), {w_res0 + wslot}, {});
+        sb.compute(std::move(lw), sb.wb(wslot * 2 * an, 2 * an), {});
         isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-        mm.set("accumulate", (kb > 0 || s.accumulate) ? 1 : 0);
+        mm.set("accumulate", (kb > 0 || s.accumulate || s.bias) ? 1 : 0);
         mm.set("swap", 1);
         mm.set("bf16", 1);
         mm.set("ub_addr", slot_row);
         mm.set("acc_addr", acc_row);
         mm.set("rows", rows);
-        std::vector<size_t> mm_writes{acc_res0 + buf};
-        b.emit(kC, std::move(mm), {a_res0 + aslot}, mm_writes, /*is_matmul=*/true);
+        sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
       }
-      if (!s.bf16_out) {
-        const Transfer t{acc_row, addrs.c + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np};
-        b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {acc_res0 + buf}, {});
-      } else {
+      if (!s.bf16_out || s.z_out) {
+        const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
+        sb.store(spec::Mem::kAcc, Transfer{acc_row, base + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
+                 s.bf16_out ? bufs.z : bufs.c);
+      }
+      if (s.bf16_out) {
         const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
         isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
         act.set("bf16", 1);
         act.set("relu", s.relu ? 1 : 0);
-        act.set("bias", s.bias ? 1 : 0);
         act.set("acc_addr", acc_row);
         act.set("ub_addr", out_row);
         act.set("rows", rows);
-        act.set("bias_addr", bias_acc_row0 + buf);
-        std::vector<size_t> reads{acc_res0 + buf};
-        if (s.bias) reads.push_back(bias_res0 + buf);
-        b.emit(kC, std::move(act), reads, {out_res0 + buf});
-        const Transfer t{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np};
-        b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {out_res0 + buf}, {});
+        sb.compute(std::move(act), acc_res, sb.ub(out_row, 2 * rows));
+        sb.store(spec::Mem::kUb, Transfer{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np},
+                 bufs.c);
       }
     }
   }
+}
 
-  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
+}  // namespace detail
+
+GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs) {
+  DeviceParams params{};
+  // The plan's tiling already fits the device; the builder only needs the memory sizes to
+  // cover every row the program touches.
+  params.array_n = plan.array_n;
+  params.dma_data_w = plan.beat * 8;
+  params.ub_depth = static_cast<uint32_t>(std::min<uint64_t>(
+      UINT32_MAX, uint64_t{plan.a_slots} * 2 * plan.m_tile + 4 * plan.array_n + 4 * plan.m_tile));
+  params.wb_depth = plan.w_slots * 2 * plan.array_n;
+  params.acc_depth = static_cast<uint32_t>(2 * plan.m_tile);
+  detail::StepBuilder sb(params, 0);
+  detail::emit_gemm_bf16(sb, plan, addrs);
+  detail::MergedProgram merged = sb.finish();
   GemmProgram prog;
   prog.code = std::move(merged.code);
   prog.fold_index = std::move(merged.fold_index);
@@ -316,7 +390,8 @@ std::vector<float> unpad_bf16(std::span<const uint16_t> p, uint64_t rows, uint64
 // ---------------------------------------------------------------------------------------------
 
 std::vector<float> gemm_bf16_host(const Bf16GemmSpec& s, uint32_t array_n, std::span<const float> a,
-                                  std::span<const float> b, std::span<const float> c_in, std::span<const float> bias) {
+                                  std::span<const float> b, std::span<const float> c_in, std::span<const float> bias,
+                                  std::vector<float>* z) {
   check_spec(s);
   const uint64_t M = s.shape.m, K = s.shape.k, N = s.shape.n, an = array_n;
   check_size(a, s.trans_a ? K : M, s.trans_a ? M : K, "gemm_bf16_host: A");
@@ -333,17 +408,18 @@ std::vector<float> gemm_bf16_host(const Bf16GemmSpec& s, uint32_t array_n, std::
     for (uint64_t j = 0; j < N; ++j) ob[k * N + j] = bf16::round(s.trans_b ? b[j * K + k] : b[k * N + j]);
   }
   std::vector<float> c(M * N);
+  if (z != nullptr) z->assign(M * N, 0.0f);
+  const bool preset = s.accumulate || s.bias;
   for (uint64_t i = 0; i < M; ++i) {
     for (uint64_t j = 0; j < N; ++j) {
-      float acc = s.accumulate ? c_in[i * N + j] : 0.0f;
+      float acc = s.accumulate ? c_in[i * N + j] : s.bias ? bias[j] : 0.0f;
       for (uint64_t k0 = 0; k0 < kp; k0 += an) {
         float sum = 0.0f;
         for (uint64_t k = k0; k < k0 + an; ++k) sum = bf16::add(sum, bf16::mul_exact(oa[i * kp + k], ob[k * N + j]));
-        acc = (k0 == 0 && !s.accumulate) ? sum : bf16::add(acc, sum);
+        acc = (k0 == 0 && !preset) ? sum : bf16::add(acc, sum);
       }
-      if (s.bf16_out) {
-        acc = bf16::to_float(num::activate_bf16(num::to_bits(acc), s.bias ? num::to_bits(bias[j]) : 0u, s.bias, s.relu));
-      }
+      if (z != nullptr) (*z)[i * N + j] = acc;
+      if (s.bf16_out) acc = bf16::to_float(num::activate_bf16(num::to_bits(acc), 0u, false, s.relu));
       c[i * N + j] = acc;
     }
   }
@@ -378,6 +454,7 @@ Bf16GemmResult gemm_bf16(Device& device, const Bf16GemmSpec& s, std::span<const 
   HostBuffer bbuf = device.alloc(p.b_bytes(), 4096);
   HostBuffer cbuf = device.alloc(p.c_bytes(), 4096);
   HostBuffer biasbuf = device.alloc(std::max<uint64_t>(p.bias_bytes(), 64), 4096);
+  HostBuffer zbuf = device.alloc(s.z_out ? p.z_bytes() : 64, 4096);
   {
     const auto ap = pad_bf16(a, s.trans_a ? K : M, s.trans_a ? M : K, an);
     const auto bp = pad_bf16(b, s.trans_b ? N : K, s.trans_b ? K : N, an);
@@ -392,7 +469,7 @@ Bf16GemmResult gemm_bf16(Device& device, const Bf16GemmSpec& s, std::span<const 
       device.write(biasbuf, 0, bp2.data(), p.bias_bytes());
     }
   }
-  const GemmProgram prog = compile_gemm_bf16(p, {abuf.addr(), bbuf.addr(), cbuf.addr(), biasbuf.addr()});
+  const GemmProgram prog = compile_gemm_bf16(p, {abuf.addr(), bbuf.addr(), cbuf.addr(), biasbuf.addr(), zbuf.addr()});
   r.instructions = prog.code.size() + 1;
 
   device.clear_perf();
@@ -407,6 +484,11 @@ Bf16GemmResult gemm_bf16(Device& device, const Bf16GemmSpec& s, std::span<const 
     std::vector<uint16_t> cp(p.c_bytes() / 2);
     device.read(cbuf, 0, cp.data(), p.c_bytes());
     r.c = unpad_bf16(cp, M, N, an);
+    if (s.z_out) {
+      std::vector<float> zp(p.z_bytes() / 4);
+      device.read(zbuf, 0, zp.data(), p.z_bytes());
+      r.z = unpad_f32(zp, M, N, an);
+    }
   } else {
     std::vector<float> cp(p.c_bytes() / 4);
     device.read(cbuf, 0, cp.data(), p.c_bytes());

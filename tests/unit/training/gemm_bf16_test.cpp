@@ -121,7 +121,7 @@ TEST(Bf16GemmPlan, ProgramStructure) {
   EXPECT_EQ(loadw_t, plan.folds);                  // every weight tile enters transposed
   EXPECT_EQ(mm_bf16, plan.folds);
   Bf16GemmSpec bad = s;
-  bad.relu = true;
+  bad.relu = true;  // relu without the bf16 epilogue
   EXPECT_THROW((void)plan_gemm_bf16(p, bad), Error);
   bad = s;
   bad.shape.k = 0;
@@ -148,9 +148,11 @@ void run_case(Device& dev, const Bf16GemmSpec& s, uint32_t seed) {
   const auto c_in = s.accumulate ? random_bf16(M * N, seed + 2, 4.0f) : std::vector<float>{};
   const auto bias = s.bias ? random_bf16(N, seed + 3) : std::vector<float>{};
   const Bf16GemmResult r = gemm_bf16(dev, s, a, b, c_in, bias);
-  expect_same_bits(r.c, gemm_bf16_host(s, dev.info().params.array_n, a, b, c_in, bias),
-                   fmt::format("M={} K={} N={} ta={} tb={} acc={} out={} bias={} relu={}", M, K, N, s.trans_a,
-                               s.trans_b, s.accumulate, s.bf16_out, s.bias, s.relu));
+  std::vector<float> z;
+  const std::string what = fmt::format("M={} K={} N={} ta={} tb={} acc={} out={} bias={} relu={}", M, K, N, s.trans_a,
+                                       s.trans_b, s.accumulate, s.bf16_out, s.bias, s.relu);
+  expect_same_bits(r.c, gemm_bf16_host(s, dev.info().params.array_n, a, b, c_in, bias, &z), what);
+  if (s.z_out) expect_same_bits(r.z, z, what + " Z");
   EXPECT_GT(r.cycles, 0u);
 }
 
@@ -190,9 +192,15 @@ TEST(Bf16GemmRef, EpilogueAndAccumulate) {
     s.bf16_out = true;
     s.bias = true;
     s.relu = true;
+    s.z_out = true;
     run_case(dev, s, seed += 4);
     s.relu = false;
     s.trans_a = true;
+    run_case(dev, s, seed += 4);
+    s = {};
+    s.shape = {m, k, n};
+    s.bias = true;  // fp32 output with the bias preloaded
+    s.trans_b = true;
     run_case(dev, s, seed += 4);
   }
 }

@@ -11,7 +11,7 @@
 // elements is a UB/WB row pair) and every output strip one strided STORE: no host repacking.
 //   A: [M, K] (trans_a: stored [K, M]);  B: [K, N] (trans_b: stored [N, K]);
 //   C: [M, N] fp32 (read first when accumulate), or [M, N] bf16 with the bf16 epilogue;
-//   bias: [N] fp32 (one padded row).
+//   bias: [N] fp32 (one padded row); Z: [M, N] fp32 (the ACC before the epilogue, z_out).
 //
 // The program (program_builder.h does the tokens): for each M tile (a multiple of ArrayN rows),
 // for each output strip of ArrayN columns, for each K block in increasing k ("fold"):
@@ -20,9 +20,10 @@
 //                                                   and TRANSPOSEd into the slot, ArrayN rows each]
 //   LOADW bf16 WB slot
 //   MATMUL bf16 UB slot -> ACC strip buffer (swap, accumulate = kb > 0 || accumulate)
-// then STORE ACC -> C (fp32), or ACTIVATE bf16 (bias, relu) ACC -> UB out buffer, STORE -> C (bf16).
-// ACC holds two strip buffers (double buffered) plus the bias row; K folds accumulate in
-// increasing k, so the result is the contract's `acc + s` chain, reproduced by gemm_bf16_host.
+// then STORE ACC -> C (fp32), or ACTIVATE bf16 (relu) ACC -> UB out buffer, STORE -> C (bf16)
+// (and STORE ACC -> Z). ACC holds two strip buffers (double buffered); with `bias` a strip starts
+// as the bias row in every row (LOAD, host stride 0). K folds accumulate in increasing k, so the
+// result is the contract's `acc + s` chain, reproduced by gemm_bf16_host.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,11 @@ struct Bf16GemmSpec {
   bool trans_a = false;     ///< A is stored [K, M]; op(A) = A^T (TRANSPOSE on the device)
   bool trans_b = false;     ///< B is stored [N, K]; op(B) = B^T (LOADW transpose)
   bool accumulate = false;  ///< C (fp32) is read and the product added to it: C = C + op(A) op(B)
-  bool bf16_out = false;    ///< epilogue: ACTIVATE bf16 (bias, relu) and bf16 C instead of fp32 C
-  bool bias = false;        ///< bf16_out only: add the fp32 bias row
+  bool bias = false;        ///< the ACC starts as the fp32 bias row broadcast to every row (one LOAD
+                            ///< with host stride 0) and every fold is added to it: C = b + op(A) op(B)
+  bool bf16_out = false;    ///< epilogue: ACTIVATE bf16 (relu) and bf16 C instead of fp32 C
   bool relu = false;        ///< bf16_out only: ReLU before the rounding
+  bool z_out = false;       ///< bf16_out only: also STORE the fp32 ACC (before ReLU) to Z [M, N]
 };
 
 /// Tiling decisions for one spec on one device configuration.
@@ -67,6 +70,7 @@ struct Bf16GemmPlan {
   uint64_t a_bytes() const { return 2 * mp * kp; }
   uint64_t b_bytes() const { return 2 * kp * np; }
   uint64_t c_bytes() const { return (spec.bf16_out ? 2 : 4) * mp * np; }
+  uint64_t z_bytes() const { return 4 * mp * np; }
   uint64_t bias_bytes() const { return 4 * np; }
   uint64_t macs() const { return spec.shape.m * spec.shape.k * spec.shape.n; }
 };
@@ -75,9 +79,9 @@ struct Bf16GemmPlan {
 /// without bf16_out, Error(kUnsupported) when the configuration cannot hold one tile.
 Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec);
 
-/// Host addresses of the padded operands (beat-aligned). bias only with spec.bias.
+/// Host addresses of the padded operands (beat-aligned). bias only with spec.bias, z with z_out.
 struct Bf16GemmAddrs {
-  uint64_t a = 0, b = 0, c = 0, bias = 0;
+  uint64_t a = 0, b = 0, c = 0, bias = 0, z = 0;
 };
 
 /// Compiles the program (without the final FENCE: the driver appends it).
@@ -109,13 +113,15 @@ std::vector<float> unpad_bf16(std::span<const uint16_t> p, uint64_t rows, uint64
 /// bit for bit (products exact, column sums k = 0 .. ArrayN-1 per K block from +0 including the
 /// zero padding, folds added in increasing k, epilogue). a, b are the stored matrices (row-major,
 /// logical shapes per the spec), already bf16 values; c_in the fp32 C when accumulating; bias [N].
-/// Returns C [M, N] as fp32 (bf16_out: the bf16 values widened).
+/// Returns C [M, N] as fp32 (bf16_out: the bf16 values widened); `z`, when given, receives the
+/// fp32 ACC before the epilogue.
 std::vector<float> gemm_bf16_host(const Bf16GemmSpec& spec, uint32_t array_n, std::span<const float> a,
                                   std::span<const float> b, std::span<const float> c_in = {},
-                                  std::span<const float> bias = {});
+                                  std::span<const float> bias = {}, std::vector<float>* z = nullptr);
 
 struct Bf16GemmResult {
   std::vector<float> c;  ///< [M, N]
+  std::vector<float> z;  ///< [M, N] with z_out
   Bf16GemmPlan plan;
   PerfCounters perf;
   uint64_t cycles = 0;
