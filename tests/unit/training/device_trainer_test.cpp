@@ -1,0 +1,174 @@
+// The device trainer on the ref backend: one SGD step of a small MLP against the host fp32 step
+// (within bf16 tolerance), logits against the float forward pass, resume bit-identity, and the
+// argument errors. Device tests skip while the ref backend lacks FEATURES.BF16/TRANSPOSE.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "tpuw/compiler/training.h"
+#include "tpuw/device.h"
+#include "tpuw/error.h"
+#include "tpuw/runtime/device_trainer.h"
+#include "tpuw/spec.h"
+
+namespace tpuw::runtime {
+namespace {
+
+// 20 -> 24 (ReLU, weight stored [out, in] like PyTorch's Linear) -> 12 (ReLU, stored [in, out],
+// like MatMul + Add) -> 10 logits ([out, in]).
+compiler::TrainModel small_mlp(uint32_t seed) {
+  compiler::TrainModel m;
+  m.source = "small_mlp";
+  m.input_features = 20;
+  const std::vector<std::tuple<int64_t, int64_t, bool, bool>> dims = {
+      {20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}};
+  std::mt19937 rng(seed);
+  int i = 0;
+  for (const auto& [in, out, out_in, relu] : dims) {
+    compiler::TrainLayer L;
+    L.node = fmt::format("fc{} (Gemm)", i);
+    L.weight = fmt::format("fc{}.weight", i);
+    L.bias = fmt::format("fc{}.bias", i);
+    L.weight_out_in = out_in;
+    L.in = in;
+    L.out = out;
+    L.relu = relu;
+    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
+    std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
+    for (auto& x : w) x = d(rng);
+    for (auto& x : b) x = 0.1f * d(rng);
+    m.params[L.weight] = w;
+    m.params[L.bias] = b;
+    m.layers.push_back(L);
+    ++i;
+  }
+  return m;
+}
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+};
+
+Batch make_batch(int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> c(0, 9);
+  Batch b;
+  b.x.resize(static_cast<size_t>(rows * 20));
+  for (auto& v : b.x) v = d(rng);
+  b.y.resize(static_cast<size_t>(rows));
+  for (auto& v : b.y) v = c(rng);
+  return b;
+}
+
+bool has_features(Device& dev) {
+  const uint32_t need = spec::reg::kFeaturesBf16 | spec::reg::kFeaturesTranspose;
+  return (dev.info().features & need) == need;
+}
+
+double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+TEST(DeviceTrainer, ArgumentErrors) {
+  Device dev = Device::open("ref", BackendConfig{});
+  const SgdConfig ok{0.1f, 0.9f, 0.0f};
+  EXPECT_THROW(DeviceTrainer(dev, small_mlp(1), 0, ok), Error);
+  for (float lr : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    try {
+      DeviceTrainer t(dev, small_mlp(1), 8, SgdConfig{lr, 0.0f, 0.0f});
+      FAIL() << "lr " << lr;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    }
+  }
+}
+
+// One step (momentum, weight decay, a partial batch) against the same step in host fp32: the
+// update (w_after - w_before) of every parameter within 5% relative norm, the loss within 1%.
+TEST(DeviceTrainer, OneStepMatchesHostFloatWithinBf16Tolerance) {
+  Device dev = Device::open("ref", BackendConfig{});
+  if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  const compiler::TrainModel m = small_mlp(7);
+  const SgdConfig sgd{0.05f, 0.9f, 0.01f};
+  DeviceTrainer t(dev, m, 16, sgd);
+  const Batch b = make_batch(13, 8);
+  const TrainStepReport r = t.step(b.x, b.y, 13);
+  const compiler::FloatGrad<float> want = compiler::float_gradients<float>(m, m.params, b.x, b.y, 13);
+  EXPECT_NEAR(r.loss, want.loss, 0.01 * want.loss);
+  EXPECT_GT(r.forward_cycles, 0u);
+  EXPECT_GT(r.backward_cycles, 0u);
+  EXPECT_GT(r.update_cycles, 0u);
+  EXPECT_EQ(r.cycles, r.forward_cycles + r.backward_cycles + r.update_cycles);
+  EXPECT_EQ(r.macs, m.step_macs(13));
+  const TrainState s = t.state();
+  EXPECT_EQ(s.steps, 1);
+  for (const auto& [name, w0] : m.params) {
+    const std::vector<float>& g = want.grads.at(name);
+    std::vector<float> host_upd(w0.size()), dev_upd(w0.size());
+    for (size_t i = 0; i < w0.size(); ++i) {
+      const float d = g[i] + sgd.weight_decay * w0[i];  // first step: v = d
+      host_upd[i] = -sgd.lr * d;
+      dev_upd[i] = s.params.at(name)[i] - w0[i];
+      // The momentum buffer after the first step is d.
+      EXPECT_NEAR(s.momentum.at(name)[i], d, 0.05 * std::fabs(d) + 2e-3) << name << "[" << i << "]";
+    }
+    EXPECT_LT(rel_norm(dev_upd, host_upd), 0.05) << name;
+  }
+}
+
+TEST(DeviceTrainer, LogitsCloseToFloatForward) {
+  Device dev = Device::open("ref", BackendConfig{});
+  if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  const compiler::TrainModel m = small_mlp(3);
+  DeviceTrainer t(dev, m, 8, SgdConfig{0.1f, 0.0f, 0.0f});
+  const Batch b = make_batch(19, 4);  // more rows than the batch: three forward runs
+  const std::vector<float> got = t.logits(b.x, 19);
+  const compiler::FloatGrad<float> want = compiler::float_gradients<float>(m, m.params, b.x, b.y, 19);
+  ASSERT_EQ(got.size(), want.logits.size());
+  EXPECT_LT(rel_norm(got, want.logits), 0.02);
+}
+
+TEST(DeviceTrainer, ResumeIsBitIdentical) {
+  Device dev = Device::open("ref", BackendConfig{});
+  if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  const compiler::TrainModel m = small_mlp(11);
+  const SgdConfig sgd{0.05f, 0.9f, 0.001f};
+  DeviceTrainer a(dev, m, 16, sgd);
+  const Batch b1 = make_batch(16, 1), b2 = make_batch(16, 2), b3 = make_batch(9, 3);
+  (void)a.step(b1.x, b1.y, 16);
+  (void)a.step(b2.x, b2.y, 16);
+  const TrainState mid = a.state();
+  EXPECT_EQ(mid.steps, 2);
+  const double loss_a = a.step(b3.x, b3.y, 9).loss;
+
+  Device dev2 = Device::open("ref", BackendConfig{});
+  DeviceTrainer c(dev2, m, 16, sgd);
+  c.load_state(mid);
+  const double loss_c = c.step(b3.x, b3.y, 9).loss;
+  EXPECT_EQ(std::bit_cast<uint64_t>(loss_a), std::bit_cast<uint64_t>(loss_c));
+  const TrainState sa = a.state(), sc = c.state();
+  EXPECT_EQ(sc.steps, 3);
+  for (const auto& [name, w] : sa.params) {
+    const std::vector<float>& wc = sc.params.at(name);
+    ASSERT_EQ(w.size(), wc.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(w[i]), std::bit_cast<uint32_t>(wc[i])) << name << "[" << i << "]";
+      ASSERT_EQ(std::bit_cast<uint32_t>(sa.momentum.at(name)[i]), std::bit_cast<uint32_t>(sc.momentum.at(name)[i]));
+    }
+  }
+  // The state names are the model's initializer names.
+  for (const auto& [name, w] : m.params) EXPECT_TRUE(sa.params.count(name)) << name;
+}
+
+}  // namespace
+}  // namespace tpuw::runtime
