@@ -11,7 +11,9 @@
 #include "tpuw/compiler/training.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/numerics.h"
 #include "tpuw/runtime/device_trainer.h"
+#include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::runtime {
@@ -77,6 +79,133 @@ double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// The exact contract of one device step on the host (docs/training.md, docs/numerics.md): the same
+// padded batch rows, GEMMs by gemm_bf16_host, SELECT/COLSUM/AXPY by tpuw/numerics.h.
+struct ModelStep {
+  double loss = 0;
+  compiler::TrainModel after;  // params after the step
+  std::map<std::string, std::vector<float>> momentum;
+};
+
+float f(uint32_t b) { return num::to_float(b); }
+uint32_t u(float x) { return num::to_bits(x); }
+
+ModelStep contract_step(const compiler::TrainModel& m, const std::map<std::string, std::vector<float>>& mom0,
+                        const SgdConfig& sgd, uint32_t an, int64_t batch, const Batch& b, int64_t rows) {
+  const uint64_t bp = (static_cast<uint64_t>(batch) + an - 1) / an * an;
+  const size_t L = m.layers.size();
+  std::vector<std::vector<float>> xs(L), zs(L);
+  std::vector<std::vector<float>> wbf(L);
+  xs[0].assign(bp * static_cast<uint64_t>(m.input_features), 0.0f);
+  for (size_t i = 0; i < b.x.size(); ++i) xs[0][i] = bf16::round(b.x[i]);
+  std::vector<float> logits;
+  for (size_t l = 0; l < L; ++l) {
+    const compiler::TrainLayer& ly = m.layers[l];
+    const bool last = l + 1 == L;
+    for (float w : m.params.at(ly.weight)) wbf[l].push_back(bf16::round(w));
+    Bf16GemmSpec s;
+    s.shape = {bp, static_cast<uint64_t>(ly.in), static_cast<uint64_t>(ly.out)};
+    s.trans_b = ly.weight_out_in;
+    s.bias = true;
+    s.bf16_out = !last;
+    s.relu = !last && ly.relu;
+    s.z_out = s.relu;
+    std::vector<float> out = gemm_bf16_host(s, an, xs[l], wbf[l], {}, m.params.at(ly.bias), &zs[l]);
+    if (last) logits = std::move(out); else xs[l + 1] = std::move(out);
+  }
+  ModelStep r;
+  const int64_t C = m.classes();
+  std::vector<float> grad;
+  r.loss = compiler::softmax_cross_entropy(std::span<const float>(logits).first(static_cast<size_t>(rows * C)), b.y,
+                                           rows, C, &grad);
+  std::vector<float> src(bp * static_cast<uint64_t>(C), 0.0f);
+  std::copy(grad.begin(), grad.end(), src.begin());
+  std::map<std::string, std::vector<float>> grads;
+  for (size_t l = L; l-- > 0;) {
+    const compiler::TrainLayer& ly = m.layers[l];
+    const auto out = static_cast<uint64_t>(ly.out), in = static_cast<uint64_t>(ly.in);
+    std::vector<float> d = src;
+    if (l + 1 < L && ly.relu) {
+      for (size_t i = 0; i < d.size(); ++i) d[i] = f(num::select(u(zs[l][i]), u(d[i])));
+    }
+    std::vector<float> db(out);
+    for (uint64_t j = 0; j < out; ++j) {
+      uint32_t acc = 0;
+      for (uint64_t r0 = 0; r0 < bp; ++r0) acc = num::colsum_step(acc, u(d[r0 * out + j]));
+      db[j] = f(acc);
+    }
+    grads[ly.bias] = db;
+    std::vector<float> dzb(d.size());
+    for (size_t i = 0; i < d.size(); ++i) dzb[i] = bf16::to_float(num::activate_bf16(u(d[i]), 0, false, false));
+    Bf16GemmSpec s;
+    s.trans_a = true;
+    if (ly.weight_out_in) {
+      s.shape = {out, bp, in};
+      grads[ly.weight] = gemm_bf16_host(s, an, dzb, xs[l]);
+    } else {
+      s.shape = {in, bp, out};
+      grads[ly.weight] = gemm_bf16_host(s, an, xs[l], dzb);
+    }
+    if (l == 0) break;
+    Bf16GemmSpec dx;
+    dx.shape = {bp, out, in};
+    dx.trans_b = !ly.weight_out_in;
+    src = gemm_bf16_host(dx, an, dzb, wbf[l]);
+  }
+  r.after = m;
+  for (auto& [name, w] : r.after.params) {
+    const std::vector<float>& g = grads.at(name);
+    std::vector<float> v = mom0.count(name) ? mom0.at(name) : std::vector<float>(w.size(), 0.0f);
+    for (size_t i = 0; i < w.size(); ++i) {
+      uint32_t dd = u(g[i]);
+      if (sgd.weight_decay != 0.0f) dd = num::axpy(u(w[i]), u(sgd.weight_decay), dd);
+      if (sgd.momentum != 0.0f) {
+        v[i] = f(num::axpy(u(v[i]), u(sgd.momentum), dd));
+        w[i] = f(num::axpy(u(v[i]), u(-sgd.lr), u(w[i])));
+      } else {
+        w[i] = f(num::axpy(dd, u(-sgd.lr), u(w[i])));
+      }
+    }
+    r.momentum[name] = v;
+  }
+  return r;
+}
+
+TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
+  for (uint32_t an : {16u, 4u}) {
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("ref", cfg);
+    if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+    for (const SgdConfig sgd : {SgdConfig{0.05f, 0.9f, 0.01f}, SgdConfig{0.1f, 0.0f, 0.0f}}) {
+      compiler::TrainModel m = small_mlp(21);
+      DeviceTrainer t(dev, m, 12, sgd);
+      std::map<std::string, std::vector<float>> mom;
+      for (int step = 0; step < 2; ++step) {
+        const int64_t rows = step == 0 ? 12 : 5;
+        const Batch b = make_batch(rows, 30 + static_cast<uint32_t>(step));
+        const TrainStepReport r = t.step(b.x, b.y, rows);
+        const ModelStep want = contract_step(m, mom, sgd, an, 12, b, rows);
+        EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
+        const TrainState s = t.state();
+        for (const auto& [name, w] : want.after.params) {
+          const std::vector<float>& got = s.params.at(name);
+          ASSERT_EQ(got.size(), w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
+                << "N=" << an << " step " << step << " " << name << "[" << i << "]";
+            ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
+                      std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
+                << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
+          }
+        }
+        m = want.after;
+        mom = want.momentum;
+      }
+    }
+  }
 }
 
 TEST(DeviceTrainer, ArgumentErrors) {
