@@ -182,7 +182,10 @@ void StepBuilder::load(spec::Mem mem, const Transfer& t, std::optional<size_t> h
     st = HostState::kLoaded;
     reads.push_back(host(*host_buf));
   }
-  b_.emit(kL, dma_instr(spec::Opcode::kLoad, mem, t), reads, local_of(*this, mem, t.local_row, local_rows(mem, t)));
+  // Rows a STORE still reads (or wrote, never here): the LOAD orders behind it through a NOP.
+  const std::vector<size_t> writes = local_of(*this, mem, t.local_row, local_rows(mem, t));
+  b_.bridge(writes);
+  b_.emit(kL, dma_instr(spec::Opcode::kLoad, mem, t), reads, writes);
 }
 
 void StepBuilder::store(spec::Mem mem, const Transfer& t, std::optional<size_t> host_buf) {
