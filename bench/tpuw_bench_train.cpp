@@ -59,13 +59,14 @@ int main(int argc, char** argv) {
   std::vector<int64_t> dims = {784, 512, 512, 10};
   int64_t batch = 256;
   uint64_t gemm_n = 512;
-  bool json_out = false, skip_gemm = false;
+  bool json_out = false, skip_gemm = false, unfused = false;
   app.add_option("--backend", backend, "ref or rtl")->capture_default_str();
   app.add_option("--dims", dims, "layer widths, input first")->delimiter(',')->expected(2, 64);
   app.add_option("--batch", batch, "rows per step")->capture_default_str();
   app.add_option("--gemm", gemm_n, "size of the square bf16 GEMM")->capture_default_str();
   app.add_flag("--no-gemm", skip_gemm, "skip the bf16 GEMM figure");
   app.add_flag("--json", json_out, "one JSON object");
+  app.add_flag("--unfused", unfused, "separate update program (measured) instead of the fused update (attributed)");
   CLI11_PARSE(app, argc, argv);
   try {
     const tpuw::compiler::TrainModel model = make_mlp(dims, 1);
@@ -78,7 +79,10 @@ int main(int argc, char** argv) {
     j["backend"] = backend;
     j["array_n"] = dev.info().params.array_n;
 
-    tpuw::runtime::DeviceTrainer trainer(dev, model, batch, tpuw::runtime::SgdConfig{0.01f, 0.9f, 0.0f});
+    const bool fused = !unfused;
+    tpuw::runtime::DeviceTrainerOptions topt;
+    topt.fuse_update = fused;
+    tpuw::runtime::DeviceTrainer trainer(dev, model, batch, tpuw::runtime::SgdConfig{0.01f, 0.9f, 0.0f}, topt);
     std::mt19937_64 rng(2);
     std::uniform_real_distribution<float> ux(0.0f, 1.0f);
     std::vector<float> x(static_cast<size_t>(batch * dims.front()));
@@ -89,6 +93,13 @@ int main(int argc, char** argv) {
     const tpuw::runtime::TrainStepReport r = trainer.step(x, y, batch);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto sizes = trainer.program_sizes();
+    nlohmann::ordered_json perf;
+    const char* names[4] = {"forward", "backward", "update", "backward_update_fused"};
+    for (size_t i = 0; i < 4; ++i) {
+      nlohmann::ordered_json p;
+      for (const auto& [k, v] : trainer.last_perf()[i].items()) p[std::string(k)] = v;
+      perf[names[i]] = p;
+    }
     j["train_step"] = {{"dims", dims},
                        {"batch", batch},
                        {"loss", r.loss},
@@ -100,7 +111,9 @@ int main(int argc, char** argv) {
                        {"host_loss_bytes", r.host_loss_bytes},
                        {"macs", r.macs},
                        {"utilization", r.utilization},
-                       {"instructions", {sizes[0], sizes[1], sizes[2]}},
+                       {"instructions", {sizes[0], sizes[1], sizes[2], sizes[3]}},
+                       {"fused_update", fused},
+                       {"perf", perf},
                        {"wall_s", wall}};
     if (!skip_gemm) {
       tpuw::runtime::Bf16GemmSpec s;
@@ -124,7 +137,7 @@ int main(int argc, char** argv) {
                  "MXU utilization {:.3f}; host loss {:.3f} ms, {} bytes; loss {:.4f}; wall {:.2f} s\n",
                  fmt::join(dims, "-"), batch, backend, dev.info().params.array_n, r.cycles, r.forward_cycles,
                  r.backward_cycles, r.update_cycles, r.utilization, r.host_loss_seconds * 1e3, r.host_loss_bytes, r.loss, wall);
-      (void)t;
+      for (const char* n : names) fmt::print("  {:8}: {}\n", n, t["perf"][n].dump());
       if (!skip_gemm) {
         const auto& g = j["gemm_bf16"];
         fmt::print("bf16 GEMM {0}x{0}x{0}: {1} cycles, utilization {2:.3f}, bit-exact {3}\n", gemm_n,

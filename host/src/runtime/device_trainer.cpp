@@ -91,17 +91,23 @@ struct DeviceTrainer::Impl {
   SgdConfig sgd;
   Layout lay;
   std::vector<HostBuffer> bufs;
-  std::array<std::vector<isa::Word>, 3> progs;
+  std::array<std::vector<isa::Word>, 4> progs;  // forward, backward, update, backward + update fused
+  std::array<PerfCounters, 4> perf;
   int64_t steps = 0;
 
-  Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s) : dev(d), model(std::move(m)), batch(b), sgd(s) {}
+  DeviceTrainerOptions opts;
+  uint64_t backward_only_cycles = 0;  // fused: measured once, for the attribution
+
+  Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerOptions& o)
+      : dev(d), model(std::move(m)), batch(b), sgd(s), opts(o) {}
 
   uint64_t addr(size_t i) const { return bufs.at(i).addr(); }
   uint64_t in0p() const { return round_up(static_cast<uint64_t>(model.input_features), an); }
   uint64_t cp() const { return round_up(static_cast<uint64_t>(model.classes()), an); }
 
   void compile();
-  void emit_dz(StepBuilder& sb, size_t l) const;
+  void emit_dz(StepBuilder& sb, size_t l, bool fused) const;
+  void emit_backward(StepBuilder& sb, bool fused) const;
   void emit_update(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy, uint64_t bytes,
                    uint64_t& set) const;
   uint64_t run(size_t prog);
@@ -137,36 +143,11 @@ void DeviceTrainer::Impl::compile() {
     }
     progs[0] = sb.finish().code;
   }
-  // Backward.
-  {
+  // Backward, and backward with the update fused.
+  for (const bool fused : {false, true}) {
     StepBuilder sb(params, bufs.size());
-    for (size_t l = L; l-- > 0;) {
-      const compiler::TrainLayer& ly = model.layers[l];
-      const LayerBufs& b = lay.layers[l];
-      const size_t x = l == 0 ? lay.x0 : lay.layers[l - 1].h;
-      emit_dz(sb, l);
-      // dW in the stored layout.
-      Bf16GemmSpec s;
-      s.trans_a = true;
-      const uint64_t in = static_cast<uint64_t>(ly.in), out = static_cast<uint64_t>(ly.out);
-      size_t a = b.dzb, bb = x;
-      if (ly.weight_out_in) {
-        s.shape = {out, bp, in};
-      } else {
-        s.shape = {in, bp, out};
-        std::swap(a, bb);
-      }
-      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, s), Bf16GemmAddrs{addr(a), addr(bb), addr(b.g)},
-                             detail::Bf16GemmHostBufs{a, bb, b.g, std::nullopt, std::nullopt});
-      if (l == 0) break;
-      // dX = dZ . W ([out, in]) or dZ . W^T ([in, out]).
-      Bf16GemmSpec d;
-      d.shape = {bp, out, in};
-      d.trans_b = !ly.weight_out_in;
-      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, d), Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
-                             detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt});
-    }
-    progs[1] = sb.finish().code;
+    emit_backward(sb, fused);
+    progs[fused ? 3 : 1] = sb.finish().code;
   }
   // Update.
   {
@@ -181,11 +162,53 @@ void DeviceTrainer::Impl::compile() {
   }
 }
 
+void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
+  const DeviceParams& params = dev.info().params;
+  for (size_t l = model.layers.size(); l-- > 0;) {
+    const compiler::TrainLayer& ly = model.layers[l];
+    const LayerBufs& b = lay.layers[l];
+    const size_t x = l == 0 ? lay.x0 : lay.layers[l - 1].h;
+    const uint64_t in = static_cast<uint64_t>(ly.in), out = static_cast<uint64_t>(ly.out);
+    emit_dz(sb, l, fused);
+    // dX = dZ . W ([out, in]) or dZ . W^T ([in, out]), with the weights before the update.
+    if (l > 0) {
+      Bf16GemmSpec d;
+      d.shape = {bp, out, in};
+      d.trans_b = !ly.weight_out_in;
+      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, d), Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
+                             detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt});
+    }
+    // dW in the stored layout (fused: the update instead of storing it).
+    Bf16GemmSpec s;
+    s.trans_a = true;
+    size_t a = b.dzb, bb = x;
+    if (ly.weight_out_in) {
+      s.shape = {out, bp, in};
+    } else {
+      s.shape = {in, bp, out};
+      std::swap(a, bb);
+    }
+    Bf16GemmAddrs ad{addr(a), addr(bb), addr(b.g)};
+    if (fused) {
+      s.sgd = true;
+      s.lr = sgd.lr;
+      s.momentum = sgd.momentum;
+      s.weight_decay = sgd.weight_decay;
+      ad.master = addr(b.wm);
+      ad.momentum = addr(b.v);
+      ad.copy = addr(b.wb);
+    }
+    detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, s), ad,
+                           detail::Bf16GemmHostBufs{a, bb, fused ? std::nullopt : std::optional<size_t>(b.g),
+                                                    std::nullopt, std::nullopt});
+  }
+}
+
 // dZ of layer l, one column block (ArrayN columns, all Bp rows) at a time in two alternating ACC
 // sets: LOAD the incoming gradient (the host's dZ at the logits, or dX of the layer above),
 // SELECT with the pre-activation for a ReLU, COLSUM into the bias gradient, ACTIVATE bf16 into the
 // UB and STORE as the bf16 dZ the GEMMs read.
-void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l) const {
+void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l, bool fused) const {
   const compiler::TrainLayer& ly = model.layers[l];
   const LayerBufs& b = lay.layers[l];
   const bool last = l + 1 == model.layers.size();
@@ -195,8 +218,8 @@ void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l) const {
   const uint64_t an4 = 4 * uint64_t{an}, an2 = 2 * uint64_t{an};
   for (uint64_t cb = 0; cb < outp / an; ++cb) {
     const uint64_t set = cb % 2;
-    const uint64_t base = set * (2 * bp + 1);
-    const uint64_t zreg = base, dreg = base + bp, dbrow = base + 2 * bp;
+    const uint64_t base = set * (2 * bp + 3);
+    const uint64_t zreg = base, dreg = base + bp, dbrow = base + 2 * bp, bmrow = dbrow + 1, bvrow = dbrow + 2;
     const uint64_t ubrow = set * 2 * bp;
     sb.load(spec::Mem::kAcc, Transfer{dreg, addr(src) + 4 * cb * an, bp, an4, 4 * outp}, src);
     if (select) {
@@ -219,7 +242,36 @@ void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l) const {
       v.set("b_addr", dreg);
       v.set("rows", bp);
       sb.compute(std::move(v), sb.acc(dreg, bp), sb.acc(dbrow, 1));
-      sb.store(spec::Mem::kAcc, Transfer{dbrow, addr(b.bg) + 4 * cb * an, 1, an4, an4}, b.bg);
+      if (!fused) {
+        sb.store(spec::Mem::kAcc, Transfer{dbrow, addr(b.bg) + 4 * cb * an, 1, an4, an4}, b.bg);
+      } else {
+        // The bias update on this block (read and written here only: no host tracking).
+        const uint64_t off = 4 * cb * an;
+        const bool mom = sgd.momentum != 0.0f;
+        sb.load(spec::Mem::kAcc, Transfer{bmrow, addr(b.bm) + off, 1, an4, an4});
+        if (mom) sb.load(spec::Mem::kAcc, Transfer{bvrow, addr(b.bv) + off, 1, an4, an4});
+        const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t bb, float scalar) {
+          isa::Instr x = isa::make_instr(spec::Opcode::kVector);
+          x.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
+          x.set("dst_addr", dst);
+          x.set("a_addr", a);
+          x.set("b_addr", bb);
+          x.set("rows", 1);
+          x.set("scalar", num::to_bits(scalar));
+          std::vector<size_t> reads = sb.acc(a, 1);
+          for (size_t r : sb.acc(bb, 1)) reads.push_back(r);
+          sb.compute(std::move(x), reads, sb.acc(dst, 1));
+        };
+        if (sgd.weight_decay != 0.0f) axpy(dbrow, bmrow, dbrow, sgd.weight_decay);
+        if (mom) {
+          axpy(bvrow, bvrow, dbrow, sgd.momentum);
+          axpy(bmrow, bvrow, bmrow, -sgd.lr);
+          sb.store(spec::Mem::kAcc, Transfer{bvrow, addr(b.bv) + off, 1, an4, an4});
+        } else {
+          axpy(bmrow, dbrow, bmrow, -sgd.lr);
+        }
+        sb.store(spec::Mem::kAcc, Transfer{bmrow, addr(b.bm) + off, 1, an4, an4});
+      }
     }
     isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
     act.set("bf16", 1);
@@ -302,7 +354,8 @@ uint64_t DeviceTrainer::Impl::run(size_t prog) {
   dev.clear_perf();
   const uint32_t fence = dev.submit(progs[prog]);
   dev.wait(fence);
-  return dev.perf().cycles;
+  perf[prog] = dev.perf();
+  return perf[prog].cycles;
 }
 
 void DeviceTrainer::Impl::write_params(const std::map<std::string, std::vector<float>>& params,
@@ -364,8 +417,9 @@ std::vector<float> DeviceTrainer::Impl::read_logits(int64_t rows) {
   return unpad_f32(p, static_cast<uint64_t>(rows), static_cast<uint64_t>(model.classes()), an);
 }
 
-DeviceTrainer::DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd)
-    : impl_(std::make_unique<Impl>(device, std::move(model), batch, sgd)) {
+DeviceTrainer::DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd,
+                             const DeviceTrainerOptions& options)
+    : impl_(std::make_unique<Impl>(device, std::move(model), batch, sgd, options)) {
   Impl& im = *impl_;
   const DeviceInfo& info = device.info();
   if (batch < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: batch {} < 1", batch));
@@ -390,13 +444,13 @@ DeviceTrainer::DeviceTrainer(Device& device, compiler::TrainModel model, int64_t
   im.an = info.params.array_n;
   im.bp = round_up(static_cast<uint64_t>(batch), im.an);
   const DeviceParams& p = info.params;
-  if (2 * (2 * im.bp + 1) > p.acc_depth || 4 * im.bp > p.ub_depth || im.bp > detail::kMaxRowsField ||
+  if (2 * (2 * im.bp + 3) > p.acc_depth || 4 * im.bp > p.ub_depth || im.bp > detail::kMaxRowsField ||
       p.acc_depth / 6 == 0) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("device trainer: batch {} does not fit the device's memories (ACC {} rows, UB {} rows): "
                             "at most {} rows",
                             batch, p.acc_depth, p.ub_depth,
-                            round_down(std::min<uint64_t>((p.acc_depth - 2) / 4, p.ub_depth / 4), im.an)));
+                            round_down(std::min<uint64_t>((p.acc_depth - 6) / 4, p.ub_depth / 4), im.an)));
   }
   im.lay = make_layout(im.model, im.bp, im.an);
   uint64_t total = 0;
@@ -445,8 +499,15 @@ TrainStepReport DeviceTrainer::step(std::span<const float> inputs, std::span<con
   r.host_loss_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   im.dev.write(im.bufs[im.lay.dz], 0, dz.data(), dz.size() * 4);
   r.host_loss_bytes = static_cast<uint64_t>(rows) * im.cp() * 4 + dz.size() * 4;
-  r.backward_cycles = im.run(1);
-  r.update_cycles = im.run(2);
+  if (im.opts.fuse_update) {
+    if (im.backward_only_cycles == 0) im.backward_only_cycles = im.run(1);  // attribution, once
+    const uint64_t both = im.run(3);
+    r.backward_cycles = std::min(both, im.backward_only_cycles);
+    r.update_cycles = both - r.backward_cycles;
+  } else {
+    r.backward_cycles = im.run(1);
+    r.update_cycles = im.run(2);
+  }
   r.cycles = r.forward_cycles + r.backward_cycles + r.update_cycles;
   r.macs = im.model.step_macs(rows);
   const double peak = static_cast<double>(im.an) * static_cast<double>(im.an);
@@ -509,8 +570,11 @@ int64_t DeviceTrainer::batch() const { return impl_->batch; }
 int64_t DeviceTrainer::classes() const { return impl_->model.classes(); }
 std::string DeviceTrainer::name() const { return impl_->dev.info().backend; }
 
-std::array<uint64_t, 3> DeviceTrainer::program_sizes() const {
-  return {impl_->progs[0].size() + 1, impl_->progs[1].size() + 1, impl_->progs[2].size() + 1};
+const std::array<PerfCounters, 4>& DeviceTrainer::last_perf() const { return impl_->perf; }
+
+std::array<uint64_t, 4> DeviceTrainer::program_sizes() const {
+  return {impl_->progs[0].size() + 1, impl_->progs[1].size() + 1, impl_->progs[2].size() + 1,
+          impl_->progs[3].size() + 1};
 }
 
 }  // namespace tpuw::runtime

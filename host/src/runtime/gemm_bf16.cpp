@@ -57,6 +57,12 @@ void check_spec(const Bf16GemmSpec& s) {
   if (!s.bf16_out && (s.relu || s.z_out)) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: relu and z_out need the bf16 epilogue", spec_name(s)));
   }
+  if (s.sgd && (s.bf16_out || s.accumulate || s.bias)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: the SGD epilogue takes a plain fp32 product", spec_name(s)));
+  }
+  if (s.sgd && (!std::isfinite(s.lr) || !std::isfinite(s.momentum) || !std::isfinite(s.weight_decay))) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: non-finite SGD hyper-parameter", spec_name(s)));
+  }
   if (s.accumulate && (s.bf16_out || s.bias)) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("{}: accumulate reads an fp32 C; it combines with neither bf16 output nor a bias",
@@ -94,7 +100,9 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
   }
 
   // ACC: two strip buffers of m_tile rows.
-  const uint64_t acc_cap = round_down(std::min<uint64_t>(params.acc_depth / 2, detail::kMaxRowsField / 2), an);
+  // ACC: two strip buffers of m_tile rows (six with the SGD epilogue: gradient, master, momentum).
+  const uint64_t acc_sets = spec.sgd ? 6 : 2;
+  const uint64_t acc_cap = round_down(std::min<uint64_t>(params.acc_depth / acc_sets, detail::kMaxRowsField / 2), an);
   if (acc_cap == 0) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("ACC depth {} cannot hold two output strips of {} rows", params.acc_depth, an));
@@ -102,7 +110,7 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
   // UB: A slots of 2*m_tile rows, the transpose scratch pair (2 x 2an rows) and the epilogue's two
   // output buffers (2 x 2*m_tile rows).
   const uint64_t scratch = spec.trans_a ? 4 * an : 0;
-  const uint64_t out_per_row = spec.bf16_out ? 4 : 0;
+  const uint64_t out_per_row = (spec.bf16_out || spec.sgd) ? 4 : 0;
   if (params.ub_depth <= scratch) throw Error(ErrorKind::kUnsupported, "UB too small for the transpose scratch");
   const uint64_t ub_free = params.ub_depth - scratch;
   const uint64_t res_cap = round_down(ub_free / (2 * p.k_blocks + out_per_row), an);
@@ -208,6 +216,53 @@ MergedProgram StepBuilder::finish() {
   return merge_program(b_, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
 }
 
+namespace {
+
+// The SGD epilogue on one finished gradient strip (ACC rows g_row.., `rows` rows of ArrayN
+// columns): LOAD the master and momentum strips into the buffer's own ACC sets, the AXPY passes of
+// docs/numerics.md, STORE them back, ACTIVATE bf16 into the UB and STORE the working copy.
+void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t g_row,
+                    uint64_t buf, uint64_t rows, uint64_t m0, uint64_t nb, uint64_t out_row0) {
+  const Bf16GemmSpec& s = plan.spec;
+  const uint64_t an = plan.array_n;
+  const uint64_t m_row = (2 + buf) * plan.m_tile, v_row = (4 + buf) * plan.m_tile;
+  const uint64_t off4 = 4 * (m0 * plan.np + nb * an), off2 = 2 * (m0 * plan.np + nb * an);
+  const bool wd = s.weight_decay != 0.0f, mom = s.momentum != 0.0f;
+  sb.load(spec::Mem::kAcc, Transfer{m_row, addrs.master + off4, rows, 4 * an, 4 * plan.np});
+  if (mom) sb.load(spec::Mem::kAcc, Transfer{v_row, addrs.momentum + off4, rows, 4 * an, 4 * plan.np});
+  const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t b, float scalar) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
+    v.set("dst_addr", dst);
+    v.set("a_addr", a);
+    v.set("b_addr", b);
+    v.set("rows", rows);
+    v.set("scalar", num::to_bits(scalar));
+    std::vector<size_t> reads = sb.acc(a, rows);
+    for (size_t r : sb.acc(b, rows)) reads.push_back(r);
+    sb.compute(std::move(v), reads, sb.acc(dst, rows));
+  };
+  if (wd) axpy(g_row, m_row, g_row, s.weight_decay);  // d = w*wd + g
+  if (mom) {
+    axpy(v_row, v_row, g_row, s.momentum);  // v = v*momentum + d
+    axpy(m_row, v_row, m_row, -s.lr);       // w = v*(-lr) + w
+    sb.store(spec::Mem::kAcc, Transfer{v_row, addrs.momentum + off4, rows, 4 * an, 4 * plan.np});
+  } else {
+    axpy(m_row, g_row, m_row, -s.lr);  // w = d*(-lr) + w
+  }
+  sb.store(spec::Mem::kAcc, Transfer{m_row, addrs.master + off4, rows, 4 * an, 4 * plan.np});
+  const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
+  isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+  act.set("bf16", 1);
+  act.set("acc_addr", m_row);
+  act.set("ub_addr", out_row);
+  act.set("rows", rows);
+  sb.compute(std::move(act), sb.acc(m_row, rows), sb.ub(out_row, 2 * rows));
+  sb.store(spec::Mem::kUb, Transfer{out_row, addrs.copy + off2, rows, 2 * an, 2 * plan.np});
+}
+
+}  // namespace
+
 void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
                     const Bf16GemmHostBufs& bufs) {
   const Bf16GemmSpec& s = plan.spec;
@@ -222,7 +277,13 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   };
   check_addr(addrs.a, plan.a_bytes(), "A");
   check_addr(addrs.b, plan.b_bytes(), "B");
-  check_addr(addrs.c, plan.c_bytes(), "C");
+  if (s.sgd) {
+    check_addr(addrs.master, plan.z_bytes(), "master");
+    check_addr(addrs.momentum, plan.z_bytes(), "momentum");
+    check_addr(addrs.copy, plan.z_bytes() / 2, "bf16 copy");
+  } else {
+    check_addr(addrs.c, plan.c_bytes(), "C");
+  }
   if (s.bias) check_addr(addrs.bias, plan.bias_bytes(), "bias");
   if (s.z_out) check_addr(addrs.z, plan.z_bytes(), "Z");
 
@@ -231,6 +292,19 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   const uint64_t scr_row0 = a_row0 + uint64_t{plan.a_slots} * 2 * plan.m_tile;
   const uint64_t out_row0 = scr_row0 + (s.trans_a ? 4 * an : 0);
 
+  // The ACC preset of a strip (C when accumulating, the bias strip in every row with a bias).
+  const uint64_t total_strips = plan.m_tiles * plan.n_blocks;
+  const auto preload = [&](uint64_t st) {
+    const uint64_t pm = st / plan.n_blocks, pn = st % plan.n_blocks;
+    const uint64_t prow = (st % 2) * plan.m_tile, prows = plan.rows_of_tile(pm), pm0 = pm * plan.m_tile;
+    if (s.accumulate) {
+      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.c + 4 * (pm0 * plan.np + pn * an), prows, 4 * an, 4 * plan.np},
+              bufs.c);
+    } else if (s.bias) {
+      // The bias strip in every row of the ACC strip: one host row read `rows` times.
+      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.bias + 4 * pn * an, prows, 4 * an, 0}, bufs.bias);
+    }
+  };
   std::vector<int64_t> a_content(plan.a_slots, -1);
   uint64_t tile_counter = 0, a_ring = 0, strip = 0, scr_counter = 0;
   for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
@@ -240,13 +314,7 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       const uint64_t buf = strip % 2;
       const uint64_t acc_row = buf * plan.m_tile;
       const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
-      if (s.accumulate) {
-        sb.load(spec::Mem::kAcc, Transfer{acc_row, addrs.c + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
-                bufs.c);
-      } else if (s.bias) {
-        // The bias strip in every row of the ACC strip: one host row read `rows` times.
-        sb.load(spec::Mem::kAcc, Transfer{acc_row, addrs.bias + 4 * nb * an, rows, 4 * an, 0}, bufs.bias);
-      }
+      if (strip == 0) preload(0);
       for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
         // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
         const uint64_t wslot = tile_counter % plan.w_slots;
@@ -292,6 +360,13 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
         mm.set("acc_addr", acc_row);
         mm.set("rows", rows);
         sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
+        // The next strip's preset, half-way through this one: its buffer's previous STORE is long
+        // done by then, so the NOP that orders the LOAD behind it does not stall the array.
+        if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) preload(strip + 1);
+      }
+      if (s.sgd) {
+        emit_sgd_strip(sb, plan, addrs, acc_row, buf, rows, m0, nb, out_row0);
+        continue;
       }
       if (!s.bf16_out || s.z_out) {
         const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
@@ -325,7 +400,7 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   params.ub_depth = static_cast<uint32_t>(std::min<uint64_t>(
       UINT32_MAX, uint64_t{plan.a_slots} * 2 * plan.m_tile + 4 * plan.array_n + 4 * plan.m_tile));
   params.wb_depth = plan.w_slots * 2 * plan.array_n;
-  params.acc_depth = static_cast<uint32_t>(2 * plan.m_tile);
+  params.acc_depth = static_cast<uint32_t>((plan.spec.sgd ? 6 : 2) * plan.m_tile);
   detail::StepBuilder sb(params, 0);
   detail::emit_gemm_bf16(sb, plan, addrs);
   detail::MergedProgram merged = sb.finish();
@@ -439,6 +514,9 @@ Bf16GemmResult gemm_bf16(Device& device, const Bf16GemmSpec& s, std::span<const 
   const DeviceInfo& info = device.info();
   if ((info.features & spec::reg::kFeaturesBf16) == 0) {
     throw Error(ErrorKind::kUnsupported, "bf16 GEMM: the device has no bf16 mode (FEATURES.BF16 is 0)");
+  }
+  if (s.sgd) {
+    throw Error(ErrorKind::kInvalidArgument, "bf16 GEMM: the SGD epilogue runs inside the device trainer only");
   }
   if (s.trans_a && (info.features & spec::reg::kFeaturesTranspose) == 0) {
     throw Error(ErrorKind::kUnsupported, "bf16 GEMM with a transposed A: the device has no TRANSPOSE (FEATURES.TRANSPOSE is 0)");

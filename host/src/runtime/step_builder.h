@@ -60,6 +60,7 @@ class StepBuilder {
 struct Bf16GemmHostBufs {
   std::optional<size_t> a, b, c, bias, z;
 };
+// (With spec.sgd, master/momentum/copy are read and written by their own strip only: no tracking.)
 
 /// Appends the bf16 GEMM of `plan` to `sb` (the program of compile_gemm_bf16).
 void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,

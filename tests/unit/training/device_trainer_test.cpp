@@ -179,9 +179,13 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
     cfg.array_n = an;
     Device dev = Device::open("ref", cfg);
     if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
-    for (const SgdConfig sgd : {SgdConfig{0.05f, 0.9f, 0.01f}, SgdConfig{0.1f, 0.0f, 0.0f}}) {
+    for (const auto& [sgd, fuse] : {std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, true},
+                                    std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, false},
+                                    std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true}}) {
       compiler::TrainModel m = small_mlp(21);
-      DeviceTrainer t(dev, m, 12, sgd);
+      DeviceTrainerOptions opt;
+      opt.fuse_update = fuse;
+      DeviceTrainer t(dev, m, 12, sgd, opt);
       std::map<std::string, std::vector<float>> mom;
       for (int step = 0; step < 2; ++step) {
         const int64_t rows = step == 0 ? 12 : 5;
@@ -195,7 +199,7 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
           ASSERT_EQ(got.size(), w.size());
           for (size_t i = 0; i < w.size(); ++i) {
             ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
-                << "N=" << an << " step " << step << " " << name << "[" << i << "]";
+                << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
             ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
                       std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
                 << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";

@@ -9,7 +9,8 @@
 //             (ACTIVATE), dW = dZ^T X or X^T dZ (GEMM with A transposed by TRANSPOSE, fp32 out),
 //             dX = dZ . W or dZ . W^T (GEMM, LOADW transpose for a weight stored [in, out]).
 //   update    per parameter three VECTOR AXPY passes (torch.optim.SGD, docs/numerics.md), the new
-//             bf16 working copy of each weight by ACTIVATE bf16.
+//             bf16 working copy of each weight by ACTIVATE bf16; by default fused into the
+//             backward program (the dW GEMM's epilogue, the bias update next to its COLSUM).
 // Parameters live in device memory between steps: fp32 masters, bf16 copies, fp32 momentum, fp32
 // gradients. Per step only the batch (bf16, [batch, features]) goes in, the logits come out and dZ
 // goes back in. The device must have FEATURES.BF16 and FEATURES.TRANSPOSE.
@@ -28,13 +29,23 @@
 
 namespace tpuw::runtime {
 
+struct DeviceTrainerOptions {
+  /// Fuse the SGD update into the dW GEMMs' epilogue (the gradient never leaves the ACC; the
+  /// update overlaps the backward products). The step's backward/update split is then attributed:
+  /// backward = the cycles of the unfused backward program, measured once on the first step (the
+  /// device's timing does not depend on the data), update = the rest. Off: a separate update
+  /// program, both measured. Results are bit-identical either way.
+  bool fuse_update = true;
+};
+
 class DeviceTrainer final : public Trainer {
  public:
   /// Compiles the three programs for `model` at most `batch` rows per step and copies the model's
   /// initial parameters into device memory. `device` must outlive the trainer. Throws
   /// Error(kUnsupported) when the device lacks bf16/transpose or its memories cannot hold the
   /// tiles, Error(kInvalidArgument) for a batch < 1 or a non-finite / non-positive learning rate.
-  DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd);
+  DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd,
+                const DeviceTrainerOptions& options = {});
   ~DeviceTrainer() override;
   DeviceTrainer(const DeviceTrainer&) = delete;
   DeviceTrainer& operator=(const DeviceTrainer&) = delete;
@@ -51,8 +62,11 @@ class DeviceTrainer final : public Trainer {
   int64_t classes() const override;
   std::string name() const override;
 
-  /// Instructions of the forward, backward and update programs (for reports and tests).
-  std::array<uint64_t, 3> program_sizes() const;
+  /// Instructions of the forward, backward-only, update-only and fused backward+update programs.
+  std::array<uint64_t, 4> program_sizes() const;
+  /// PERF counters of the forward, backward-only, update-only and fused programs, each from its
+  /// last run (zero if it never ran).
+  const std::array<PerfCounters, 4>& last_perf() const;
 
  private:
   struct Impl;

@@ -49,6 +49,12 @@ struct Bf16GemmSpec {
   bool bf16_out = false;    ///< epilogue: ACTIVATE bf16 (relu) and bf16 C instead of fp32 C
   bool relu = false;        ///< bf16_out only: ReLU before the rounding
   bool z_out = false;       ///< bf16_out only: also STORE the fp32 ACC (before ReLU) to Z [M, N]
+  /// SGD epilogue (training, docs/training.md): C is the gradient of a parameter stored [M, N]
+  /// fp32 at `master` with momentum at `momentum` and bf16 working copy at `copy`; instead of
+  /// storing C, each strip updates them: d = w*wd + g (wd != 0), v = v*momentum + d and
+  /// w = v*(-lr) + w (momentum != 0) or w = d*(-lr) + w, copy = bf16(w). fp32 output only.
+  bool sgd = false;
+  float lr = 0.0f, momentum = 0.0f, weight_decay = 0.0f;
 };
 
 /// Tiling decisions for one spec on one device configuration.
@@ -82,6 +88,7 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
 /// Host addresses of the padded operands (beat-aligned). bias only with spec.bias, z with z_out.
 struct Bf16GemmAddrs {
   uint64_t a = 0, b = 0, c = 0, bias = 0, z = 0;
+  uint64_t master = 0, momentum = 0, copy = 0;  ///< spec.sgd only (c is then not written)
 };
 
 /// Compiles the program (without the final FENCE: the driver appends it).
