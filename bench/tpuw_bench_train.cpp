@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     j["array_n"] = dev.info().params.array_n;
 
     const bool fused = !unfused;
-    tpuw::runtime::DeviceTrainerOptions topt;
+    tpuw::runtime::DeviceTrainerSchedule topt;
     topt.fuse_update = fused;
     tpuw::runtime::DeviceTrainer trainer(dev, model, batch, tpuw::runtime::SgdConfig{0.01f, 0.9f, 0.0f}, topt);
     std::mt19937_64 rng(2);

@@ -95,10 +95,10 @@ struct DeviceTrainer::Impl {
   std::array<PerfCounters, 4> perf;
   int64_t steps = 0;
 
-  DeviceTrainerOptions opts;
+  DeviceTrainerSchedule opts;
   uint64_t backward_only_cycles = 0;  // fused: measured once, for the attribution
 
-  Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerOptions& o)
+  Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerSchedule& o)
       : dev(d), model(std::move(m)), batch(b), sgd(s), opts(o) {}
 
   uint64_t addr(size_t i) const { return bufs.at(i).addr(); }
@@ -418,7 +418,7 @@ std::vector<float> DeviceTrainer::Impl::read_logits(int64_t rows) {
 }
 
 DeviceTrainer::DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd,
-                             const DeviceTrainerOptions& options)
+                             const DeviceTrainerSchedule& options)
     : impl_(std::make_unique<Impl>(device, std::move(model), batch, sgd, options)) {
   Impl& im = *impl_;
   const DeviceInfo& info = device.info();

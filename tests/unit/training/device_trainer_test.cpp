@@ -8,11 +8,13 @@
 #include <cmath>
 #include <random>
 
+#include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/training.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/device_trainer.h"
+#include "tpuw/runtime/device_trainer_factory.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/spec.h"
 
@@ -183,7 +185,7 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
                                     std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, false},
                                     std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true}}) {
       compiler::TrainModel m = small_mlp(21);
-      DeviceTrainerOptions opt;
+      DeviceTrainerSchedule opt;
       opt.fuse_update = fuse;
       DeviceTrainer t(dev, m, 12, sgd, opt);
       std::map<std::string, std::vector<float>> mom;
@@ -301,6 +303,37 @@ TEST(DeviceTrainer, ResumeIsBitIdentical) {
   }
   // The state names are the model's initializer names.
   for (const auto& [name, w] : m.params) EXPECT_TRUE(sa.params.count(name)) << name;
+}
+
+}  // namespace
+}  // namespace tpuw::runtime
+
+namespace tpuw::runtime {
+namespace {
+
+TEST(DeviceTrainerFactory, DigitsOnRef) {
+  DeviceTrainerOptions o;
+  o.backend = "ref";
+  o.batch = 32;
+  o.sgd = SgdConfig{0.05f, 0.9f, 0.0f};
+  std::unique_ptr<Trainer> t = make_device_trainer(TPUW_EXAMPLES_DIR "/digits/digits_mlp.onnx", o);
+  EXPECT_EQ(t->name(), "ref");
+  EXPECT_EQ(t->classes(), 10);
+  EXPECT_EQ(t->batch(), 32);
+  const compiler::TrainModel m =
+      compiler::build_training_model(compiler::import_onnx_file(TPUW_EXAMPLES_DIR "/digits/digits_mlp.onnx"));
+  std::vector<float> x(static_cast<size_t>(32 * m.input_features), 0.5f);
+  std::vector<int64_t> y(32, 3);
+  const TrainStepReport r1 = t->step(x, y, 32);
+  const TrainStepReport r2 = t->step(x, y, 32);
+  EXPECT_LT(r2.loss, r1.loss);  // the same batch twice: the loss goes down
+  const TrainState s = t->state();
+  EXPECT_EQ(s.params.size(), m.params.size());
+  for (const auto& [name, v] : m.params) {
+    ASSERT_TRUE(s.params.count(name)) << name;
+    EXPECT_EQ(s.params.at(name).size(), v.size()) << name;
+  }
+  EXPECT_THROW((void)make_device_trainer("/nonexistent/model.onnx", o), Error);
 }
 
 }  // namespace

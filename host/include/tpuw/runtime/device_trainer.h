@@ -29,7 +29,7 @@
 
 namespace tpuw::runtime {
 
-struct DeviceTrainerOptions {
+struct DeviceTrainerSchedule {
   /// Fuse the SGD update into the dW GEMMs' epilogue (the gradient never leaves the ACC; the
   /// update overlaps the backward products). The step's backward/update split is then attributed:
   /// backward = the cycles of the unfused backward program, measured once on the first step (the
@@ -45,7 +45,7 @@ class DeviceTrainer final : public Trainer {
   /// Error(kUnsupported) when the device lacks bf16/transpose or its memories cannot hold the
   /// tiles, Error(kInvalidArgument) for a batch < 1 or a non-finite / non-positive learning rate.
   DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd,
-                const DeviceTrainerOptions& options = {});
+                const DeviceTrainerSchedule& options = {});
   ~DeviceTrainer() override;
   DeviceTrainer(const DeviceTrainer&) = delete;
   DeviceTrainer& operator=(const DeviceTrainer&) = delete;
