@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/gemm.h"
+#include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/worker/strategies.h"
 #include "tpuw/worker/worker.h"
@@ -35,6 +37,7 @@ struct GemmOpts {
   std::string a, b, out;
   uint64_t m = 64, k = 64, n = 64;
   uint64_t seed = 1;
+  std::string dtype = "int8";
   bool check = false;
   bool quiet = false;
 };
@@ -180,6 +183,119 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
   return kOk;
 }
 
+// gemm --dtype bf16: C fp32 = A . B with A, B float32 .npy rounded to bf16 (round to nearest even,
+// docs/numerics.md rule 7); --check compares bit for bit with the host model of the contract and
+// with the other backend when it is built with bf16.
+int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& params) {
+  if (multi_selected(o.multi)) {
+    throw Error(ErrorKind::kInvalidArgument, "tpuw gemm --dtype bf16 runs on one device (no --devices/--strategy)");
+  }
+  if (g.a.empty() != g.b.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--a and --b go together (or use --m/--k/--n for random operands)");
+  }
+  runtime::Bf16GemmSpec spec;
+  std::vector<float> a, b;
+  if (!g.a.empty()) {
+    const npy::Array aa = npy::load(g.a);
+    npy::require(aa, g.a, npy::DType::kFloat32, 2);
+    const npy::Array ba = npy::load(g.b);
+    npy::require(ba, g.b, npy::DType::kFloat32, 2);
+    if (aa.shape[1] != ba.shape[0]) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("inner dimensions differ: {} is [M={}, K={}] but {} is [K={}, N={}]", g.a, aa.shape[0],
+                              aa.shape[1], g.b, ba.shape[0], ba.shape[1]));
+    }
+    for (const auto& [arr, name] : {std::pair{&aa, &g.a}, std::pair{&ba, &g.b}}) {
+      if (arr->elements() == 0) {
+        throw Error(ErrorKind::kBadFile,
+                    fmt::format("{}: shape {} has a zero dimension", *name, npy::shape_string(arr->shape)));
+      }
+    }
+    spec.shape = {aa.shape[0], aa.shape[1], ba.shape[1]};
+    const auto av = aa.view<float>(), bv = ba.view<float>();
+    a.assign(av.begin(), av.end());
+    b.assign(bv.begin(), bv.end());
+  } else {
+    if (g.m == 0 || g.k == 0 || g.n == 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("--m {} --k {} --n {}: every dimension must be >= 1", g.m, g.k, g.n));
+    }
+    spec.shape = {g.m, g.k, g.n};
+    (void)runtime::plan_gemm_bf16(params, spec);  // sizes checked before anything is allocated
+    std::mt19937_64 rng(g.seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    a.resize(g.m * g.k);
+    b.resize(g.k * g.n);
+    for (auto& x : a) x = d(rng);
+    for (auto& x : b) x = d(rng);
+  }
+  const runtime::Bf16GemmPlan plan = runtime::plan_gemm_bf16(params, spec);
+  const uint64_t need = plan.a_bytes() + plan.b_bytes() + plan.c_bytes() + (8ull << 20);
+  const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  Device dev = Device::open(o.backend, backend_config(o, mem));
+  const runtime::Bf16GemmResult r = runtime::gemm_bf16(dev, spec, a, b);
+
+  const auto same_bits = [&](const std::vector<float>& want, const std::string& want_name) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::bit_cast<uint32_t>(r.c[i]) != std::bit_cast<uint32_t>(want[i])) {
+        throw Error(ErrorKind::kMismatch,
+                    fmt::format("mismatch: first differing element C[{}, {}]: {} = {} (0x{:08x}), {} = {} (0x{:08x})",
+                                i / spec.shape.n, i % spec.shape.n, o.backend, r.c[i],
+                                std::bit_cast<uint32_t>(r.c[i]), want_name, want[i],
+                                std::bit_cast<uint32_t>(want[i])));
+      }
+    }
+  };
+  json check_json = nullptr;
+  if (g.check) {
+    same_bits(runtime::gemm_bf16_host(spec, o.array_n, a, b), "host contract model");
+    check_json = json{{"host_model", "equal"}};
+    const std::string other = o.backend == "rtl" ? "ref" : "rtl";
+    if (!backend_array_sizes(other).empty()) {
+      DeviceOpts oo = o;
+      oo.backend = other;
+      oo.wave.clear();
+      Device dev2 = Device::open(other, backend_config(oo, mem));
+      if ((dev2.info().features & spec::reg::kFeaturesBf16) != 0) {
+        const runtime::Bf16GemmResult r2 = runtime::gemm_bf16(dev2, spec, a, b);
+        same_bits(r2.c, other);
+        check_json[other] = "equal";
+        check_json[other + "_cycles"] = r2.cycles;
+      } else {
+        check_json[other] = "no bf16";
+      }
+    } else {
+      check_json[other] = "not built";
+    }
+  }
+  if (!g.out.empty()) npy::save(g.out, npy::Array::from<float>({spec.shape.m, spec.shape.n}, r.c));
+  if (o.json) {
+    json j = gemm_json_head(o, spec.shape);
+    j["dtype"] = "bf16";
+    j["cycles"] = r.cycles;
+    j["utilization"] = r.utilization;
+    j["wall_s"] = r.wall_s;
+    j["rd_bytes"] = r.perf.rd_bytes;
+    j["wr_bytes"] = r.perf.wr_bytes;
+    j["instructions"] = r.instructions;
+    j["perf"] = perf_json(r.perf);
+    j["plan"] = {{"m_tile", plan.m_tile}, {"m_tiles", plan.m_tiles}, {"k_blocks", plan.k_blocks},
+                 {"n_blocks", plan.n_blocks}, {"folds", plan.folds}, {"a_resident", plan.a_resident},
+                 {"a_slots", plan.a_slots}, {"w_slots", plan.w_slots}};
+    j["check"] = check_json;
+    if (!g.out.empty()) j["out"] = g.out;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("gemm bf16 {}x{}x{} on {} (N={}): {} cycles, utilization {:.3f}, wall {:.3f} s\n", spec.shape.m,
+               spec.shape.k, spec.shape.n, o.backend, o.array_n, r.cycles, r.utilization, r.wall_s);
+    fmt::print("  perf: mxu_active {} weight_stall {} weight_shift {} dma_wait {} instret {}; bytes read {} written {}\n",
+               r.perf.mxu_active, r.perf.weight_stall, r.perf.weight_shift, r.perf.dma_wait, r.perf.instret,
+               r.perf.rd_bytes, r.perf.wr_bytes);
+    if (g.check) fmt::print("  check: {}\n", check_json.dump());
+  }
+  return kOk;
+}
+
 int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
   if (o.multi.strategy == "pipeline") {
     throw Error(ErrorKind::kInvalidArgument,
@@ -191,6 +307,17 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
                             fmt::join(backend_array_sizes("ref"), ", ")));
+  }
+  if (g.dtype == "bf16") {
+    if (!g.out.empty()) {
+      const fs::path parent = fs::path(g.out).parent_path();
+      std::error_code ec;
+      if (!parent.empty() && !fs::is_directory(parent, ec)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
+      }
+    }
+    return cmd_gemm_bf16(o, g, *params);
   }
   const Operands op = load_operands(g, *params);
   if (!g.out.empty()) {
@@ -278,13 +405,18 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
   DeviceOpts& gemm_o = opts_->device;
   GemmOpts& g = opts_->gemm;
 
-  auto* ge = app.add_subcommand("gemm", "C[M,N] int32 = A[M,K] int8 . B[K,N] int8 on the device");
-  ge->add_option("--a", g.a, "A as .npy, int8 [M, K]");
-  ge->add_option("--b", g.b, "B as .npy, int8 [K, N]");
-  ge->add_option("--out", g.out, "write C as .npy, int32 [M, N]");
+  auto* ge = app.add_subcommand("gemm", "C[M,N] = A[M,K] . B[K,N] on the device: int8 -> int32, or bf16 -> fp32 with --dtype bf16");
+  ge->add_option("--a", g.a, "A as .npy, int8 [M, K] (float32 with --dtype bf16)");
+  ge->add_option("--b", g.b, "B as .npy, int8 [K, N] (float32 with --dtype bf16)");
+  ge->add_option("--out", g.out, "write C as .npy, int32 [M, N] (float32 with --dtype bf16)");
   ge->add_option("--m", g.m, "rows of A (random operands)")->check(unsigned_check())->capture_default_str();
   ge->add_option("--k", g.k, "columns of A / rows of B (random operands)")->check(unsigned_check())->capture_default_str();
   ge->add_option("--n", g.n, "columns of B (random operands)")->check(unsigned_check())->capture_default_str();
+  ge->add_option("--dtype", g.dtype,
+                 "int8 (int8 operands, int32 C) or bf16 (float32 .npy operands rounded to bf16 by round-to-nearest-"
+                 "even, fp32 C with fp32 accumulation; docs/numerics.md)")
+      ->check(CLI::IsMember({"int8", "bf16"}))
+      ->capture_default_str();
   ge->add_option("--seed", g.seed, "seed of the random operands")->check(unsigned_check())->capture_default_str();
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");

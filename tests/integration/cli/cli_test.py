@@ -50,6 +50,35 @@ elif CASE == "gemm_check_ref":
     rc, so, se = run("gemm", "--backend", "ref", "--array-n", "4", "--m", "19", "--k", "23", "--n", "9", "--check")
     expect(rc == 0, se)
 
+elif CASE == "gemm_bf16":
+    # --dtype bf16: float32 operands rounded to bf16 (RNE), fp32 C; --check is bit for bit.
+    for m, k, n, arr in [(37, 70, 29, "16"), (19, 23, 9, "4")]:
+        rc, so, se = run("gemm", "--backend", "ref", "--array-n", arr, "--dtype", "bf16", "--m", str(m), "--k", str(k),
+                         "--n", str(n), "--check", "--json", "-q")
+        expect(rc == 0, f"{m}x{k}x{n}: rc {rc} {se}")
+        j = json.loads(so)
+        expect(j["dtype"] == "bf16" and j["check"]["host_model"] == "equal" and j["cycles"] > 0, so)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((45, 67)).astype(np.float32)
+    b = rng.standard_normal((67, 23)).astype(np.float32)
+    out = os.path.join(TMP, "c_bf16.npy")
+    rc, so, se = run("gemm", "--backend", "ref", "--dtype", "bf16", "--a", save("af.npy", a), "--b",
+                     save("bf.npy", b), "--out", out)
+    expect(rc == 0, se)
+    c = np.load(out)
+    expect(c.dtype == np.float32 and c.shape == (45, 23), f"{c.dtype} {c.shape}")
+
+    def to_bf16(x):  # round to nearest even on the upper 16 bits (finite inputs)
+        u = x.view(np.uint32).astype(np.uint64)
+        return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+    want = to_bf16(a).astype(np.float64) @ to_bf16(b).astype(np.float64)
+    expect(np.allclose(c, want, rtol=1e-4, atol=1e-4), f"C differs from NumPy by {np.abs(c - want).max()}")
+    # int8 operands with --dtype bf16: a clear error naming the file.
+    rc, so, se = run("gemm", "--backend", "ref", "--dtype", "bf16", "--a", save("a8.npy", np.zeros((2, 2), np.int8)),
+                     "--b", save("b8.npy", np.zeros((2, 2), np.int8)))
+    expect(rc == 2 and "a8.npy" in se, f"rc {rc}: {se}")
+
 elif CASE == "gemm_check_rtl":
     if not rtl_built():
         sys.exit(77)

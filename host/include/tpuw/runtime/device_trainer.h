@@ -1,0 +1,76 @@
+// Training on the device (docs/training.md): runtime::Trainer over the compiler's training pass
+// (tpuw/compiler/training.h), lowered to three device programs compiled once and resubmitted every
+// step:
+//   forward   per layer one bf16 GEMM: X . op(W_bf16) with the fp32 bias preloaded in the ACC,
+//             ReLU and bf16 rounding by ACTIVATE (the next layer's input), the fp32 pre-activation
+//             Z kept for the ReLU derivative; the last layer's fp32 logits.
+//   (host)    softmax cross-entropy and its gradient dZ at the logits, [rows, classes] fp32.
+//   backward  per layer from the last: dZ = SELECT(Z, dX) (VECTOR), db = COLSUM(dZ), dZ -> bf16
+//             (ACTIVATE), dW = dZ^T X or X^T dZ (GEMM with A transposed by TRANSPOSE, fp32 out),
+//             dX = dZ . W or dZ . W^T (GEMM, LOADW transpose for a weight stored [in, out]).
+//   update    per parameter three VECTOR AXPY passes (torch.optim.SGD, docs/numerics.md), the new
+//             bf16 working copy of each weight by ACTIVATE bf16; by default fused into the
+//             backward program (the dW GEMM's epilogue, the bias update next to its COLSUM).
+// Parameters live in device memory between steps: fp32 masters, bf16 copies, fp32 momentum, fp32
+// gradients. Per step only the batch (bf16, [batch, features]) goes in, the logits come out and dZ
+// goes back in. The device must have FEATURES.BF16 and FEATURES.TRANSPOSE.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpuw/compiler/training.h"
+#include "tpuw/device.h"
+#include "tpuw/runtime/trainer.h"
+
+namespace tpuw::runtime {
+
+struct DeviceTrainerSchedule {
+  /// Fuse the SGD update into the dW GEMMs' epilogue (the gradient never leaves the ACC; the
+  /// update overlaps the backward products). The step's backward/update split is then attributed:
+  /// backward = the cycles of the unfused backward program, measured once on the first step (the
+  /// device's timing does not depend on the data), update = the rest. Off: a separate update
+  /// program, both measured. Results are bit-identical either way.
+  bool fuse_update = true;
+};
+
+class DeviceTrainer final : public Trainer {
+ public:
+  /// Compiles the three programs for `model` at most `batch` rows per step and copies the model's
+  /// initial parameters into device memory. `device` must outlive the trainer. Throws
+  /// Error(kUnsupported) when the device lacks bf16/transpose or its memories cannot hold the
+  /// tiles, Error(kInvalidArgument) for a batch < 1 or a non-finite / non-positive learning rate.
+  DeviceTrainer(Device& device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd,
+                const DeviceTrainerSchedule& options = {});
+  ~DeviceTrainer() override;
+  DeviceTrainer(const DeviceTrainer&) = delete;
+  DeviceTrainer& operator=(const DeviceTrainer&) = delete;
+
+  /// Device-visible memory the trainer allocates for `model` at `batch` on an ArrayN array
+  /// (without the command ring): what BackendConfig::memory.size must leave room for.
+  static uint64_t memory_bytes(const compiler::TrainModel& model, int64_t batch, uint32_t array_n);
+
+  TrainStepReport step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) override;
+  std::vector<float> logits(std::span<const float> inputs, int64_t rows) override;
+  TrainState state() const override;
+  void load_state(const TrainState& s) override;
+  int64_t batch() const override;
+  int64_t classes() const override;
+  std::string name() const override;
+
+  /// Instructions of the forward, backward-only, update-only and fused backward+update programs.
+  std::array<uint64_t, 4> program_sizes() const;
+  /// PERF counters of the forward, backward-only, update-only and fused programs, each from its
+  /// last run (zero if it never ran).
+  const std::array<PerfCounters, 4>& last_perf() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpuw::runtime
