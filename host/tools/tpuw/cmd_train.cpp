@@ -336,6 +336,7 @@ int train_command(const TrainOpts& o) {
     last_ck_step = c.state.steps;
   };
   bool stopped = false;  // --max-steps reached
+  int64_t global = ck ? ck->state.steps : 0;  // steps taken, resumed ones included
   for (int64_t e = epoch0; e < o.epochs && !stopped; ++e) {
     const uint64_t rng_start = rng;
     const std::vector<int64_t> order = epoch_order(train.rows, o.shuffle, rng);
@@ -347,6 +348,10 @@ int train_command(const TrainOpts& o) {
     Progress bar(show, e + 1, o.epochs, steps_per_epoch);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = resumed_epoch ? pos0 : 0; s < steps_per_epoch; ++s) {
+      if (o.max_steps > 0 && global >= o.max_steps) {
+        stopped = true;
+        break;
+      }
       const int64_t r0 = s * o.batch, rows = std::min(o.batch, train.rows - r0);
       for (int64_t r = 0; r < rows; ++r) {
         const auto src = static_cast<size_t>(order[static_cast<size_t>(r0 + r)]);
@@ -355,7 +360,7 @@ int train_command(const TrainOpts& o) {
       }
       const runtime::TrainStepReport rep = trainer->step(std::span<const float>(xb.data(), static_cast<size_t>(rows * features)),
                                                          std::span<const int64_t>(yb.data(), static_cast<size_t>(rows)), rows);
-      const int64_t global = trainer->state().steps;
+      ++global;
       if (!std::isfinite(rep.loss)) {
         bar.done();
         fmt::print(stderr, "tpuw: error: the loss became {} at step {} (epoch {}, batch {} of {}); training stopped, {} "
@@ -378,14 +383,19 @@ int train_command(const TrainOpts& o) {
       macs += rep.macs;
       util_cycles += rep.utilization * static_cast<double>(rep.cycles);
       bar.update(s + 1, lsum / static_cast<double>(lrows));
-      stopped = o.max_steps > 0 && global >= o.max_steps && s + 1 < steps_per_epoch;
-      if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && global % o.checkpoint_every == 0) || stopped)) {
+      const bool reached = o.max_steps > 0 && global >= o.max_steps;
+      if (!o.checkpoint.empty() &&
+          ((o.checkpoint_every > 0 && global % o.checkpoint_every == 0) || (reached && s + 1 < steps_per_epoch))) {
         save(e, s + 1, rng_start, lsum, lrows);
       }
-      if (stopped || (o.max_steps > 0 && global >= o.max_steps)) {
+      if (reached) {
         stopped = true;
         break;
       }
+    }
+    if (stopped && rec.steps == 0) {
+      bar.done();
+      break;
     }
     bar.update(rec.steps, lrows > 0 ? lsum / static_cast<double>(lrows) : 0.0, true);
     bar.done();
@@ -401,7 +411,7 @@ int train_command(const TrainOpts& o) {
       std::fflush(stdout);
     }
     const bool epoch_done = lrows == train.rows;
-    if (!o.checkpoint.empty() && epoch_done && last_ck_step != trainer->state().steps &&
+    if (!o.checkpoint.empty() && epoch_done && last_ck_step != global &&
         (o.checkpoint_every == 0 || stopped || e + 1 == o.epochs)) {
       // The end of an epoch (every one with --checkpoint-every 0, else the last): the next epoch
       // starts at position 0 with the generator as it is now.
