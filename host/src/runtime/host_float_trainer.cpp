@@ -35,7 +35,7 @@ struct PreFusion {
   float alpha = 1.0f;
   std::string c;      // Gemm's C ("" when none)
   float beta = 1.0f;
-  const Node* node = nullptr;
+  Node node;  // a copy: fusion rebuilds the node list
 };
 
 std::vector<float> to_floats(const compiler::Value& v) {
@@ -89,7 +89,7 @@ TrainableModel describe_trainable(Graph g) {
   for (const Node& n : g.nodes) {
     if (n.op == Op::kGemm || n.op == Op::kMatMul) {
       PreFusion p;
-      p.node = &n;
+      p.node = n;
       p.weight = g.value(n.inputs[1]).name;
       if (n.op == Op::kGemm) {
         p.transposed = attr_int(n, "transB", 0) == 1;
@@ -157,15 +157,15 @@ TrainableModel describe_trainable(Graph g) {
     d.transposed = p.transposed;
     d.alpha = p.alpha;
     d.relu = attr_int(n, "relu", 0) != 0;
-    claim(*p.node, p.weight, "weight");
+    claim(p.node, p.weight, "weight");
     if (!p.c.empty()) {
-      claim(*p.node, p.c, "bias C");
+      claim(p.node, p.c, "bias C");
       d.biases.push_back({p.c, p.beta, param(p.c)->data->size() == 1 && d.n != 1});
     }
     for (size_t o = 1; o < n.origin.size(); ++o) {
       const auto it = add_bias.find(n.origin[o]);
       if (it == add_bias.end()) continue;  // the Relu
-      claim(*p.node, it->second, "bias");
+      claim(p.node, it->second, "bias");
       d.biases.push_back({it->second, 1.0f, param(it->second)->data->size() == 1 && d.n != 1});
     }
     m.layers.push_back(std::move(d));
