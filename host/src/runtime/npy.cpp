@@ -118,7 +118,7 @@ Header parse_header(std::string_view text, std::string_view name) {
     if (key == "descr") {
       p.skip_ws();
       if (p.pos < text.size() && text[p.pos] == '[') {
-        bad(name, "structured dtypes (a list in 'descr') are not supported; expected int8, uint8, int32 or float32");
+        bad(name, "structured dtypes (a list in 'descr') are not supported; expected int8, uint8, int32, int64 or float32");
       }
       h.descr = p.string_lit();
       have_descr = true;
@@ -155,11 +155,12 @@ DType parse_descr(const std::string& d, std::string_view name) {
       if (t == "u1") return DType::kUint8;
       if (t == "i4") return DType::kInt32;
       if (t == "f4") return DType::kFloat32;
+      if (t == "i8") return DType::kInt64;
     }
   }
   if (d == "i1" || d == "b") return DType::kInt8;
   if (d == "u1" || d == "B") return DType::kUint8;
-  bad(name, fmt::format("dtype {} is not supported; expected int8, uint8, int32 or float32",
+  bad(name, fmt::format("dtype {} is not supported; expected int8, uint8, int32, int64 or float32",
                         quote(d, kQuoteMaxBytes, '\'')));
 }
 
@@ -187,6 +188,7 @@ std::string_view to_string(DType t) {
     case DType::kUint8: return "uint8";
     case DType::kInt32: return "int32";
     case DType::kFloat32: return "float32";
+    case DType::kInt64: return "int64";
   }
   return "?";
 }
@@ -197,6 +199,7 @@ size_t dtype_size(DType t) {
     case DType::kUint8: return 1;
     case DType::kInt32:
     case DType::kFloat32: return 4;
+    case DType::kInt64: return 8;
   }
   return 0;
 }
@@ -207,6 +210,7 @@ std::string_view descr(DType t) {
     case DType::kUint8: return "|u1";
     case DType::kInt32: return "<i4";
     case DType::kFloat32: return "<f4";
+    case DType::kInt64: return "<i8";
   }
   return "?";
 }

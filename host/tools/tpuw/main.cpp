@@ -2,11 +2,12 @@
 // info, gemm and run take --devices K (and gemm/run --strategy): K devices behind one runtime
 // (tpuw/worker/strategies.h), with each device's busy time and the overlap in the report.
 //
-// Exit codes: 0 ok, 2 bad input or usage, 3 result mismatch (--check, .expect), 4 device fault
-// or timeout, 1 anything else (including out of memory, threads or disk space).
+// Exit codes: 0 ok, 2 bad input or usage, 3 result mismatch (--check, .expect) or a training whose
+// loss became NaN/infinite (train), 4 device fault or timeout, 1 anything else (including out of
+// memory, threads or disk space).
 // `tpuw --version` prints the version of the tool and the ISA it was built against.
 //
-// One file per subcommand: cmd_info, cmd_asm, cmd_disasm, cmd_exec, cmd_gemm, cmd_run; the
+// One file per subcommand: cmd_info, cmd_asm, cmd_disasm, cmd_exec, cmd_gemm, cmd_run, cmd_train; the
 // options and reports they share are in cli_common. This file sets up the app, registers the
 // subcommands, and maps errors to exit codes.
 #include <CLI/CLI.hpp>
@@ -24,6 +25,7 @@
 #include "cmd_gemm.h"
 #include "cmd_info.h"
 #include "cmd_run.h"
+#include "cmd_train.h"
 #include "tpuw/error.h"
 #include "tpuw/spec.h"
 
@@ -31,9 +33,11 @@ namespace tpuw::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run).\n"
-               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch, 4 device fault/timeout, 1 other\n"
-               "(runtime failure, out of memory/threads/disk)."};
+  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run, train).
+"
+               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch or diverged training, 4 device fault/timeout,
+"
+               "1 other (runtime failure, out of memory/threads/disk)."};
   app.set_version_flag("--version", version_string(), "print the tool and ISA version and exit");
   app.require_subcommand(1);
 
@@ -44,6 +48,7 @@ int run(int argc, char** argv) {
   const ExecCommand ex(app);
   const GemmCommand ge(app);
   const RunCommand run_cmd(app);
+  const TrainCommand train(app);
 
   try {
     app.parse(argc, argv);
@@ -64,6 +69,7 @@ int run(int argc, char** argv) {
   if (ex.selected()) return ex.execute();
   if (ge.selected()) return ge.execute();
   if (run_cmd.selected()) return run_cmd.execute();
+  if (train.selected()) return train.execute();
   return kBadInput;
 }
 

@@ -46,7 +46,7 @@ void expect_bad(const std::vector<uint8_t>& bytes, const std::string& what) {
 }
 
 TEST(Npy, RoundTripEveryDtypeAndRank) {
-  for (DType t : {DType::kInt8, DType::kUint8, DType::kInt32, DType::kFloat32}) {
+  for (DType t : {DType::kInt8, DType::kUint8, DType::kInt32, DType::kFloat32, DType::kInt64}) {
     for (const std::vector<uint64_t>& shape : std::vector<std::vector<uint64_t>>{
              {}, {0}, {7}, {3, 5}, {2, 3, 4}, {2, 1, 3, 2}}) {
       Array a = Array::zeros(t, shape);
@@ -70,6 +70,12 @@ TEST(Npy, TypedViewsAndFrom) {
   EXPECT_EQ(view[4], -2147483647 - 1);
   EXPECT_EQ(view[3], 2147483647);
   EXPECT_THROW((void)b.view<int8_t>(), Error);
+  // int64: NumPy's default integer (np.save of a Python int list), used for class labels.
+  const std::vector<int64_t> w = {-1, 9, int64_t{1} << 40};
+  const Array c = parse(serialize(Array::from<int64_t>({3}, w)), "mem");
+  EXPECT_EQ(c.dtype, DType::kInt64);
+  EXPECT_EQ(c.view<int64_t>()[2], int64_t{1} << 40);
+  EXPECT_EQ(descr(DType::kInt64), "<i8");
 }
 
 TEST(Npy, FileRoundTripAndHeaderText) {

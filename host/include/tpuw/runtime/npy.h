@@ -2,8 +2,8 @@
 //
 // Hand-written on purpose: no Debian 12 C++ library reads or writes .npy (cnpy and xtensor-io are
 // not packaged), and the format is small (https://numpy.org/doc/stable/reference/generated/
-// numpy.lib.format.html). Supported: format versions 1.0, 2.0 and 3.0; dtypes int8, uint8, int32
-// and float32, little-endian; C order; any rank (0 = a scalar). Everything else is refused with a
+// numpy.lib.format.html). Supported: format versions 1.0, 2.0 and 3.0; dtypes int8, uint8, int32,
+// int64 (NumPy's default integer: class labels) and float32, little-endian; C order; any rank (0 = a scalar). Everything else is refused with a
 // clear message: big-endian data, other dtypes, fortran_order True, structured dtypes.
 //
 // Every error is tpuw::Error(kBadFile) whose message starts with the file name and says what is
@@ -22,13 +22,13 @@
 
 namespace tpuw::npy {
 
-enum class DType { kInt8, kUint8, kInt32, kFloat32 };
+enum class DType { kInt8, kUint8, kInt32, kFloat32, kInt64 };
 
-/// NumPy's name: "int8", "uint8", "int32", "float32".
+/// NumPy's name: "int8", "uint8", "int32", "float32", "int64".
 std::string_view to_string(DType t);
 /// Bytes per element.
 size_t dtype_size(DType t);
-/// The `descr` written to headers: "|i1", "|u1", "<i4", "<f4".
+/// The `descr` written to headers: "|i1", "|u1", "<i4", "<f4", "<i8".
 std::string_view descr(DType t);
 
 template <typename T> constexpr DType dtype_of();
@@ -36,6 +36,7 @@ template <> constexpr DType dtype_of<int8_t>() { return DType::kInt8; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::kUint8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::kInt32; }
 template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::kInt64; }
 
 /// A C-order array: shape plus the raw little-endian element bytes.
 struct Array {

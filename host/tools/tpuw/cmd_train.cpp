@@ -1,0 +1,540 @@
+// tpuw train MODEL.onnx --input X.npy --labels Y.npy --epochs E --batch B --lr LR [--momentum M]
+//            [--weight-decay WD] --output TRAINED.onnx [--backend rtl|ref|host] [--validate XV.npy
+//            --validate-labels YV.npy] [--checkpoint DIR [--checkpoint-every STEPS]] [--resume DIR]
+//            [--shuffle --seed S] [--limit N] [--json] [--progress]
+//
+//   1. check every option and input before anything runs (exit 2, nothing written): the model is
+//      trainable (runtime::describe_trainable names the node otherwise), inputs float32 with the
+//      model's input shape and finite, labels integer classes of the model, the same row count
+//   2. build the trainer: HostFloatTrainer (host) or runtime::make_device_trainer (rtl, ref)
+//   3. --resume: the checkpoint's state and position (tpuw/runtime/train_checkpoint.h)
+//   4. epochs of steps of --batch rows (the last one partial) in file order or, with --shuffle, in
+//      the order of a seeded Fisher-Yates shuffle per epoch; checkpoints as asked; a loss that is
+//      not finite stops training (exit 3) and leaves the last checkpoint as it was
+//   5. the model with its trained initializers -> --output (atomic), and the report
+#include "cmd_train.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "tpuw/compiler/onnx_importer.h"
+#include "tpuw/compiler/onnx_writer.h"
+#include "tpuw/error.h"
+#include "tpuw/file_io.h"
+#include "tpuw/runtime/device_trainer_factory.h"
+#include "tpuw/runtime/host_float_trainer.h"
+#include "tpuw/runtime/npy.h"
+#include "tpuw/runtime/train_checkpoint.h"
+
+namespace tpuw::cli {
+
+struct TrainOpts {
+  std::string model, input, labels, output, validate, validate_labels, checkpoint, resume;
+  std::string backend = "ref";
+  unsigned array_n = 16;
+  int64_t epochs = 1;
+  int64_t batch = 64;
+  float lr = 0.01f, momentum = 0.0f, weight_decay = 0.0f;
+  int64_t checkpoint_every = 0;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  int64_t limit = 0;
+  int64_t max_steps = 0;
+  bool json = false, progress = false, quiet = false;
+};
+
+namespace {
+
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kMaxOnnxBytes = uint64_t{2} << 30;
+
+// ---- data -------------------------------------------------------------------------------------
+
+struct Data {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  int64_t rows = 0;
+};
+
+std::string model_shape(const std::vector<int64_t>& s) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < s.size(); ++i) parts.push_back(s[i] < 0 ? (i == 0 ? "N" : "?") : std::to_string(s[i]));
+  return fmt::format("({})", fmt::join(parts, ", "));
+}
+
+// Inputs: float32 [N, features] or [N, <the model input's other dimensions>], every value finite.
+std::vector<float> load_inputs(const std::string& path, const runtime::TrainableModel& m, const char* opt,
+                               int64_t& rows) {
+  const npy::Array a = npy::load(path);
+  const std::string want = fmt::format("float32 {} (the model input '{}') or (N, {})", model_shape(m.input_shape),
+                                       m.input_name, m.input_features);
+  if (a.dtype != npy::DType::kFloat32) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}; {} needs {}", path, npy::to_string(a.dtype), opt, want));
+  }
+  bool ok = a.rank() >= 2;
+  uint64_t feat = 1;
+  for (size_t i = 1; i < a.rank(); ++i) feat *= a.shape[i];
+  ok = ok && feat == static_cast<uint64_t>(m.input_features);
+  if (ok && a.rank() != 2) {
+    ok = a.rank() == m.input_shape.size();
+    for (size_t i = 1; ok && i < a.rank(); ++i) ok = m.input_shape[i] < 0 || static_cast<uint64_t>(m.input_shape[i]) == a.shape[i];
+  }
+  if (!ok) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {}; {} needs {}", path, npy::shape_string(a.shape), opt, want));
+  }
+  if (a.shape[0] == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: has no rows", path));
+  rows = static_cast<int64_t>(a.shape[0]);
+  const auto v = a.view<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      throw Error(ErrorKind::kBadFile, fmt::format("{}: row {} feature {} is {} (inputs must be finite)", path, i / feat,
+                                                   i % feat, v[i]));
+    }
+  }
+  return {v.begin(), v.end()};
+}
+
+// Labels: integer class indices [N] (int64, int32, uint8 or int8), each in [0, classes).
+std::vector<int64_t> load_labels(const std::string& path, int64_t rows, int64_t classes, const std::string& inputs) {
+  const npy::Array a = npy::load(path);
+  std::vector<int64_t> y;
+  switch (a.dtype) {
+    case npy::DType::kInt64: { const auto v = a.view<int64_t>(); y.assign(v.begin(), v.end()); break; }
+    case npy::DType::kInt32: { const auto v = a.view<int32_t>(); y.assign(v.begin(), v.end()); break; }
+    case npy::DType::kUint8: { const auto v = a.view<uint8_t>(); y.assign(v.begin(), v.end()); break; }
+    case npy::DType::kInt8: { const auto v = a.view<int8_t>(); y.assign(v.begin(), v.end()); break; }
+    default:
+      throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}; labels must be integer class indices (int64, int32 "
+                                                   "or uint8)", path, npy::to_string(a.dtype)));
+  }
+  if (a.rank() != 1) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {}; labels must be a 1-D array (N,)", path,
+                                                 npy::shape_string(a.shape)));
+  }
+  if (static_cast<int64_t>(y.size()) != rows) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: {} labels, but {} has {} rows", path, y.size(), inputs, rows));
+  }
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] < 0 || y[i] >= classes) {
+      throw Error(ErrorKind::kBadFile, fmt::format("{}: label {} of row {} is out of range: the model has {} classes "
+                                                   "(0..{})", path, y[i], i, classes, classes - 1));
+    }
+  }
+  return y;
+}
+
+Data load_data(const std::string& x, const std::string& y, const runtime::TrainableModel& m, const char* xopt,
+               int64_t limit) {
+  Data d;
+  d.x = load_inputs(x, m, xopt, d.rows);
+  d.y = load_labels(y, d.rows, m.classes, x);
+  if (limit > 0 && limit < d.rows) {
+    d.rows = limit;
+    d.x.resize(static_cast<size_t>(limit * m.input_features));
+    d.y.resize(static_cast<size_t>(limit));
+  }
+  return d;
+}
+
+// ---- shuffling: SplitMix64 and Fisher-Yates, fully specified (std::shuffle is not) -----------
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The epoch's order: rows 0..N-1, shuffled (for i = N-1 .. 1: swap i with floor(r * (i + 1) / 2^64))
+// when `shuffle`; advances `rng` by N-1 draws.
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t& rng) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  if (!shuffle) return order;
+  for (int64_t i = n - 1; i > 0; --i) {
+    const unsigned __int128 p = static_cast<unsigned __int128>(splitmix64(rng)) * static_cast<unsigned __int128>(i + 1);
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(p >> 64)]);
+  }
+  return order;
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+// ---- reporting --------------------------------------------------------------------------------
+
+struct EpochRecord {
+  int64_t epoch = 0;  // 1-based
+  double loss = 0.0;
+  std::optional<double> accuracy;
+  double seconds = 0.0;
+  int64_t steps = 0;  // steps taken in this run
+};
+
+class Progress {
+ public:
+  Progress(bool on, int64_t epoch, int64_t epochs, int64_t steps) : on_(on), epoch_(epoch), epochs_(epochs), steps_(steps) {}
+  void update(int64_t done, double loss, bool force = false) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && shown_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    shown_ = true;
+    constexpr int kWidth = 30;
+    const int fill = steps_ == 0 ? kWidth : static_cast<int>(kWidth * done / steps_);
+    fmt::print(stderr, "\repoch {}/{} [{}{}] {}/{} steps, loss {:.4f}", epoch_, epochs_, std::string(static_cast<size_t>(fill), '#'),
+               std::string(static_cast<size_t>(kWidth - fill), '.'), done, steps_, loss);
+    std::fflush(stderr);
+  }
+  void done() {
+    if (on_ && shown_) fmt::print(stderr, "\n");
+  }
+
+ private:
+  bool on_;
+  int64_t epoch_, epochs_, steps_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+double accuracy(runtime::Trainer& t, const Data& d, int64_t features) {
+  int64_t ok = 0;
+  const int64_t b = t.batch(), c = t.classes();
+  for (int64_t r0 = 0; r0 < d.rows; r0 += b) {
+    const int64_t rows = std::min(b, d.rows - r0);
+    const std::span<const float> x(d.x.data() + r0 * features, static_cast<size_t>(rows * features));
+    const std::vector<float> z = t.logits(x, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < c; ++j) {
+        if (z[static_cast<size_t>(r * c + j)] > z[static_cast<size_t>(r * c + best)]) best = j;
+      }
+      ok += best == d.y[static_cast<size_t>(r0 + r)];
+    }
+  }
+  return static_cast<double>(ok) / static_cast<double>(d.rows);
+}
+
+// A float option as the user wrote it (0.05, not 0.05000000074505806).
+json short_float(float f) { return json::parse(fmt::format("{}", f)); }
+
+json options_json(const TrainOpts& o, int64_t rows) {
+  return {{"model", o.model}, {"input", o.input}, {"labels", o.labels}, {"rows", rows}, {"batch", o.batch},
+          {"epochs", o.epochs}, {"lr", short_float(o.lr)}, {"momentum", short_float(o.momentum)},
+          {"weight_decay", short_float(o.weight_decay)},
+          {"shuffle", o.shuffle}, {"seed", o.seed}, {"limit", o.limit}, {"backend", o.backend}};
+}
+
+void check_output_path(const std::string& opt, const std::string& p) {
+  const fs::path parent = fs::path(p).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: directory {} does not exist", opt, p, parent.string()));
+  }
+  if (fs::is_directory(p, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: is a directory", opt, p));
+}
+
+int train_command(const TrainOpts& o) {
+  // ---- options and inputs: all checked before anything runs or is written ---------------------
+  if (o.batch < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--batch {}: must be at least 1", o.batch));
+  if (o.epochs < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--epochs {}: must be at least 1", o.epochs));
+  if (o.checkpoint_every < 0) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--checkpoint-every {}: must be >= 0", o.checkpoint_every));
+  }
+  if (o.max_steps < 0) throw Error(ErrorKind::kInvalidArgument, fmt::format("--max-steps {}: must be >= 0", o.max_steps));
+  if (o.limit < 0) throw Error(ErrorKind::kInvalidArgument, fmt::format("--limit {}: must be >= 0", o.limit));
+  if (o.validate.empty() != o.validate_labels.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--validate and --validate-labels go together");
+  }
+  const runtime::SgdConfig sgd{o.lr, o.momentum, o.weight_decay};
+  runtime::check_sgd_config(sgd);
+  check_output_path("--output", o.output);
+  if (!o.checkpoint.empty()) {
+    std::error_code ec;
+    if (fs::exists(o.checkpoint, ec) && !fs::is_directory(o.checkpoint, ec)) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--checkpoint {}: exists and is not a directory", o.checkpoint));
+    }
+  }
+  const std::vector<uint8_t> model_bytes = read_file_bounded(o.model, kMaxOnnxBytes, "an ONNX model");
+  runtime::TrainableModel tm = runtime::describe_trainable(compiler::import_onnx_graph(model_bytes, o.model));
+  const std::map<std::string, compiler::Dims> shapes = tm.param_dims;
+  const int64_t features = tm.input_features;
+  const Data train = load_data(o.input, o.labels, tm, "--input", o.limit);
+  std::optional<Data> val;
+  if (!o.validate.empty()) val = load_data(o.validate, o.validate_labels, tm, "--validate", 0);
+  std::optional<runtime::Checkpoint> ck;
+  if (!o.resume.empty()) {
+    ck = runtime::load_checkpoint(o.resume);
+    const json& co = ck->options;
+    auto same = [&](const char* key, const json& now, const char* opt) {
+      if (!co.contains(key) || co[key] != now) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--resume {}: the checkpoint was made with {} {}, this run has {}", o.resume, opt,
+                                co.contains(key) ? co[key].dump() : "(none)", now.dump()));
+      }
+    };
+    same("rows", train.rows, "training rows");
+    same("batch", o.batch, "--batch");
+    same("shuffle", o.shuffle, "--shuffle");
+    if (o.shuffle) same("seed", o.seed, "--seed");
+  }
+
+  // ---- the trainer ------------------------------------------------------------------------------
+  std::unique_ptr<runtime::Trainer> trainer;
+  if (o.backend == "host") {
+    trainer = std::make_unique<runtime::HostFloatTrainer>(std::move(tm), o.batch, sgd);
+  } else {
+    runtime::DeviceTrainerOptions dto;
+    dto.backend = o.backend;
+    dto.array_n = o.array_n;
+    dto.batch = o.batch;
+    dto.sgd = sgd;
+    trainer = runtime::make_device_trainer(o.model, dto);
+  }
+  uint64_t rng = o.seed;
+  int64_t epoch0 = 0, pos0 = 0;
+  if (ck) {
+    trainer->load_state(ck->state);
+    epoch0 = ck->epoch;
+    pos0 = ck->position;
+    rng = std::stoull(ck->rng, nullptr, 16);
+  }
+
+  // ---- training ---------------------------------------------------------------------------------
+  const int64_t steps_per_epoch = (train.rows + o.batch - 1) / o.batch;
+  const bool show = !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
+  std::vector<EpochRecord> epochs;
+  int64_t steps_run = 0, last_ck_step = ck ? ck->state.steps : -1;
+  uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, loss_bytes = 0, macs = 0;
+  double util_cycles = 0.0, loss_s = 0.0, train_s = 0.0;
+  std::vector<float> xb(static_cast<size_t>(o.batch * features));
+  std::vector<int64_t> yb(static_cast<size_t>(o.batch));
+  auto save = [&](int64_t epoch, int64_t position, uint64_t rng_state, double lsum, int64_t lrows) {
+    runtime::Checkpoint c;
+    c.state = trainer->state();
+    c.epoch = epoch;
+    c.position = position;
+    c.epoch_loss_sum = lsum;
+    c.epoch_rows = lrows;
+    c.rng = hex64(rng_state);
+    c.trainer = trainer->name();
+    c.options = options_json(o, train.rows);
+    runtime::save_checkpoint(o.checkpoint, c, shapes);
+    last_ck_step = c.state.steps;
+  };
+  bool stopped = false;  // --max-steps reached
+  int64_t global = ck ? ck->state.steps : 0;  // steps taken, resumed ones included
+  for (int64_t e = epoch0; e < o.epochs && !stopped; ++e) {
+    const uint64_t rng_start = rng;
+    const std::vector<int64_t> order = epoch_order(train.rows, o.shuffle, rng);
+    const bool resumed_epoch = ck && e == epoch0;
+    double lsum = resumed_epoch ? ck->epoch_loss_sum : 0.0;
+    int64_t lrows = resumed_epoch ? ck->epoch_rows : 0;
+    EpochRecord rec;
+    rec.epoch = e + 1;
+    Progress bar(show, e + 1, o.epochs, steps_per_epoch);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t s = resumed_epoch ? pos0 : 0; s < steps_per_epoch; ++s) {
+      if (o.max_steps > 0 && global >= o.max_steps) {
+        stopped = true;
+        break;
+      }
+      const int64_t r0 = s * o.batch, rows = std::min(o.batch, train.rows - r0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto src = static_cast<size_t>(order[static_cast<size_t>(r0 + r)]);
+        std::copy_n(train.x.data() + src * static_cast<size_t>(features), features, xb.data() + r * features);
+        yb[static_cast<size_t>(r)] = train.y[src];
+      }
+      const runtime::TrainStepReport rep = trainer->step(std::span<const float>(xb.data(), static_cast<size_t>(rows * features)),
+                                                         std::span<const int64_t>(yb.data(), static_cast<size_t>(rows)), rows);
+      ++global;
+      if (!std::isfinite(rep.loss)) {
+        bar.done();
+        fmt::print(stderr, "tpuw: error: the loss became {} at step {} (epoch {}, batch {} of {}); training stopped, {} "
+                           "not written{}\n", std::isnan(rep.loss) ? "NaN" : "infinite", global, e + 1, s + 1, steps_per_epoch, o.output,
+                   o.checkpoint.empty() ? ""
+                   : last_ck_step >= 0 ? fmt::format("; the last checkpoint ({}, step {}) is kept", o.checkpoint, last_ck_step)
+                                       : fmt::format("; no checkpoint was written to {} yet", o.checkpoint));
+        return kMismatchExit;
+      }
+      lsum += rep.loss * static_cast<double>(rows);
+      lrows += rows;
+      ++steps_run;
+      ++rec.steps;
+      cycles += rep.cycles;
+      fwd += rep.forward_cycles;
+      bwd += rep.backward_cycles;
+      upd += rep.update_cycles;
+      loss_bytes += rep.host_loss_bytes;
+      loss_s += rep.host_loss_seconds;
+      macs += rep.macs;
+      util_cycles += rep.utilization * static_cast<double>(rep.cycles);
+      bar.update(s + 1, lsum / static_cast<double>(lrows));
+      const bool reached = o.max_steps > 0 && global >= o.max_steps;
+      if (!o.checkpoint.empty() &&
+          ((o.checkpoint_every > 0 && global % o.checkpoint_every == 0) || (reached && s + 1 < steps_per_epoch))) {
+        save(e, s + 1, rng_start, lsum, lrows);
+      }
+      if (reached) {
+        stopped = true;
+        break;
+      }
+    }
+    if (stopped && rec.steps == 0) {
+      bar.done();
+      break;
+    }
+    bar.update(rec.steps, lrows > 0 ? lsum / static_cast<double>(lrows) : 0.0, true);
+    bar.done();
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_s += rec.seconds;
+    rec.loss = lrows > 0 ? lsum / static_cast<double>(lrows) : 0.0;
+    if (val) rec.accuracy = accuracy(*trainer, *val, features);
+    epochs.push_back(rec);
+    if (!o.json) {
+      fmt::print("epoch {}/{}: loss {:.6f}{}, {:.2f} s, {:.1f} steps/s\n", rec.epoch, o.epochs, rec.loss,
+                 rec.accuracy ? fmt::format(", validation accuracy {:.2f}% ({} rows)", 100.0 * *rec.accuracy, val->rows) : "",
+                 rec.seconds, rec.seconds > 0 ? static_cast<double>(rec.steps) / rec.seconds : 0.0);
+      std::fflush(stdout);
+    }
+    const bool epoch_done = lrows == train.rows;
+    if (!o.checkpoint.empty() && epoch_done && last_ck_step != global &&
+        (o.checkpoint_every == 0 || stopped || e + 1 == o.epochs)) {
+      // The end of an epoch (every one with --checkpoint-every 0, else the last): the next epoch
+      // starts at position 0 with the generator as it is now.
+      save(e + 1, 0, rng, 0.0, 0);
+    }
+  }
+  const runtime::TrainState st = trainer->state();
+
+  // ---- the trained model --------------------------------------------------------------------------
+  const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
+  write_file_atomic(o.output, out, "the trained model");
+
+  const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
+  const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
+  const double steps_per_s = train_s > 0 ? static_cast<double>(steps_run) / train_s : 0.0;
+  if (o.json) {
+    json j;
+    j["backend"] = o.backend;
+    j["trainer"] = trainer->name();
+    j["model"] = o.model;
+    j["output"] = o.output;
+    j["rows"] = train.rows;
+    j["batch"] = o.batch;
+    j["lr"] = short_float(o.lr);
+    j["momentum"] = short_float(o.momentum);
+    j["weight_decay"] = short_float(o.weight_decay);
+    j["shuffle"] = o.shuffle;
+    j["resumed_from"] = ck ? json(o.resume) : json(nullptr);
+    j["steps"] = steps_run;
+    j["total_steps"] = st.steps;
+    json je = json::array();
+    for (const EpochRecord& r : epochs) {
+      json x = {{"epoch", r.epoch}, {"loss", r.loss}};
+      if (r.accuracy) x["accuracy"] = *r.accuracy;
+      x["seconds"] = r.seconds;
+      x["steps"] = r.steps;
+      je.push_back(x);
+    }
+    j["epochs"] = je;
+    j["validation_rows"] = val ? json(val->rows) : json(nullptr);
+    j["cycles_per_step"] = static_cast<double>(cycles) * per;
+    j["forward_cycles_per_step"] = static_cast<double>(fwd) * per;
+    j["backward_cycles_per_step"] = static_cast<double>(bwd) * per;
+    j["update_cycles_per_step"] = static_cast<double>(upd) * per;
+    j["host_loss_bytes_per_step"] = static_cast<double>(loss_bytes) * per;
+    j["host_loss_seconds_per_step"] = loss_s * per;
+    j["macs_per_step"] = static_cast<double>(macs) * per;
+    j["utilization"] = utilization;
+    j["steps_per_s"] = steps_per_s;
+    j["seconds"] = train_s;
+    j["checkpoint"] = o.checkpoint.empty() ? json(nullptr) : json(o.checkpoint);
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  fmt::print("{}: {} steps on {} ({}), {:.1f} steps/s", o.model, steps_run, o.backend, trainer->name(), steps_per_s);
+  if (cycles > 0) {
+    fmt::print("; per step {:.0f} cycles (forward {:.0f}, backward {:.0f}, update {:.0f}), MXU utilization {:.3f}, "
+               "host loss {:.0f} bytes {:.3f} ms\n", static_cast<double>(cycles) * per, static_cast<double>(fwd) * per,
+               static_cast<double>(bwd) * per, static_cast<double>(upd) * per, utilization,
+               static_cast<double>(loss_bytes) * per, 1e3 * loss_s * per);
+  } else {
+    fmt::print(" (no device cycles: fp32 on the CPU)\n");
+  }
+  if (!o.checkpoint.empty()) fmt::print("checkpoint: {} (step {})\n", o.checkpoint, st.steps);
+  fmt::print("trained model -> {} ({} initializers updated)\n", o.output, st.params.size());
+  return kOk;
+}
+
+}  // namespace
+
+TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>()) {
+  TrainOpts* o = opts_.get();
+  auto* sub = app.add_subcommand("train", "train an ONNX model (dense layers, ReLU) with SGD; writes the same model "
+                                          "with trained float32 initializers");
+  sub_ = sub;
+  sub->add_option("MODEL", o->model, "ONNX model (.onnx): Gemm/MatMul (+ bias Add) (+ Relu), Flatten/Reshape")->required();
+  sub->add_option("-i,--input", o->input, "training inputs, float32 .npy (N, ...the model input) or (N, features)")
+      ->required();
+  sub->add_option("--labels", o->labels, "class labels, integer .npy (N,) (int64, int32 or uint8)")->required();
+  sub->add_option("-o,--output", o->output, "write the trained model here (.onnx; the input model's initializer "
+                                            "names and shapes)")->required();
+  sub->add_option("--epochs", o->epochs, "passes over the training rows")->capture_default_str();
+  sub->add_option("--batch", o->batch, "rows per SGD step (the last step of an epoch takes the rest)")->capture_default_str();
+  sub->add_option("--lr", o->lr, "learning rate (finite, > 0)")->capture_default_str();
+  sub->add_option("--momentum", o->momentum, "SGD momentum (>= 0; torch.optim.SGD semantics)")->capture_default_str();
+  sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay added to the gradient (>= 0)")->capture_default_str();
+  const std::vector<std::string> backends = {"rtl", "ref", "host"};
+  sub->add_option("--backend", o->backend,
+                  "rtl (verilated device), ref (reference model of the device), host (fp32 on the CPU)")
+      ->check(CLI::IsMember(backends))
+      ->capture_default_str();
+  sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (rtl, ref)")->capture_default_str();
+  sub->add_option("--validate", o->validate, "validation inputs (.npy like --input): accuracy after every epoch");
+  sub->add_option("--validate-labels", o->validate_labels, "validation labels (.npy like --labels)");
+  sub->add_option("--checkpoint", o->checkpoint, "write the training state into this directory (see --checkpoint-every)");
+  sub->add_option("--checkpoint-every", o->checkpoint_every,
+                  "checkpoint every STEPS steps (0: at the end of every epoch); always at the end")
+      ->capture_default_str();
+  sub->add_option("--resume", o->resume, "continue from a checkpoint directory (same rows, --batch, --shuffle/--seed)");
+  sub->add_flag("--shuffle", o->shuffle, "a new random row order every epoch (default: file order)");
+  sub->add_option("--seed", o->seed, "seed of --shuffle")->capture_default_str();
+  sub->add_option("--limit", o->limit, "train on the first N rows only (0: all)")->capture_default_str();
+  sub->add_option("--max-steps", o->max_steps,
+                  "stop after this many steps in total, counting the resumed ones (0: no limit); the output and a "
+                  "checkpoint are written as at the end")
+      ->capture_default_str();
+  sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
+  sub->add_flag("--progress", o->progress, "show the progress bar on stderr even when it is not a terminal");
+  sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
+}
+
+bool TrainCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }
+
+int TrainCommand::execute() const {
+  try {
+    return train_command(*opts_);
+  } catch (const Error& e) {
+    fmt::print(stderr, "tpuw: error: {}\n", e.what());
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tpuw: error: {}\n", e.what());
+    return kOther;
+  }
+}
+
+}  // namespace tpuw::cli
