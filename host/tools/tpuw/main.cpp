@@ -33,10 +33,8 @@ namespace tpuw::cli {
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run, train).
-"
-               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch or diverged training, 4 device fault/timeout,
-"
+  CLI::App app{"tpuw: TPU Worker device tool (info, asm, disasm, exec, gemm, run, train).\n"
+               "Exit codes: 0 ok, 2 bad input/usage, 3 mismatch or diverged training, 4 device fault/timeout,\n"
                "1 other (runtime failure, out of memory/threads/disk)."};
   app.set_version_flag("--version", version_string(), "print the tool and ISA version and exit");
   app.require_subcommand(1);
