@@ -16,6 +16,8 @@ core/tpu_act_unit.sv
 core/tpu_ram_2r2w.sv
 core/tpu_ram_1r1w.sv   // FPGA builds (TPU_FPGA_RAM): one read + one write port, maps to block RAM
 core/tpu_act_seq.sv
+core/tpu_transpose.sv
+core/tpu_vpu.sv      // uses include/tpu_fp32.svh
 core/tpu_compute.sv
 core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---

@@ -1,4 +1,4 @@
-// Compute engine: executes LOADW, MATMUL, ACTIVATE and NOP from the compute queue
+// Compute engine: executes LOADW, MATMUL, ACTIVATE, TRANSPOSE, VECTOR and NOP from the compute queue
 // (cmp_* engine interface, docs/architecture.md) on the MXU, the weight shifter and the
 // activation unit, against the engine-side ports of UB, WB and ACC.
 //
@@ -11,6 +11,9 @@
 //     act seq.  ACTIVATE: reads mult, shift (and bias) rows, then one ACC row every P cycles
 //                         (P = ArrayN/ActLanes, 1 at full width) through tpu_act_unit (P+1
 //                         cycles) into UB
+//     aux       TRANSPOSE / VECTOR: tpu_transpose and tpu_vpu, instantiated by tpu_datapath (they
+//               own the memory ports while busy); this engine dispatches them (aux_go_*_o with the
+//               head instruction on aux_instr_o) and retires them on aux_done_i.
 //     NOP:      nothing
 // Dispatch rules (what makes the overlap safe):
 //   LOADW     when the shifter is free (idle or reading its last row this cycle). It may start
@@ -23,6 +26,13 @@
 //             Accumulating MATMULs into the same ACC rows need no stall: the ACC
 //             read-modify-write forwards the previous cycle's write.
 //   ACTIVATE  when no MATMUL is outstanding (all its ACC writes done) and no ACTIVATE is in flight.
+//   TRANSPOSE when no aux instruction is in flight, the streamer is idle (no MATMUL UB read
+//             left) and no ACTIVATE is in flight (its UB writes are done).
+//   VECTOR    when no aux instruction is in flight, no MATMUL is outstanding (all its ACC writes
+//             done) and no ACTIVATE is in flight (its ACC reads done).
+//   MATMUL and ACTIVATE also wait while an aux instruction is in flight (its UB/ACC writes may be
+//   their operands, and it holds the memory ports). One aux instruction at a time, so they
+//   complete in order.
 // Completion: each unit completes its own instructions in order; a retire queue of instruction
 // kinds in acceptance order turns per-unit completion counts into cmp_done_o pulses in acceptance
 // order, at most one per cycle, after the instruction's last memory access.
@@ -68,7 +78,13 @@ module tpu_compute #(
   output logic                   perf_mxu_active_o,
   output logic                   perf_weight_stall_o,
   output logic                   perf_weight_shift_o,
-  output logic                   perf_act_busy_o
+  output logic                   perf_act_busy_o,
+  // TRANSPOSE / VECTOR units (tpu_transpose, tpu_vpu in tpu_datapath)
+  output logic                   aux_go_tr_o,
+  output logic                   aux_go_vec_o,
+  output tpu_isa_pkg::instr_t    aux_instr_o,
+  input  logic                   aux_busy_i,   // either unit busy (from its go to its done)
+  input  logic                   aux_done_i    // the aux instruction in flight completes
 );
 
   localparam int unsigned N           = ArrayN;
@@ -81,17 +97,20 @@ module tpu_compute #(
   localparam int unsigned MxuTagW     = AccAw + 2;  // {last, accumulate, acc row}
 
   // Retire queue entry kinds.
-  localparam logic [1:0] RtNop    = 2'd0;
-  localparam logic [1:0] RtLoadw  = 2'd1;
-  localparam logic [1:0] RtMatmul = 2'd2;
-  localparam logic [1:0] RtAct    = 2'd3;
+  localparam logic [2:0] RtNop    = 3'd0;
+  localparam logic [2:0] RtLoadw  = 3'd1;
+  localparam logic [2:0] RtMatmul = 3'd2;
+  localparam logic [2:0] RtAct    = 3'd3;
+  localparam logic [2:0] RtAux    = 3'd4;  // TRANSPOSE, VECTOR
 
-  function automatic logic [1:0] kind_of(input logic [7:0] opcode);
+  function automatic logic [2:0] kind_of(input logic [7:0] opcode);
     case (opcode)
-      tpu_isa_pkg::OpLoadw:    kind_of = RtLoadw;
-      tpu_isa_pkg::OpMatmul:   kind_of = RtMatmul;
-      tpu_isa_pkg::OpActivate: kind_of = RtAct;
-      default:                 kind_of = RtNop;
+      tpu_isa_pkg::OpLoadw:     kind_of = RtLoadw;
+      tpu_isa_pkg::OpMatmul:    kind_of = RtMatmul;
+      tpu_isa_pkg::OpActivate:  kind_of = RtAct;
+      tpu_isa_pkg::OpTranspose: kind_of = RtAux;
+      tpu_isa_pkg::OpVector:    kind_of = RtAux;
+      default:                  kind_of = RtNop;
     endcase
   endfunction
 
@@ -100,7 +119,7 @@ module tpu_compute #(
   // ---------------------------------------------------------------------------------------------
   logic         head_valid_q;
   tpu_isa_pkg::instr_t head_q;
-  logic [1:0]   head_kind;
+  logic [2:0]   head_kind;
   logic         head_go;      // the head instruction dispatches this cycle
   logic         accept;
 
@@ -184,12 +203,15 @@ module tpu_compute #(
   // ---------------------------------------------------------------------------------------------
   // Dispatch
   // ---------------------------------------------------------------------------------------------
-  logic go_ok;
+  logic go_ok, aux_ok, head_is_tr;
+  assign head_is_tr = (head_q.hdr.opcode == tpu_isa_pkg::OpTranspose);
+  assign aux_ok     = !aux_busy_i && act_idle && (head_is_tr ? !mm_busy_q : mm_none);
   always_comb begin
     case (head_kind)
       RtLoadw:  go_ok = lw_free;
-      RtMatmul: go_ok = mm_free && act_idle && (!mm_f_swap || lw_free);
-      RtAct:    go_ok = act_idle && mm_none;
+      RtMatmul: go_ok = mm_free && act_idle && (!mm_f_swap || lw_free) && !aux_busy_i;
+      RtAct:    go_ok = act_idle && mm_none && !aux_busy_i;
+      RtAux:    go_ok = aux_ok;
       default:  go_ok = 1'b1;
     endcase
   end
@@ -200,14 +222,20 @@ module tpu_compute #(
   assign go_mm  = head_go && (head_kind == RtMatmul);
   assign go_act = head_go && (head_kind == RtAct);
 
+  assign aux_go_tr_o  = head_go && (head_kind == RtAux) && head_is_tr;
+  assign aux_go_vec_o = head_go && (head_kind == RtAux) && !head_is_tr;
+  assign aux_instr_o  = head_q;
+
   // ---------------------------------------------------------------------------------------------
   // Retire queue
   // ---------------------------------------------------------------------------------------------
-  logic [1:0]      rt_mem [RetireDepth];
+  logic [2:0]      rt_mem [RetireDepth];
   logic [RtPtrW:0] rt_wptr_q, rt_rptr_q;
   logic            rt_empty, rt_full;
-  logic [1:0]      rt_head;
+  logic [2:0]      rt_head;
   logic [RtPtrW:0] cnt_lw_q, cnt_mm_q, cnt_act_q;  // completed, not yet retired
+  logic [RtPtrW:0] cnt_aux_q;
+  logic            ret_aux;
   logic            ev_lw, ev_mm, ev_act;            // unit completion events
   logic            ret_lw, ret_mm, ret_act;
 
@@ -221,12 +249,14 @@ module tpu_compute #(
       RtLoadw:  cmp_done_o = !rt_empty && (cnt_lw_q != '0);
       RtMatmul: cmp_done_o = !rt_empty && (cnt_mm_q != '0);
       RtAct:    cmp_done_o = !rt_empty && (cnt_act_q != '0);
+      RtAux:    cmp_done_o = !rt_empty && (cnt_aux_q != '0);
       default:  cmp_done_o = !rt_empty;
     endcase
   end
   assign ret_lw  = cmp_done_o && (rt_head == RtLoadw);
   assign ret_mm  = cmp_done_o && (rt_head == RtMatmul);
   assign ret_act = cmp_done_o && (rt_head == RtAct);
+  assign ret_aux = cmp_done_o && (rt_head == RtAux);
 
   assign cmp_ready_o = !rt_full && (!head_valid_q || head_go);
   assign cmp_idle_o  = rt_empty;
@@ -265,6 +295,11 @@ module tpu_compute #(
   tpu_counter #(.Width(RtPtrW + 1)) u_cnt_act (
     .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(ev_act)), .decr_i((RtPtrW+1)'(ret_act)),
     .q_o(cnt_act_q)
+  );
+
+  tpu_counter #(.Width(RtPtrW + 1)) u_cnt_aux (
+    .clk_i, .rst_ni, .clr_i(1'b0), .incr_i((RtPtrW+1)'(aux_done_i)),
+    .decr_i((RtPtrW+1)'(ret_aux)), .q_o(cnt_aux_q)
   );
 
   // ---------------------------------------------------------------------------------------------
@@ -451,15 +486,20 @@ module tpu_compute #(
   // Only compute-queue instructions arrive here.
   `TPU_ASSERT(ComputeOpcode_A, !accept ||
               cmp_instr_i.hdr.opcode inside {tpu_isa_pkg::OpLoadw, tpu_isa_pkg::OpMatmul,
-                                       tpu_isa_pkg::OpActivate, tpu_isa_pkg::OpNop},
+                                       tpu_isa_pkg::OpActivate, tpu_isa_pkg::OpNop,
+                                       tpu_isa_pkg::OpTranspose, tpu_isa_pkg::OpVector},
               clk_i, !rst_ni)
   `TPU_ASSERT(MatmulRows_A, !go_mm || mm_f_rows != '0, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(RetireOverflow_A, accept && rt_full, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(CompletionUnderflow_A,
                     (ret_lw && cnt_lw_q == '0) || (ret_mm && cnt_mm_q == '0) ||
-                    (ret_act && cnt_act_q == '0), clk_i, !rst_ni)
+                    (ret_act && cnt_act_q == '0) || (ret_aux && cnt_aux_q == '0), clk_i, !rst_ni)
   // Every completion belongs to an accepted, not yet retired instruction.
-  `TPU_ASSERT_NEVER(SpuriousCompletion_A, (ev_lw || ev_mm || ev_act) && rt_empty, clk_i, !rst_ni)
+  `TPU_ASSERT_NEVER(SpuriousCompletion_A, (ev_lw || ev_mm || ev_act || aux_done_i) && rt_empty,
+                    clk_i, !rst_ni)
+  // The aux units own the UB ports while busy.
+  // (A TRANSPOSE may run while the last MATMUL results go to the ACC; tpu_datapath checks the ACC.)
+  `TPU_ASSERT_NEVER(AuxExclusiveUb_A, aux_busy_i && (ub_rd_en_o || ub_wr_en_o), clk_i, !rst_ni)
   // The ACC read port has one user at a time; ACTIVATE never overlaps MATMUL results.
   `TPU_ASSERT_NEVER(AccReadConflict_A, act_rd_en && wr_rd_en, clk_i, !rst_ni)
   `TPU_ASSERT_NEVER(ActOverlapsMatmul_A, act_busy && (mm_busy_q || iss_valid_q || w_valid_q),
