@@ -159,7 +159,7 @@ module tpu_reg_block #(
   assign hw2reg.dma_data_w.d  = 32'(DmaDataW);
   assign hw2reg.queue_depth.d = 32'(QueueDepth);
   // Not implemented yet (ISA 1.1 work in progress): the device reports them absent.
-  assign hw2reg.features.transpose.d = 1'b0;
+  assign hw2reg.features.transpose.d = 1'b1;  // TRANSPOSE (tpu_transpose); LOADW transpose: tpu_mxu
   assign hw2reg.features.bf16.d      = 1'b0;
   assign hw2reg.ctrl.soft_reset.d      = resetting_q || soft_rst_q;
   assign hw2reg.status.busy.d          = busy_i;
