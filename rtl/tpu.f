@@ -4,10 +4,13 @@
 +incdir+include
 pkg/tpu_isa_pkg.sv
 pkg/tpu_reg_pkg.sv
-// --- prim: reusable cells (FIFO, round-robin arbiter, counter); use these, do not hand-roll ---
+// --- prim: reusable cells (FIFO, round-robin arbiter, counter, fp arithmetic); use these, do not hand-roll ---
 prim/tpu_fifo.sv
 prim/tpu_rr_arb.sv
 prim/tpu_counter.sv
+prim/tpu_fp32_add.sv      // fp32 add, bf16 multiply and fp32 -> bf16 of docs/numerics.md
+prim/tpu_bf16_mul.sv
+prim/tpu_fp32_to_bf16.sv
 // --- datapath: MXU, memories, activation unit, compute engine ---
 core/tpu_delay.sv
 core/tpu_pe.sv
