@@ -4,6 +4,7 @@
 +incdir+include
 pkg/tpu_isa_pkg.sv
 pkg/tpu_reg_pkg.sv
+pkg/tpu_fp_pkg.sv         // fp32/bf16 arithmetic of docs/numerics.md (functions; rtl/prim wraps them)
 // --- prim: reusable cells (FIFO, round-robin arbiter, counter, fp arithmetic); use these, do not hand-roll ---
 prim/tpu_fifo.sv
 prim/tpu_rr_arb.sv
