@@ -19,6 +19,7 @@ core/tpu_mxu.sv
 core/tpu_act_unit.sv
 core/tpu_ram_2r2w.sv
 core/tpu_ram_1r1w.sv   // FPGA builds (TPU_FPGA_RAM): one read + one write port, maps to block RAM
+core/tpu_ram_pair.sv   // UB/WB: banked by row parity for the bf16 row-pair accesses
 core/tpu_act_seq.sv
 core/tpu_compute.sv
 core/tpu_datapath.sv

@@ -5,6 +5,10 @@
 //   UB   read 0: MATMUL activations   read 1: DMA   write 0: ACTIVATE results   write 1: DMA
 //   WB   read 0: LOADW                read 1: DMA   write 0: unused             write 1: DMA
 //   ACC  read 0: accumulate/ACTIVATE  read 1: DMA   write 0: MATMUL results     write 1: DMA
+// With EnableBf16 the UB and WB are each two banks by row parity (tpu_ram_pair): port 0 then
+// reads or writes a row pair (2r, 2r+1) in one cycle, which a bf16 MATMUL (one bf16 row = one
+// row pair per cycle), a bf16 LOADW and a bf16 ACTIVATE need; a single-row access (int8, DMA)
+// uses one bank. With EnableBf16 = 0 they are single memories, as in the int8-only design.
 // The DMA has its own ports, so it never takes a cycle from the MXU and vice versa:
 //   dma_wr: always ready; the row is written at the end of the handshake cycle.
 //   dma_rd: always ready; the response (valid + data) follows exactly one cycle after the
@@ -32,6 +36,7 @@ module tpu_datapath #(
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
+  parameter bit          EnableBf16 = 1'b1,  // bf16 MXU mode, fp32 ACTIVATE (0: int8-only)
 `ifdef TPU_FPGA_RAM
   parameter bit          FpgaRam  = 1'b1
 `else
@@ -78,7 +83,8 @@ module tpu_datapath #(
   logic [UbAw-1:0]  ub_rd_addr, ub_wr_addr;
   logic [WbAw-1:0]  wb_rd_addr;
   logic [AccAw-1:0] acc_rd_addr, acc_wr_addr;
-  logic [8*N-1:0]   ub_rd_data, ub_wr_data, wb_rd_data;
+  logic             ub_rd_pair, ub_wr_pair, wb_rd_pair;  // row pair accesses (bf16)
+  logic [16*N-1:0]  ub_rd_data, ub_wr_data, wb_rd_data;
   logic [32*N-1:0]  acc_rd_data, acc_wr_data;
 
   tpu_compute #(
@@ -86,7 +92,8 @@ module tpu_datapath #(
     .UbDepth  (UbDepth),
     .WbDepth  (WbDepth),
     .AccDepth (AccDepth),
-    .ActLanes (ActLanes)
+    .ActLanes (ActLanes),
+    .EnableBf16 (EnableBf16)
   ) u_compute (
     .clk_i,
     .rst_ni,
@@ -97,12 +104,15 @@ module tpu_datapath #(
     .cmp_idle_o,
     .ub_rd_en_o          (ub_rd_en),
     .ub_rd_addr_o        (ub_rd_addr),
+    .ub_rd_pair_o        (ub_rd_pair),
     .ub_rd_data_i        (ub_rd_data),
     .ub_wr_en_o          (ub_wr_en),
     .ub_wr_addr_o        (ub_wr_addr),
+    .ub_wr_pair_o        (ub_wr_pair),
     .ub_wr_data_o        (ub_wr_data),
     .wb_rd_en_o          (wb_rd_en),
     .wb_rd_addr_o        (wb_rd_addr),
+    .wb_rd_pair_o        (wb_rd_pair),
     .wb_rd_data_i        (wb_rd_data),
     .acc_rd_en_o         (acc_rd_en),
     .acc_rd_addr_o       (acc_rd_addr),
@@ -146,37 +156,7 @@ module tpu_datapath #(
                                 !((dma_rd_mem_i == tpu_isa_pkg::MemWb)  && wb_rd_en) &&
                                 !((dma_rd_mem_i == tpu_isa_pkg::MemAcc) && acc_rd_en);
 
-    logic [8*N-1:0]  ub_q, wb_q;
     logic [32*N-1:0] acc_q;
-
-    tpu_ram_1r1w #(
-      .Width (8 * N),
-      .Depth (UbDepth)
-    ) u_ub (
-      .clk_i,
-      .rst_ni,
-      .rd_en_i   (ub_rd_en || dma_rd_ub),
-      .rd_addr_i (ub_rd_en ? ub_rd_addr : dma_rd_addr_i[UbAw-1:0]),
-      .rd_data_o (ub_q),
-      .wr_en_i   (ub_wr_en || dma_wr_ub),
-      .wr_addr_i (ub_wr_en ? ub_wr_addr : dma_wr_addr_i[UbAw-1:0]),
-      .wr_data_i (ub_wr_en ? ub_wr_data : dma_wr_data_i[8*N-1:0])
-    );
-
-    tpu_ram_1r1w #(
-      .Width (8 * N),
-      .Depth (WbDepth)
-    ) u_wb (
-      .clk_i,
-      .rst_ni,
-      .rd_en_i   (wb_rd_en || dma_rd_wb),
-      .rd_addr_i (wb_rd_en ? wb_rd_addr : dma_rd_addr_i[WbAw-1:0]),
-      .rd_data_o (wb_q),
-      .wr_en_i   (dma_wr_wb),
-      .wr_addr_i (dma_wr_addr_i[WbAw-1:0]),
-      .wr_data_i (dma_wr_data_i[8*N-1:0])
-    );
-
     tpu_ram_1r1w #(
       .Width (32 * N),
       .Depth (AccDepth)
@@ -192,56 +172,12 @@ module tpu_datapath #(
     );
 
     // Each consumer looks at its read data only the cycle after its own read.
-    assign ub_rd_data      = ub_q;
-    assign ub_dma_rd_data  = ub_q;
-    assign wb_rd_data      = wb_q;
-    assign wb_dma_rd_data  = wb_q;
     assign acc_rd_data     = acc_q;
     assign acc_dma_rd_data = acc_q;
   end else begin : g_sim_ram
     // The DMA has its own ports: always ready.
     assign dma_wr_ready_o     = 1'b1;
     assign dma_rd_req_ready_o = 1'b1;
-
-    tpu_ram_2r2w #(
-      .Width (8 * N),
-      .Depth (UbDepth)
-    ) u_ub (
-      .clk_i,
-      .rst_ni,
-      .rd0_en_i   (ub_rd_en),
-      .rd0_addr_i (ub_rd_addr),
-      .rd0_data_o (ub_rd_data),
-      .rd1_en_i   (dma_rd_ub),
-      .rd1_addr_i (dma_rd_addr_i[UbAw-1:0]),
-      .rd1_data_o (ub_dma_rd_data),
-      .wr0_en_i   (ub_wr_en),
-      .wr0_addr_i (ub_wr_addr),
-      .wr0_data_i (ub_wr_data),
-      .wr1_en_i   (dma_wr_ub),
-      .wr1_addr_i (dma_wr_addr_i[UbAw-1:0]),
-      .wr1_data_i (dma_wr_data_i[8*N-1:0])
-    );
-
-    tpu_ram_2r2w #(
-      .Width (8 * N),
-      .Depth (WbDepth)
-    ) u_wb (
-      .clk_i,
-      .rst_ni,
-      .rd0_en_i   (wb_rd_en),
-      .rd0_addr_i (wb_rd_addr),
-      .rd0_data_o (wb_rd_data),
-      .rd1_en_i   (dma_rd_wb),
-      .rd1_addr_i (dma_rd_addr_i[WbAw-1:0]),
-      .rd1_data_o (wb_dma_rd_data),
-      .wr0_en_i   (1'b0),
-      .wr0_addr_i ('0),
-      .wr0_data_i ('0),
-      .wr1_en_i   (dma_wr_wb),
-      .wr1_addr_i (dma_wr_addr_i[WbAw-1:0]),
-      .wr1_data_i (dma_wr_data_i[8*N-1:0])
-    );
 
     tpu_ram_2r2w #(
       .Width (32 * N),
@@ -263,6 +199,55 @@ module tpu_datapath #(
       .wr1_data_i (dma_wr_data_i)
     );
   end
+
+  // UB and WB: the engine port moves a row or, in the bf16 modes, a row pair per cycle (banked by
+  // row parity, tpu_ram_pair); the DMA moves single rows. FpgaRam shares each bank's ports as above.
+  tpu_ram_pair #(
+    .Width  (8 * N),
+    .Depth  (UbDepth),
+    .Pairs  (EnableBf16),
+    .Shared (FpgaRam)
+  ) u_ub (
+    .clk_i,
+    .rst_ni,
+    .e_rd_en_i   (ub_rd_en),
+    .e_rd_addr_i (ub_rd_addr),
+    .e_rd_pair_i (ub_rd_pair),
+    .e_rd_data_o (ub_rd_data),
+    .e_wr_en_i   (ub_wr_en),
+    .e_wr_addr_i (ub_wr_addr),
+    .e_wr_pair_i (ub_wr_pair),
+    .e_wr_data_i (ub_wr_data),
+    .d_rd_en_i   (dma_rd_ub),
+    .d_rd_addr_i (dma_rd_addr_i[UbAw-1:0]),
+    .d_rd_data_o (ub_dma_rd_data),
+    .d_wr_en_i   (dma_wr_ub),
+    .d_wr_addr_i (dma_wr_addr_i[UbAw-1:0]),
+    .d_wr_data_i (dma_wr_data_i[8*N-1:0])
+  );
+  tpu_ram_pair #(
+    .Width  (8 * N),
+    .Depth  (WbDepth),
+    .Pairs  (EnableBf16),
+    .Shared (FpgaRam)
+  ) u_wb (
+    .clk_i,
+    .rst_ni,
+    .e_rd_en_i   (wb_rd_en),
+    .e_rd_addr_i (wb_rd_addr),
+    .e_rd_pair_i (wb_rd_pair),
+    .e_rd_data_o (wb_rd_data),
+    .e_wr_en_i   (1'b0),
+    .e_wr_addr_i ('0),
+    .e_wr_pair_i (1'b0),
+    .e_wr_data_i ('0),
+    .d_rd_en_i   (dma_rd_wb),
+    .d_rd_addr_i (dma_rd_addr_i[WbAw-1:0]),
+    .d_rd_data_o (wb_dma_rd_data),
+    .d_wr_en_i   (dma_wr_wb),
+    .d_wr_addr_i (dma_wr_addr_i[WbAw-1:0]),
+    .d_wr_data_i (dma_wr_data_i[8*N-1:0])
+  );
 
   // ---------------------------------------------------------------------------------------------
   // DMA read response: one cycle after the request.
