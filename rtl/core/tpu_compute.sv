@@ -5,12 +5,16 @@
 // Pipeline:
 //   accept -> head register -> dispatch (in program order, one per cycle) to one of
 //     shifter   LOADW:    reads the tile's WB rows (row N-1 first), one per cycle, N cycles; the
-//                         rows feed the MXU's shadow registers the cycle after each read
-//     streamer  MATMUL:   reads one UB row per cycle; the row enters the MXU the next cycle;
-//                         results: ACC read (accumulate) at MXU exit, ACC write one cycle later
+//                         rows feed the MXU's shadow registers the cycle after each read (int8
+//                         weights sign-extended to 16 bits; bf16: one WB row pair per cycle;
+//                         transpose: the MXU shifts the tile along its rows)
+//     streamer  MATMUL:   reads one UB row (bf16: one UB row pair) per cycle; the row enters the
+//                         MXU the next cycle with its mode; results: ACC read (accumulate) at
+//                         MXU exit, ACC write one cycle later (bf16: fp32 add per word)
 //     act seq.  ACTIVATE: reads mult, shift (and bias) rows, then one ACC row every P cycles
 //                         (P = ArrayN/ActLanes, 1 at full width) through tpu_act_unit (P+1
-//                         cycles) into UB
+//                         cycles) into UB; bf16: bias row, then one ACC row per cycle through
+//                         the fp32 bias add, ReLU and bf16 rounding into a UB row pair
 //     aux       TRANSPOSE / VECTOR: tpu_transpose and tpu_vpu, instantiated by tpu_datapath (they
 //               own the memory ports while busy); this engine dispatches them (aux_go_*_o with the
 //               head instruction on aux_instr_o) and retires them on aux_done_i.
@@ -44,6 +48,7 @@ module tpu_compute #(
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
+  parameter bit          EnableBf16 = 1'b1,  // bf16 MXU mode and fp32 ACTIVATE (0: int8 only)
   localparam int unsigned UbAw    = $clog2(UbDepth),
   localparam int unsigned WbAw    = $clog2(WbDepth),
   localparam int unsigned AccAw   = $clog2(AccDepth)
@@ -58,15 +63,19 @@ module tpu_compute #(
   output logic                   cmp_idle_o,
   // UB: read (MATMUL activations), write (ACTIVATE results)
   output logic                   ub_rd_en_o,
+  // (a pair access moves rows 2r, 2r+1 as {row 2r+1, row 2r}; a single row is in the low half)
   output logic [UbAw-1:0]        ub_rd_addr_o,
-  input  logic [8*ArrayN-1:0]    ub_rd_data_i,
+  output logic                   ub_rd_pair_o,
+  input  logic [16*ArrayN-1:0]   ub_rd_data_i,
   output logic                   ub_wr_en_o,
   output logic [UbAw-1:0]        ub_wr_addr_o,
-  output logic [8*ArrayN-1:0]    ub_wr_data_o,
+  output logic                   ub_wr_pair_o,
+  output logic [16*ArrayN-1:0]   ub_wr_data_o,
   // WB: read (LOADW)
   output logic                   wb_rd_en_o,
   output logic [WbAw-1:0]        wb_rd_addr_o,
-  input  logic [8*ArrayN-1:0]    wb_rd_data_i,
+  output logic                   wb_rd_pair_o,
+  input  logic [16*ArrayN-1:0]   wb_rd_data_i,
   // ACC: read (accumulate, ACTIVATE), write (MATMUL results)
   output logic                   acc_rd_en_o,
   output logic [AccAw-1:0]       acc_rd_addr_o,
@@ -94,7 +103,7 @@ module tpu_compute #(
   // flowing at one per cycle.
   localparam int unsigned RetireDepth = 1 << $clog2(2 * ArrayN + 6);
   localparam int unsigned RtPtrW      = $clog2(RetireDepth);
-  localparam int unsigned MxuTagW     = AccAw + 2;  // {last, accumulate, acc row}
+  localparam int unsigned MxuTagW     = AccAw + 3;  // {bf16, last, accumulate, acc row}
 
   // Retire queue entry kinds.
   localparam logic [2:0] RtNop    = 3'd0;
@@ -135,19 +144,25 @@ module tpu_compute #(
 
   // LOADW fields
   logic [WbAw-1:0]  lw_wb_addr;
+  logic             lw_f_bf16, lw_f_tr;
   // MATMUL fields
-  logic             mm_f_accum, mm_f_swap;
+  logic             mm_f_accum, mm_f_swap, mm_f_bf16;
   logic [UbAw-1:0]  mm_f_ub;
   logic [AccAw-1:0] mm_f_acc;
   logic [15:0]      mm_f_rows;
   // ACTIVATE fields
-  logic             act_f_relu, act_f_bias;
+  logic             act_f_relu, act_f_bias, act_f_bf16;
   logic [AccAw-1:0] act_f_acc, act_f_bias_addr, act_f_qp;
   logic [UbAw-1:0]  act_f_ub;
   logic [15:0]      act_f_rows;
 
   // Addresses were validated against the depths by the command processor: the low bits suffice.
+  // The mode bits reach here only when EnableBf16 (the decoder faults them otherwise).
   assign lw_wb_addr      = head_lw.wb_addr[WbAw-1:0];
+  assign lw_f_bf16       = EnableBf16 && head_lw.bf16;
+  assign lw_f_tr         = head_lw.transpose;
+  assign mm_f_bf16       = EnableBf16 && head_mm.bf16;
+  assign act_f_bf16      = EnableBf16 && head_act.bf16;
   assign mm_f_accum      = head_mm.accumulate;
   assign mm_f_swap       = head_mm.swap;
   assign mm_f_ub         = head_mm.ub_addr[UbAw-1:0];
@@ -173,16 +188,19 @@ module tpu_compute #(
   logic [WbAw-1:0] lw_addr_q;
   logic [CntW-1:0] lw_cnt_q;
   logic            lw_last, lw_free;
+  logic            lw_bf16_q, lw_tr_q;  // mode of the LOADW reading the WB
   logic            wt_valid_q;   // WB read data is a tile row for the MXU this cycle
+  logic            wt_bf16_q, wt_tr_q;  // its mode
 
   // streamer (MATMUL)
   logic             mm_busy_q;
   logic [UbAw-1:0]  mm_ub_q;
   logic [AccAw-1:0] mm_acc_q;
   logic [15:0]      mm_left_q;
-  logic             mm_accum_q, mm_swap_q;
+  logic             mm_accum_q, mm_swap_q, mm_bf16_q;
   logic             mm_last, mm_free;
   logic             iss_valid_q, iss_swap_q;   // UB read data is an activation row this cycle
+  logic             iss_bf16_q;
   logic [MxuTagW-1:0] iss_tag_q;
   logic [RtPtrW:0]  mm_out_q;                  // MATMULs dispatched and not yet completed
 
@@ -312,6 +330,8 @@ module tpu_compute #(
       wt_valid_q <= 1'b0;
     end else begin
       wt_valid_q <= lw_busy_q;
+      wt_bf16_q  <= lw_bf16_q;
+      wt_tr_q    <= lw_tr_q;
       if (go_lw) begin
         lw_busy_q <= 1'b1;
         lw_cnt_q  <= '0;
@@ -322,13 +342,29 @@ module tpu_compute #(
     end
   end
 
+  // Tile row N-1 goes first (bf16: row pair N-1, WB rows wb_addr+2N-2 and +2N-1).
   always_ff @(posedge clk_i) begin
-    if (go_lw)          lw_addr_q <= lw_wb_addr + WbAw'(N - 1);  // tile row N-1 goes first
-    else if (lw_busy_q) lw_addr_q <= lw_addr_q - 1'b1;
+    if (go_lw) begin
+      lw_addr_q <= lw_f_bf16 ? (lw_wb_addr + WbAw'(2 * N - 2)) : (lw_wb_addr + WbAw'(N - 1));
+      lw_bf16_q <= lw_f_bf16;
+      lw_tr_q   <= lw_f_tr;
+    end else if (lw_busy_q) begin
+      lw_addr_q <= lw_addr_q - (lw_bf16_q ? WbAw'(2) : WbAw'(1));
+    end
   end
 
   assign wb_rd_en_o   = lw_busy_q;
   assign wb_rd_addr_o = lw_addr_q;
+  assign wb_rd_pair_o = lw_bf16_q;
+
+  // The MXU takes 16-bit weights: a bf16 pair as it is, an int8 row sign-extended.
+  logic [16*N-1:0] wt_data;
+  always_comb begin
+    for (int unsigned i = 0; i < N; i++) begin
+      wt_data[16*i +: 16] = {{8{wb_rd_data_i[8*i+7]}}, wb_rd_data_i[8*i +: 8]};
+    end
+    if (EnableBf16 && wt_bf16_q) wt_data = wb_rd_data_i;
+  end
   assign ev_lw        = lw_last;  // all WB reads of the tile done
 
   // ---------------------------------------------------------------------------------------------
@@ -339,9 +375,11 @@ module tpu_compute #(
       mm_busy_q   <= 1'b0;
       iss_valid_q <= 1'b0;
       iss_swap_q  <= 1'b0;
+      iss_bf16_q  <= 1'b0;
     end else begin
       iss_valid_q <= mm_busy_q;
       iss_swap_q  <= mm_busy_q && mm_swap_q;
+      iss_bf16_q  <= mm_busy_q && mm_bf16_q;
       if (go_mm)        mm_busy_q <= 1'b1;
       else if (mm_last) mm_busy_q <= 1'b0;
     end
@@ -353,15 +391,16 @@ module tpu_compute #(
   );
 
   always_ff @(posedge clk_i) begin
-    if (mm_busy_q) iss_tag_q <= {mm_last, mm_accum_q, mm_acc_q};
+    if (mm_busy_q) iss_tag_q <= {mm_bf16_q, mm_last, mm_accum_q, mm_acc_q};
     if (go_mm) begin
       mm_ub_q    <= mm_f_ub;
       mm_acc_q   <= mm_f_acc;
       mm_left_q  <= mm_f_rows;
       mm_accum_q <= mm_f_accum;
       mm_swap_q  <= mm_f_swap;
+      mm_bf16_q  <= mm_f_bf16;
     end else if (mm_busy_q) begin
-      mm_ub_q   <= mm_ub_q + 1'b1;
+      mm_ub_q   <= mm_ub_q + (mm_bf16_q ? UbAw'(2) : UbAw'(1));
       mm_acc_q  <= mm_acc_q + 1'b1;
       mm_left_q <= mm_left_q - 16'd1;
       mm_swap_q <= 1'b0;  // swap travels with the first row only
@@ -370,6 +409,14 @@ module tpu_compute #(
 
   assign ub_rd_en_o   = mm_busy_q;
   assign ub_rd_addr_o = mm_ub_q;
+  assign ub_rd_pair_o = mm_bf16_q;
+
+  // The MXU takes 16-bit elements: a bf16 pair as it is, int8 byte k in the low byte of element k.
+  logic [16*N-1:0] act_data;
+  always_comb begin
+    for (int unsigned i = 0; i < N; i++) act_data[16*i +: 16] = {8'd0, ub_rd_data_i[8*i +: 8]};
+    if (EnableBf16 && iss_bf16_q) act_data = ub_rd_data_i;
+  end
 
   // ---------------------------------------------------------------------------------------------
   // MXU
@@ -380,17 +427,20 @@ module tpu_compute #(
   logic               mxu_busy;
 
   tpu_mxu #(
-    .ArrayN (ArrayN),
-    .TagW   (MxuTagW)
+    .ArrayN     (ArrayN),
+    .TagW       (MxuTagW),
+    .EnableBf16 (EnableBf16)
   ) u_mxu (
     .clk_i,
     .rst_ni,
-    .act_valid_i (iss_valid_q),
-    .act_swap_i  (iss_swap_q),
-    .act_data_i  (ub_rd_data_i),
-    .act_tag_i   (iss_tag_q),
-    .wt_valid_i  (wt_valid_q),
-    .wt_data_i   (wb_rd_data_i),
+    .act_valid_i    (iss_valid_q),
+    .act_swap_i     (iss_swap_q),
+    .act_bf16_i     (iss_bf16_q),
+    .act_data_i     (act_data),
+    .act_tag_i      (iss_tag_q),
+    .wt_valid_i     (wt_valid_q),
+    .wt_transpose_i (wt_tr_q),
+    .wt_data_i      (wt_data),
     .out_valid_o (mxu_out_valid),
     .out_data_o  (mxu_out_data),
     .out_tag_o   (mxu_out_tag),
@@ -401,11 +451,11 @@ module tpu_compute #(
   // ACC writer: read (accumulate) when the row leaves the MXU, add and write one cycle later.
   // A write of the previous cycle is not yet in the read data: forward it.
   // ---------------------------------------------------------------------------------------------
-  logic             o_last, o_accum;
+  logic             o_bf16, o_last, o_accum;
   logic [AccAw-1:0] o_addr;
-  assign {o_last, o_accum, o_addr} = mxu_out_tag;
+  assign {o_bf16, o_last, o_accum, o_addr} = mxu_out_tag;
 
-  logic             w_valid_q, w_last_q, w_accum_q;
+  logic             w_valid_q, w_last_q, w_accum_q, w_bf16_q;
   logic [AccAw-1:0] w_addr_q;
   logic [32*N-1:0]  w_data_q;
   logic             fw_valid_q;
@@ -427,6 +477,7 @@ module tpu_compute #(
     if (mxu_out_valid) begin
       w_last_q  <= o_last;
       w_accum_q <= o_accum;
+      w_bf16_q  <= o_bf16;
       w_addr_q  <= o_addr;
       w_data_q  <= mxu_out_data;
     end
@@ -437,9 +488,17 @@ module tpu_compute #(
   end
 
   assign w_base = (fw_valid_q && (fw_addr_q == w_addr_q)) ? fw_data_q : acc_rd_data_i;
+  // int8: 32-bit wrap-around; bf16: acc + s, one fp32 addition per word (docs/numerics.md). The
+  // fp adders sit behind the mode test, so int8 rows do not evaluate them in simulation.
   always_comb begin
-    for (int unsigned j = 0; j < N; j++) begin
-      w_sum[32*j +: 32] = w_base[32*j +: 32] + w_data_q[32*j +: 32];
+    if (EnableBf16 && w_bf16_q) begin
+      for (int unsigned j = 0; j < N; j++) begin
+        w_sum[32*j +: 32] = tpu_fp_pkg::fp32_add(w_base[32*j +: 32], w_data_q[32*j +: 32]);
+      end
+    end else begin
+      for (int unsigned j = 0; j < N; j++) begin
+        w_sum[32*j +: 32] = w_base[32*j +: 32] + w_data_q[32*j +: 32];
+      end
     end
   end
 
@@ -452,14 +511,15 @@ module tpu_compute #(
   // Activation path (ACTIVATE): parameter rows, ACC row reads, tpu_act_unit, UB writes
   // ---------------------------------------------------------------------------------------------
   tpu_act_seq #(
-    .ArrayN(ArrayN), .UbDepth(UbDepth), .AccDepth(AccDepth), .ActLanes(ActLanes)
+    .ArrayN(ArrayN), .UbDepth(UbDepth), .AccDepth(AccDepth), .ActLanes(ActLanes),
+    .EnableBf16(EnableBf16)
   ) u_act_seq (
     .clk_i, .rst_ni,
     .go_i(go_act), .acc_addr_i(act_f_acc), .ub_addr_i(act_f_ub), .rows_i(act_f_rows),
-    .bias_en_i(act_f_bias), .relu_i(act_f_relu), .qparam_addr_i(act_f_qp),
+    .bias_en_i(act_f_bias), .relu_i(act_f_relu), .bf16_i(act_f_bf16), .qparam_addr_i(act_f_qp),
     .bias_addr_i(act_f_bias_addr),
     .acc_rd_en_o(act_rd_en), .acc_rd_addr_o(act_rd_addr), .acc_rd_data_i,
-    .ub_wr_en_o, .ub_wr_addr_o, .ub_wr_data_o,
+    .ub_wr_en_o, .ub_wr_addr_o, .ub_wr_pair_o, .ub_wr_data_o,
     .busy_o(act_busy), .done_o(ev_act)
   );
 

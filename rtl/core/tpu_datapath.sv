@@ -7,6 +7,10 @@
 //   UB   read 0: MATMUL activations   read 1: DMA   write 0: ACTIVATE results   write 1: DMA
 //   WB   read 0: LOADW                read 1: DMA   write 0: unused             write 1: DMA
 //   ACC  read 0: accumulate/ACTIVATE  read 1: DMA   write 0: MATMUL results     write 1: DMA
+// With EnableBf16 the UB and WB are each two banks by row parity (tpu_ram_pair): port 0 then
+// reads or writes a row pair (2r, 2r+1) in one cycle, which a bf16 MATMUL (one bf16 row = one
+// row pair per cycle), a bf16 LOADW and a bf16 ACTIVATE need; a single-row access (int8, DMA)
+// uses one bank. With EnableBf16 = 0 they are single memories, as in the int8-only design.
 // The DMA has its own ports, so it never takes a cycle from the MXU and vice versa:
 //   dma_wr: always ready; the row is written at the end of the handshake cycle.
 //   dma_rd: always ready; the response (valid + data) follows exactly one cycle after the
@@ -41,7 +45,7 @@ module tpu_datapath #(
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
-  parameter bit          EnableBf16 = 1'b1,  // vector unit (FEATURES.BF16)
+  parameter bit          EnableBf16 = 1'b1,  // bf16 MXU mode, fp32 ACTIVATE, vector unit (0: int8-only)
 `ifdef TPU_FPGA_RAM
   parameter bit          FpgaRam  = 1'b1
 `else
@@ -88,13 +92,15 @@ module tpu_datapath #(
   logic [UbAw-1:0]  ub_rd_addr, ub_wr_addr;
   logic [WbAw-1:0]  wb_rd_addr;
   logic [AccAw-1:0] acc_rd_addr, acc_wr_addr;
-  logic [8*N-1:0]   ub_rd_data, ub_wr_data, wb_rd_data;
+  logic             ub_rd_pair, ub_wr_pair, wb_rd_pair;  // row pair accesses (bf16)
+  logic [16*N-1:0]  ub_rd_data, ub_wr_data, wb_rd_data;
   logic [32*N-1:0]  acc_rd_data, acc_wr_data;
   // the compute engine's side of them (muxed with the aux units below)
   logic             cmp_ub_rd_en, cmp_ub_wr_en, cmp_acc_rd_en, cmp_acc_wr_en;
+  logic             cmp_ub_rd_pair, cmp_ub_wr_pair;
   logic [UbAw-1:0]  cmp_ub_rd_addr, cmp_ub_wr_addr;
   logic [AccAw-1:0] cmp_acc_rd_addr, cmp_acc_wr_addr;
-  logic [8*N-1:0]   cmp_ub_wr_data;
+  logic [16*N-1:0]  cmp_ub_wr_data;
   logic [32*N-1:0]  cmp_acc_wr_data;
   logic             cmp_perf_act_busy;
   // aux units
@@ -110,7 +116,8 @@ module tpu_datapath #(
     .UbDepth  (UbDepth),
     .WbDepth  (WbDepth),
     .AccDepth (AccDepth),
-    .ActLanes (ActLanes)
+    .ActLanes (ActLanes),
+    .EnableBf16 (EnableBf16)
   ) u_compute (
     .clk_i,
     .rst_ni,
@@ -121,12 +128,15 @@ module tpu_datapath #(
     .cmp_idle_o,
     .ub_rd_en_o          (cmp_ub_rd_en),
     .ub_rd_addr_o        (cmp_ub_rd_addr),
+    .ub_rd_pair_o        (cmp_ub_rd_pair),
     .ub_rd_data_i        (ub_rd_data),
     .ub_wr_en_o          (cmp_ub_wr_en),
     .ub_wr_addr_o        (cmp_ub_wr_addr),
+    .ub_wr_pair_o        (cmp_ub_wr_pair),
     .ub_wr_data_o        (cmp_ub_wr_data),
     .wb_rd_en_o          (wb_rd_en),
     .wb_rd_addr_o        (wb_rd_addr),
+    .wb_rd_pair_o        (wb_rd_pair),
     .wb_rd_data_i        (wb_rd_data),
     .acc_rd_en_o         (cmp_acc_rd_en),
     .acc_rd_addr_o       (cmp_acc_rd_addr),
@@ -156,9 +166,9 @@ module tpu_datapath #(
   logic unused_aux;
   assign unused_aux = ^{aux_tr, aux_vec};
 
-  logic            tr_rd_en, tr_wr_en;
+  logic            tr_rd_en, tr_wr_en, tr_pair;
   logic [UbAw-1:0] tr_rd_addr, tr_wr_addr;
-  logic [8*N-1:0]  tr_wr_data;
+  logic [16*N-1:0] tr_wr_data;
 
   tpu_transpose #(
     .ArrayN  (ArrayN),
@@ -170,13 +180,14 @@ module tpu_datapath #(
     .src_i         (aux_tr.src_addr[UbAw-1:0]),
     .dst_i         (aux_tr.dst_addr[UbAw-1:0]),
     .rows_i        (aux_tr.rows),
-    .bf16_i        (aux_tr.bf16),
+    .bf16_i        (EnableBf16 && aux_tr.bf16),
     .ub_rd_en_o    (tr_rd_en),
     .ub_rd_addr_o  (tr_rd_addr),
     .ub_rd_data_i  (ub_rd_data),
     .ub_wr_en_o    (tr_wr_en),
     .ub_wr_addr_o  (tr_wr_addr),
     .ub_wr_data_o  (tr_wr_data),
+    .ub_pair_o     (tr_pair),
     .busy_o        (tr_busy),
     .done_o        (tr_done)
   );
@@ -225,6 +236,8 @@ module tpu_datapath #(
   // holds back whatever would touch the same memory while an aux unit is busy).
   assign ub_rd_en    = cmp_ub_rd_en || tr_rd_en;
   assign ub_rd_addr  = tr_rd_en ? tr_rd_addr : cmp_ub_rd_addr;
+  assign ub_rd_pair  = tr_rd_en ? tr_pair : cmp_ub_rd_pair;
+  assign ub_wr_pair  = tr_wr_en ? tr_pair : cmp_ub_wr_pair;
   assign ub_wr_en    = cmp_ub_wr_en || tr_wr_en;
   assign ub_wr_addr  = tr_wr_en ? tr_wr_addr : cmp_ub_wr_addr;
   assign ub_wr_data  = tr_wr_en ? tr_wr_data : cmp_ub_wr_data;
@@ -288,37 +301,7 @@ module tpu_datapath #(
       assign unused_b_addr = ^vec_b_rd_addr;
     end
 
-    logic [8*N-1:0]  ub_q, wb_q;
     logic [32*N-1:0] acc_q;
-
-    tpu_ram_1r1w #(
-      .Width (8 * N),
-      .Depth (UbDepth)
-    ) u_ub (
-      .clk_i,
-      .rst_ni,
-      .rd_en_i   (ub_rd_en || dma_rd_ub),
-      .rd_addr_i (ub_rd_en ? ub_rd_addr : dma_rd_addr_i[UbAw-1:0]),
-      .rd_data_o (ub_q),
-      .wr_en_i   (ub_wr_en || dma_wr_ub),
-      .wr_addr_i (ub_wr_en ? ub_wr_addr : dma_wr_addr_i[UbAw-1:0]),
-      .wr_data_i (ub_wr_en ? ub_wr_data : dma_wr_data_i[8*N-1:0])
-    );
-
-    tpu_ram_1r1w #(
-      .Width (8 * N),
-      .Depth (WbDepth)
-    ) u_wb (
-      .clk_i,
-      .rst_ni,
-      .rd_en_i   (wb_rd_en || dma_rd_wb),
-      .rd_addr_i (wb_rd_en ? wb_rd_addr : dma_rd_addr_i[WbAw-1:0]),
-      .rd_data_o (wb_q),
-      .wr_en_i   (dma_wr_wb),
-      .wr_addr_i (dma_wr_addr_i[WbAw-1:0]),
-      .wr_data_i (dma_wr_data_i[8*N-1:0])
-    );
-
     tpu_ram_1r1w #(
       .Width (32 * N),
       .Depth (AccDepth)
@@ -334,10 +317,6 @@ module tpu_datapath #(
     );
 
     // Each consumer looks at its read data only the cycle after its own read.
-    assign ub_rd_data      = ub_q;
-    assign ub_dma_rd_data  = ub_q;
-    assign wb_rd_data      = wb_q;
-    assign wb_dma_rd_data  = wb_q;
     assign acc_rd_data     = acc_q;
     assign acc_dma_rd_data = acc_q;
   end else begin : g_sim_ram
@@ -346,46 +325,6 @@ module tpu_datapath #(
     assign dma_wr_ready_o     = 1'b1;
     assign dma_rd_req_ready_o = !((dma_rd_mem_i == tpu_isa_pkg::MemAcc) && vec_b_rd_en);
     assign acc_b_rd_data      = acc_dma_rd_data;
-
-    tpu_ram_2r2w #(
-      .Width (8 * N),
-      .Depth (UbDepth)
-    ) u_ub (
-      .clk_i,
-      .rst_ni,
-      .rd0_en_i   (ub_rd_en),
-      .rd0_addr_i (ub_rd_addr),
-      .rd0_data_o (ub_rd_data),
-      .rd1_en_i   (dma_rd_ub),
-      .rd1_addr_i (dma_rd_addr_i[UbAw-1:0]),
-      .rd1_data_o (ub_dma_rd_data),
-      .wr0_en_i   (ub_wr_en),
-      .wr0_addr_i (ub_wr_addr),
-      .wr0_data_i (ub_wr_data),
-      .wr1_en_i   (dma_wr_ub),
-      .wr1_addr_i (dma_wr_addr_i[UbAw-1:0]),
-      .wr1_data_i (dma_wr_data_i[8*N-1:0])
-    );
-
-    tpu_ram_2r2w #(
-      .Width (8 * N),
-      .Depth (WbDepth)
-    ) u_wb (
-      .clk_i,
-      .rst_ni,
-      .rd0_en_i   (wb_rd_en),
-      .rd0_addr_i (wb_rd_addr),
-      .rd0_data_o (wb_rd_data),
-      .rd1_en_i   (dma_rd_wb),
-      .rd1_addr_i (dma_rd_addr_i[WbAw-1:0]),
-      .rd1_data_o (wb_dma_rd_data),
-      .wr0_en_i   (1'b0),
-      .wr0_addr_i ('0),
-      .wr0_data_i ('0),
-      .wr1_en_i   (dma_wr_wb),
-      .wr1_addr_i (dma_wr_addr_i[WbAw-1:0]),
-      .wr1_data_i (dma_wr_data_i[8*N-1:0])
-    );
 
     tpu_ram_2r2w #(
       .Width (32 * N),
@@ -407,6 +346,55 @@ module tpu_datapath #(
       .wr1_data_i (dma_wr_data_i)
     );
   end
+
+  // UB and WB: the engine port moves a row or, in the bf16 modes, a row pair per cycle (banked by
+  // row parity, tpu_ram_pair); the DMA moves single rows. FpgaRam shares each bank's ports as above.
+  tpu_ram_pair #(
+    .Width  (8 * N),
+    .Depth  (UbDepth),
+    .Pairs  (EnableBf16),
+    .Shared (FpgaRam)
+  ) u_ub (
+    .clk_i,
+    .rst_ni,
+    .e_rd_en_i   (ub_rd_en),
+    .e_rd_addr_i (ub_rd_addr),
+    .e_rd_pair_i (ub_rd_pair),
+    .e_rd_data_o (ub_rd_data),
+    .e_wr_en_i   (ub_wr_en),
+    .e_wr_addr_i (ub_wr_addr),
+    .e_wr_pair_i (ub_wr_pair),
+    .e_wr_data_i (ub_wr_data),
+    .d_rd_en_i   (dma_rd_ub),
+    .d_rd_addr_i (dma_rd_addr_i[UbAw-1:0]),
+    .d_rd_data_o (ub_dma_rd_data),
+    .d_wr_en_i   (dma_wr_ub),
+    .d_wr_addr_i (dma_wr_addr_i[UbAw-1:0]),
+    .d_wr_data_i (dma_wr_data_i[8*N-1:0])
+  );
+  tpu_ram_pair #(
+    .Width  (8 * N),
+    .Depth  (WbDepth),
+    .Pairs  (EnableBf16),
+    .Shared (FpgaRam)
+  ) u_wb (
+    .clk_i,
+    .rst_ni,
+    .e_rd_en_i   (wb_rd_en),
+    .e_rd_addr_i (wb_rd_addr),
+    .e_rd_pair_i (wb_rd_pair),
+    .e_rd_data_o (wb_rd_data),
+    .e_wr_en_i   (1'b0),
+    .e_wr_addr_i ('0),
+    .e_wr_pair_i (1'b0),
+    .e_wr_data_i ('0),
+    .d_rd_en_i   (dma_rd_wb),
+    .d_rd_addr_i (dma_rd_addr_i[WbAw-1:0]),
+    .d_rd_data_o (wb_dma_rd_data),
+    .d_wr_en_i   (dma_wr_wb),
+    .d_wr_addr_i (dma_wr_addr_i[WbAw-1:0]),
+    .d_wr_data_i (dma_wr_data_i[8*N-1:0])
+  );
 
   // ---------------------------------------------------------------------------------------------
   // DMA read response: one cycle after the request.

@@ -10,6 +10,11 @@
 // qparam; TRANSPOSE: source then destination, row pairs in bf16; VECTOR: dst (one row for
 // COLSUM), a, then b for ops that read b). FAULT_INFO for a range [a, a+n) that exceeds depth D is the first row out of range,
 // max(a, D).
+// ISA 1.1 bf16 modes (LOADW/MATMUL/ACTIVATE bit 14): with EnableBf16 = 0 the bit is reserved
+// (rule 2, FAULT_INFO 14). Otherwise a bf16 instruction's UB/WB address must be even (rule 4,
+// after `rows`; FAULT_INFO = lsb of the address field) and its UB/WB range counts row pairs
+// (rule 5: LOADW wb_addr + 2N, MATMUL/ACTIVATE ub_addr + 2*rows); bf16 ACTIVATE does not
+// check qparam_addr. LOADW `transpose` is always implemented.
 module tpu_decode #(
   parameter int unsigned ArrayN   = 16,
   parameter int unsigned UbDepth  = 32768,
@@ -88,11 +93,8 @@ module tpu_decode #(
     if (is_fence)  rsv_mask = tpu_isa_pkg::FENCE_RESERVED_MASK;
     if (is_tr)     rsv_mask = tpu_isa_pkg::TRANSPOSE_RESERVED_MASK;
     if (is_vec)    rsv_mask = tpu_isa_pkg::VECTOR_RESERVED_MASK;
-    // Without EnableBf16 the TRANSPOSE bf16 bit is reserved.
-    if (is_tr && !EnableBf16) rsv_mask[tpu_isa_pkg::TRANSPOSE_BF16_LSB] = 1'b1;
-    // ISA 1.1 mode bits not implemented yet (FEATURES.BF16 / TRANSPOSE read 0): reserved.
-    if (is_loadw)  rsv_mask[14:12] = 3'b111;
-    if (is_matmul || is_act) rsv_mask[14] = 1'b1;
+    // A build without the bf16 modes (FEATURES.BF16 = 0): their bit is reserved.
+    if (!EnableBf16 && (is_loadw || is_matmul || is_act || is_tr)) rsv_mask[14] = 1'b1;
   end
   assign rsv_bits = instr_i & rsv_mask;
 
@@ -182,16 +184,29 @@ module tpu_decode #(
   assign d_last = {9'd0, d_host} + d_span + {25'd0, d_rbytes} - 41'd1;
 
   // COMPUTE fields
+  // bf16 modes: UB/WB rows counted in pairs (the reserved-bit rule already rejected the bits when
+  // EnableBf16 = 0).
   logic [19:0] w_addr;
+  logic        w_bf16;
+  logic [16:0] w_rows;
   assign w_addr = lw.wb_addr;
+  assign w_bf16 = lw.bf16;
+  assign w_rows = w_bf16 ? 17'(2 * ArrayN) : 17'(ArrayN);
   logic [19:0] m_ub, m_acc;
   logic [15:0] m_rows;
+  logic        m_bf16;
+  logic [16:0] m_ub_rows;
   assign m_ub   = mm.ub_addr;
   assign m_acc  = mm.acc_addr;
   assign m_rows = mm.rows;
+  assign m_bf16 = mm.bf16;
+  assign m_ub_rows = m_bf16 ? {m_rows, 1'b0} : {1'b0, m_rows};
   logic [19:0] a_acc, a_ub, a_bias, a_qp;
   logic [15:0] a_rows;
-  logic        a_has_bias;
+  logic        a_has_bias, a_bf16;
+  logic [16:0] a_ub_rows;
+  assign a_bf16    = act.bf16;
+  assign a_ub_rows = a_bf16 ? {a_rows, 1'b0} : {1'b0, a_rows};
   assign a_acc  = act.acc_addr;
   assign a_ub   = act.ub_addr;
   assign a_rows = act.rows;
@@ -274,13 +289,17 @@ module tpu_decode #(
         fault_o = 1'b1; cause_o = CauseWindow; info_o = d_host;
       end
     end else if (is_loadw) begin
-      if (range_bad(w_addr, 17'(ArrayN), WbD)) begin
+      if (w_bf16 && w_addr[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOADW_WB_ADDR_LSB);
+      end else if (range_bad(w_addr, w_rows, WbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(w_addr, WbD);
       end
     end else if (is_matmul) begin
       if (m_rows == 16'd0) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::MATMUL_ROWS_LSB);
-      end else if (range_bad(m_ub, {1'b0, m_rows}, UbD)) begin
+      end else if (m_bf16 && m_ub[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::MATMUL_UB_ADDR_LSB);
+      end else if (range_bad(m_ub, m_ub_rows, UbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_ub, UbD);
       end else if (range_bad(m_acc, {1'b0, m_rows}, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_acc, AccD);
@@ -288,13 +307,15 @@ module tpu_decode #(
     end else if (is_act) begin
       if (a_rows == 16'd0) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_ROWS_LSB);
+      end else if (a_bf16 && a_ub[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB);
       end else if (range_bad(a_acc, {1'b0, a_rows}, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_acc, AccD);
-      end else if (range_bad(a_ub, {1'b0, a_rows}, UbD)) begin
+      end else if (range_bad(a_ub, a_ub_rows, UbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_ub, UbD);
       end else if (a_has_bias && ({12'd0, a_bias} >= AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = {12'd0, a_bias};
-      end else if (range_bad(a_qp, 17'd2, AccD)) begin
+      end else if (!a_bf16 && range_bad(a_qp, 17'd2, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_qp, AccD);
       end
     end else if (is_tr) begin
@@ -344,10 +365,10 @@ module tpu_decode #(
 
   // Fields no rule looks at (reserved bits are checked through the masks above).
   logic unused_views;
-  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15, lw.bf16,
+  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15,
                           lw.rsvd13, lw.transpose, lw.hdr,
-                          mm.rsvd72, mm.rsvd15, mm.bf16, mm.swap, mm.accumulate, mm.hdr,
-                          act.rsvd112, act.rsvd15, act.bf16, act.relu, act.hdr,
+                          mm.rsvd72, mm.rsvd15, mm.swap, mm.accumulate, mm.hdr,
+                          act.rsvd112, act.rsvd15, act.relu, act.hdr,
                           fc.rsvd96, fc.value, fc.rsvd13, fc.irq, fc.hdr,
                           tr.hdr, tr.rsvd72, tr.rsvd15, tr.rsvd12, vc.hdr, vc.rsvd92, vc.scalar};
 

@@ -157,8 +157,8 @@ void RefDevice::Impl::do_issue(size_t qi, uint64_t t) {
       accept[qi] = t + 1;
       break;
     case Opcode::kFence: break;  // never queued
-    case Opcode::kTranspose:
-    case Opcode::kVector: break;  // never decoded as legal yet (ISA 1.1 in progress)
+    case Opcode::kTranspose: done = exec_transpose(e, t); break;
+    case Opcode::kVector: done = exec_vector(e, t); break;
   }
   done = std::max(done, last_done[qi]);  // engines report done in acceptance order
   last_done[qi] = done;

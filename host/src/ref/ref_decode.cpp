@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tpuw/numerics.h"
+
 namespace tpuw::ref {
 
 // Validation (docs/architecture.md, "Validation"), in the contract's order.
@@ -49,24 +51,60 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
     const uint64_t last = haddr + (rows - 1) * stride + rbytes - 1;
     if (haddr < win_base || last > win_last) return FaultRec{Fault::kDmaWindow, static_cast<uint32_t>(haddr)};
   } else if (op == Opcode::kLoadw) {
-    if (auto f = range_fault(in.fields[spec::loadw::kIdxWbAddr], n, p.wb_depth)) return f;
+    // ISA 1.1: a bf16 tile is N row pairs (wb_addr even).
+    namespace lw = spec::loadw;
+    const uint64_t wb_addr = in.fields[lw::kIdxWbAddr], pair = in.fields[lw::kIdxBf16] != 0 ? 2 : 1;
+    if (pair == 2 && wb_addr % 2 != 0) return illegal(lw::kWbAddr.lsb);
+    if (auto f = range_fault(wb_addr, pair * n, p.wb_depth)) return f;
   } else if (op == Opcode::kMatmul) {
     namespace mm = spec::matmul;
     const uint64_t ub_addr = in.fields[mm::kIdxUbAddr], acc_addr = in.fields[mm::kIdxAccAddr], rows = in.fields[mm::kIdxRows];
-    if (rows == 0) return illegal(spec::matmul::kRows.lsb);
-    if (auto f = range_fault(ub_addr, rows, p.ub_depth)) return f;
+    const uint64_t pair = in.fields[mm::kIdxBf16] != 0 ? 2 : 1;
+    if (rows == 0) return illegal(mm::kRows.lsb);
+    if (pair == 2 && ub_addr % 2 != 0) return illegal(mm::kUbAddr.lsb);
+    if (auto f = range_fault(ub_addr, pair * rows, p.ub_depth)) return f;
     if (auto f = range_fault(acc_addr, rows, p.acc_depth)) return f;
   } else if (op == Opcode::kActivate) {
     namespace ac = spec::activate;
     const uint64_t bias = in.fields[ac::kIdxBias], acc_addr = in.fields[ac::kIdxAccAddr], ub_addr = in.fields[ac::kIdxUbAddr],
                    rows = in.fields[ac::kIdxRows], bias_addr = in.fields[ac::kIdxBiasAddr], qp = in.fields[ac::kIdxQparamAddr];
-    if (rows == 0) return illegal(spec::activate::kRows.lsb);
+    const bool bf16 = in.fields[ac::kIdxBf16] != 0;
+    const uint64_t pair = bf16 ? 2 : 1;
+    if (rows == 0) return illegal(ac::kRows.lsb);
+    if (bf16 && ub_addr % 2 != 0) return illegal(ac::kUbAddr.lsb);
     if (auto f = range_fault(acc_addr, rows, p.acc_depth)) return f;
-    if (auto f = range_fault(ub_addr, rows, p.ub_depth)) return f;
+    if (auto f = range_fault(ub_addr, pair * rows, p.ub_depth)) return f;
     if (bias != 0) {
       if (auto f = range_fault(bias_addr, 1, p.acc_depth)) return f;
     }
-    if (auto f = range_fault(qp, 2, p.acc_depth)) return f;
+    if (!bf16) {  // bf16 mode has no requantization parameters: qparam_addr is not checked
+      if (auto f = range_fault(qp, 2, p.acc_depth)) return f;
+    }
+  } else if (op == Opcode::kTranspose) {
+    namespace tr = spec::transpose;
+    const uint64_t src = in.fields[tr::kIdxSrcAddr], dst = in.fields[tr::kIdxDstAddr], rows = in.fields[tr::kIdxRows];
+    const uint64_t pair = in.fields[tr::kIdxBf16] != 0 ? 2 : 1;
+    if (rows == 0 || rows > n) return illegal(tr::kRows.lsb);
+    if (pair == 2 && src % 2 != 0) return illegal(tr::kSrcAddr.lsb);
+    if (pair == 2 && dst % 2 != 0) return illegal(tr::kDstAddr.lsb);
+    if (auto f = range_fault(src, pair * rows, p.ub_depth)) return f;
+    if (auto f = range_fault(dst, pair * n, p.ub_depth)) return f;
+  } else if (op == Opcode::kVector) {
+    namespace ve = spec::vector;
+    const uint64_t opv = in.fields[ve::kIdxOp], dst = in.fields[ve::kIdxDstAddr], a = in.fields[ve::kIdxAAddr],
+                   bb = in.fields[ve::kIdxBAddr], rows = in.fields[ve::kIdxRows];
+    if (!num::vecop_defined(static_cast<uint32_t>(opv))) return illegal(ve::kOp.lsb);
+    const auto vop = static_cast<spec::VecOp>(opv);
+    const bool colsum = vop == spec::VecOp::kColsum, reads_b = num::vecop_reads_b(vop);
+    if (rows == 0) return illegal(ve::kRows.lsb);
+    // An element-wise destination equals a source range or does not overlap it.
+    const auto bad_overlap = [&](uint64_t src) { return dst != src && dst < src + rows && src < dst + rows; };
+    if (!colsum && (bad_overlap(a) || (reads_b && bad_overlap(bb)))) return illegal(ve::kDstAddr.lsb);
+    if (auto f = range_fault(dst, colsum ? 1 : rows, p.acc_depth)) return f;
+    if (auto f = range_fault(a, rows, p.acc_depth)) return f;
+    if (reads_b) {
+      if (auto f = range_fault(bb, rows, p.acc_depth)) return f;
+    }
   } else if (op == Opcode::kFence) {
     const uint64_t haddr = in.fields[spec::fence::kIdxHostAddr];
     if (haddr % 4 != 0) return illegal(spec::fence::kHostAddr.lsb);
@@ -102,14 +140,18 @@ void RefDevice::Impl::peek_head() {
   } else {
     std::memcpy(h.w.data(), hptr(h.pc), spec::kInstrBytes);
     const auto* inf = spec::find_instr(h.w[0]);
-    // ISA 1.1 features this model does not implement yet (FEATURES.BF16 / TRANSPOSE read 0):
-    // their opcodes are illegal and their mode bits count as reserved, as in tpu_decode.
+    // A build without bf16 (RefConfig::enable_bf16 = false, the RTL's EnableBf16 = 0) has no
+    // VECTOR unit (ILLEGAL_OPCODE) and its `bf16` mode bits count as reserved (rule 2).
     const auto op0 = static_cast<Opcode>(h.w[0] & 0xFF);
     uint32_t absent = 0;
-    if (op0 == Opcode::kLoadw) absent = (1u << 12) | (1u << 14);
-    if (op0 == Opcode::kMatmul || op0 == Opcode::kActivate) absent = 1u << 14;
-    const uint32_t w0_rsv = inf == nullptr ? 0 : ((h.w[0] & (inf->reserved_mask[0] | absent)));
-    if (inf == nullptr || op0 == Opcode::kTranspose || op0 == Opcode::kVector) {
+    if (!cfg.enable_bf16 && (op0 == Opcode::kLoadw || op0 == Opcode::kMatmul || op0 == Opcode::kActivate ||
+                             op0 == Opcode::kTranspose)) {
+      absent = 1u << spec::matmul::kBf16.lsb;  // bit 14 in all four
+    }
+    uint32_t w0 = 0;
+    std::memcpy(&w0, h.w.data(), sizeof w0);  // instruction bits 31:0
+    const uint32_t w0_rsv = inf == nullptr ? 0 : (w0 & (inf->reserved_mask[0] | absent));
+    if (inf == nullptr || (op0 == Opcode::kVector && !cfg.enable_bf16)) {
       h.fault = FaultRec{Fault::kIllegalOpcode, h.w[0]};
     } else if (w0_rsv != 0) {
       h.fault = FaultRec{Fault::kIllegalField, static_cast<uint32_t>(__builtin_ctz(w0_rsv))};

@@ -17,8 +17,9 @@
 
 namespace tpuw::ref {
 
-RefDevice::Impl::Impl(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model)
-    : p(params), mc(memory), pm(model) {
+RefDevice::Impl::Impl(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model,
+                      const RefConfig& config)
+    : p(params), mc(memory), pm(model), cfg(config) {
   if (p.array_n == 0 || p.ub_depth == 0 || p.wb_depth == 0 || p.acc_depth == 0 || p.queue_depth == 0 ||
       p.dma_data_w < 8 || !is_pow2(p.dma_data_w)) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -71,8 +72,9 @@ void RefDevice::Impl::check_hang(std::string_view what, uint32_t offset) const {
 }
 
 
-RefDevice::RefDevice(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model)
-    : impl_(std::make_unique<Impl>(params, memory, model)) {}
+RefDevice::RefDevice(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model,
+                     const RefConfig& config)
+    : impl_(std::make_unique<Impl>(params, memory, model, config)) {}
 
 RefDevice::~RefDevice() = default;
 
@@ -133,5 +135,6 @@ void RefDevice::start_wave(const std::string&, uint64_t, uint64_t) {
 }
 const DeviceParams& RefDevice::params() const { return impl_->p; }
 const PerfModel& RefDevice::perf_model() const { return impl_->pm; }
+const RefConfig& RefDevice::config() const { return impl_->cfg; }
 
 }  // namespace tpuw::ref

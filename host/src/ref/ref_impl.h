@@ -7,6 +7,7 @@
 //   ref_cmd_proc.cpp tpu_cmd_dispatch / tpu_cmd_proc: queues, dependency tokens, FENCE, faults
 //   ref_dma.cpp      tpu_dma_load / tpu_dma_store / tpu_dma_burst_gen: LOAD and STORE
 //   ref_compute.cpp  tpu_compute / tpu_mxu / tpu_act_seq / tpu_act_unit: LOADW, MATMUL, ACTIVATE
+//   ref_vector.cpp   the transpose and vector units (ISA 1.1): TRANSPOSE, VECTOR
 //   ref_events.cpp   no RTL block (the clock): the discrete-event loop and busy-cycle accounting
 // The timing constants of the analytic cycle model are PerfModel (tpuw/ref/ref_device.h); each
 // engine applies them beside its functional effect, in the same function.
@@ -71,6 +72,7 @@ struct RefDevice::Impl {
   DeviceParams p;
   HostMemoryConfig mc;
   PerfModel pm;
+  RefConfig cfg;
   uint32_t n;            // array size
   uint32_t beat;         // DMA beat bytes
   uint64_t bw_rd;        // bytes per cycle on the read data channel
@@ -86,10 +88,13 @@ struct RefDevice::Impl {
   uint64_t mapped_bytes = 0;
   uint64_t wait_slice = 20000;
 
-  // Local memories. UB/WB rows of n int8, ACC rows of n int32 (kept as uint32 for wrap-around).
+  // Local memories. UB/WB rows of n int8, ACC rows of n int32 (kept as uint32 for wrap-around)
+  // or fp32 bit patterns. A bf16 row is a row pair 2r, 2r+1: 2n contiguous bytes, little-endian.
   std::vector<int8_t> ub, wb;
   std::vector<uint32_t> acc;
-  std::array<std::vector<int8_t>, 2> wbank;  // [k*n + nn]
+  // The MXU's 16-bit weight registers, [k*n + nn]: an int8 LOADW stores the sign-extended byte,
+  // a bf16 LOADW the bf16 bits; int8 MATMUL reads the low byte, bf16 MATMUL all 16 bits.
+  std::array<std::vector<uint16_t>, 2> wbank;
   unsigned wsel = 0;                          // active bank
 
   // Registers.
@@ -154,7 +159,7 @@ struct RefDevice::Impl {
   std::optional<uint64_t> busy_since;
 
   // ---- ref_device.cpp: construction, host memory ----
-  Impl(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model);
+  Impl(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model, const RefConfig& config);
   bool in_host(uint64_t addr, uint64_t len) const {
     if (!(addr >= mc.base && len <= mc.size && addr - mc.base <= mc.size - len)) return false;
     if (len == 0) return true;
@@ -208,10 +213,15 @@ struct RefDevice::Impl {
   uint64_t exec_load(const Queued& e, uint64_t t);
   uint64_t exec_store(const Queued& e, uint64_t t);
 
-  // ---- ref_compute.cpp: LOADW, MATMUL, ACTIVATE ----
+  // ---- ref_compute.cpp: LOADW, MATMUL, ACTIVATE; ref_vector.cpp: TRANSPOSE, VECTOR ----
   uint64_t exec_loadw(const Queued& e, uint64_t t);
   uint64_t exec_matmul(const Queued& e, uint64_t t);
   uint64_t exec_activate(const Queued& e, uint64_t t);
+  uint64_t exec_transpose(const Queued& e, uint64_t t);
+  uint64_t exec_vector(const Queued& e, uint64_t t);
+  // Timing of a non-matrix unit (ACTIVATE, TRANSPOSE, VECTOR): waits for the MXU's results and
+  // the previous such instruction, takes `rows` cycles of the shared UB/ACC ports plus `pipeline`.
+  uint64_t act_unit_timing(uint64_t t, uint64_t rows, uint64_t pipeline);
 
   // ---- ref_events.cpp: the event loop ----
   enum class Ev { kNone, kIssueLoad, kIssueCompute, kIssueStore, kDispatch, kRaiseFault };

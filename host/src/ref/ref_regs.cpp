@@ -32,7 +32,7 @@ void RefDevice::Impl::soft_reset() {
   busy_since.reset();
   // The MXU's weight registers are flops with reset (both banks zero, bank 0 active); the
   // UB, WB and ACC are RAMs and keep their contents, as in the RTL.
-  for (auto& bank : wbank) std::fill(bank.begin(), bank.end(), int8_t{0});
+  for (auto& bank : wbank) std::fill(bank.begin(), bank.end(), uint16_t{0});
   wsel = 0;
   cp_time = fetch_data_time = burst_first_use = doorbell_time = now;
   fetch_burst_left = 0;
@@ -87,7 +87,8 @@ uint32_t RefDevice::Impl::read_reg(uint32_t offset) {
     case r::kAccDepth: return p.acc_depth;
     case r::kDmaDataW: return p.dma_data_w;
     case r::kFeatures:
-      return r::kFeaturesWeightDoubleBuffer | r::kFeaturesBias | r::kFeaturesRelu | r::kFeaturesPerColumnQuant;
+      return r::kFeaturesWeightDoubleBuffer | r::kFeaturesBias | r::kFeaturesRelu | r::kFeaturesPerColumnQuant |
+             r::kFeaturesTranspose | (cfg.enable_bf16 ? r::kFeaturesBf16 : 0u);
     case r::kQueueDepth: return p.queue_depth;
     case r::kCtrl: return 0;  // soft reset completes at once
     case r::kStatus:

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstring>
+#include <initializer_list>
 #include <memory>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,7 +34,8 @@ inline HostMemoryConfig mem_cfg() {
 }
 
 struct Dev {
-  explicit Dev(const DeviceParams& p = small(), const PerfModel& pm = {}) : dev(p, mem_cfg(), pm) {
+  explicit Dev(const DeviceParams& p = small(), const PerfModel& pm = {}, const RefConfig& cfg = {})
+      : dev(p, mem_cfg(), pm, cfg) {
     dev.write_reg(r::kIrqEnable, r::kIrqEnableFence | r::kIrqEnableFault);
     dev.write_reg(r::kRingBase, kRing);
     dev.write_reg(r::kRingSize, kRingEntries);
@@ -149,6 +153,16 @@ inline isa::Word nop(bool pop_prev = false, bool push_next = false, bool pop_nex
   i.push_next = push_next;
   i.pop_next = pop_next;
   i.push_prev = push_prev;
+  return isa::encode(i);
+}
+
+/// Any instruction from field names and values, e.g. word(kMatmul, {{"bf16", 1}, {"rows", 2}}).
+inline isa::Word word(spec::Opcode op, std::initializer_list<std::pair<std::string_view, uint64_t>> fields,
+                      bool pop_prev = false, bool push_next = false) {
+  auto i = ins(op);
+  for (const auto& [name, value] : fields) i.set(name, value);
+  i.pop_prev = pop_prev;
+  i.push_next = push_next;
   return isa::encode(i);
 }
 

@@ -48,7 +48,7 @@ TEST(RefValidation, EachRuleGivesItsCauseAndInfo) {
   const std::vector<Case> cases = {
       // 1. opcode
       {"opcode 0", raw(0x00), Fault::kIllegalOpcode, 0x00},
-      {"opcode 0x08", raw(0x08), Fault::kIllegalOpcode, 0x08},
+      {"opcode 0x0a", raw(0x0A), Fault::kIllegalOpcode, 0x0A},
       {"opcode 0xff", raw(0xFF), Fault::kIllegalOpcode, 0xFF},
       // 2. reserved bits (lowest set)
       {"load bit 14", with_bit(load(Mem::kUb, 0, 0, 1, 8, 8), 14), Fault::kIllegalField, 14},

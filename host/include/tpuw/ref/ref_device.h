@@ -44,17 +44,34 @@ struct PerfModel {
 
   // Activation unit.
   unsigned act_pipeline = 6;          // ACTIVATE = rows + act_pipeline (ACC read, bias, mult,
-                                      //   shift/round, saturate, UB write)
+                                      //   shift/round, saturate, UB write); same in bf16 mode
+
+  // ISA 1.1 (bf16 MATMUL runs at the int8 rate: one row, i.e. one UB row pair, per cycle).
+  unsigned transpose_pipeline = 2;    // TRANSPOSE = rows + N + transpose_pipeline (read `rows` tile
+                                      //   rows into the transpose buffer, then write N rows; a tile
+                                      //   row is a UB row pair in bf16 mode)
+  unsigned vector_pipeline = 4;       // VECTOR = rows + vector_pipeline (ACC reads, fp32 op, ACC
+                                      //   write; COLSUM too: one row read per cycle)
 
   // FENCE.
   unsigned fence_overhead = 2;        // drain detected -> AW issued; plus 1 beat + write latency
+};
+
+/// Build options of the modelled device beyond DeviceParams (the tpu_top parameters that change
+/// the instruction set, not the sizes).
+struct RefConfig {
+  /// The RTL parameter EnableBf16: with it off the device has no bf16 MXU mode, no fp32 ACTIVATE
+  /// and no VECTOR unit: FEATURES.BF16 reads 0, a set `bf16` mode bit (bit 14 of LOADW, MATMUL,
+  /// ACTIVATE, TRANSPOSE) is ILLEGAL_FIELD (FAULT_INFO 14) and VECTOR is ILLEGAL_OPCODE.
+  bool enable_bf16 = true;
 };
 
 class RefDevice final : public Backend, public SimControl {
  public:
   /// Any array_n >= 1 is accepted; the depths must be >= 1 and dma_data_w a power of two >= 8.
   /// Throws Error(kInvalidArgument) otherwise.
-  RefDevice(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model = {});
+  RefDevice(const DeviceParams& params, const HostMemoryConfig& memory, const PerfModel& model = {},
+            const RefConfig& config = {});
   ~RefDevice() override;
   RefDevice(const RefDevice&) = delete;
   RefDevice& operator=(const RefDevice&) = delete;
@@ -99,6 +116,7 @@ class RefDevice final : public Backend, public SimControl {
 
   const DeviceParams& params() const;
   const PerfModel& perf_model() const;
+  const RefConfig& config() const;
 
  private:
   struct Impl;
