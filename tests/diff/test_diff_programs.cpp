@@ -324,6 +324,61 @@ TEST_P(DiffPrograms, IllegalBf16InstructionFaultsIdentically) {
   }
 }
 
+// Every ISA 1.1 feature at once (RandomProgramOptions::all(): bf16 modes, LOADW transpose,
+// TRANSPOSE int8/bf16, VECTOR with every op and special scalars) on fp data with NaN, inf,
+// subnormal, overflowing and underflowing values, mixed with the int8 instructions: rtl and ref
+// bit-identical, and the ISA 1.1 decode faults (odd bf16 addresses, TRANSPOSE rows > N, undefined
+// VECTOR ops, overlapping VECTOR ranges, ...) reported identically.
+TEST_P(DiffPrograms, RandomIsa11ProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(6000 + n);
+  const int programs = n == 4 ? 150 : 40;
+  std::vector<Step> history;
+  for (int i = 0; i < programs; ++i) {
+    Step step{fill_fp(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, RandomProgramOptions::all()};
+    step.program = random_program(spec, rng);
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
+    p.rtl.run(step.program);
+    p.ref.run(step.program);
+    expect_same_memory(p, "ISA 1.1 program " + std::to_string(i));
+    if (HasFailure()) {
+      ADD_FAILURE() << locate_divergence(n, history, step);
+      return;
+    }
+    history.push_back(std::move(step));
+  }
+}
+
+TEST_P(DiffPrograms, IllegalIsa11InstructionFaultsIdentically) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(7000 + n);
+  const int programs = n == 4 ? 100 : 30;
+  for (int i = 0; i < programs; ++i) {
+    fill_fp(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, RandomProgramOptions::all()};
+    auto prog = random_program(spec, rng);
+    prog.push_back(random_illegal_instruction(spec, rng));
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
+    std::optional<FaultReport> faults[2];
+    Device* devs[2] = {&p.rtl, &p.ref};
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
+      faults[d] = devs[d]->fault();
+      ASSERT_TRUE(faults[d].has_value());
+    }
+    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
+    expect_same_memory(p, "faulted ISA 1.1 program " + std::to_string(i));
+    p.rtl.reset();
+    p.ref.reset();
+    if (HasFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(ArraySizes, DiffPrograms, ::testing::Values(4u, 16u),
                          [](const auto& param_info) {
                            // Not "N" + std::to_string(...): GCC 12 reports a false -Wrestrict there (PR 105329).
