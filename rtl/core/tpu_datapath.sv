@@ -297,8 +297,8 @@ module tpu_datapath #(
       );
     end else begin : g_no_acc_b
       assign acc_b_rd_data = '0;
-      logic unused_b_addr;
-      assign unused_b_addr = ^vec_b_rd_addr;
+      logic unused_b_rd;
+      assign unused_b_rd = ^{vec_b_rd_en, vec_b_rd_addr};
     end
 
     logic [32*N-1:0] acc_q;
