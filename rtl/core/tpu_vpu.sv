@@ -206,22 +206,26 @@ module tpu_vpu #(
     if (w_valid_q) begin
       o_dst_q <= w_dst_q;
       for (int unsigned j = 0; j < N; j++) begin
-        logic [31:0] a, b, m, r;
+        logic [31:0] a, b, m, r, x, y, sum, mx;
         a = w_a_q[32*j +: 32];
         b = w_b_q[32*j +: 32];
         m = w_m_q[32*j +: 32];
+        // One adder and one max per lane, their operands chosen by the op.
         case (op_q)
-          VAdd:    r = tpu_fp32_add_f(a, b);
-          VSub:    r = tpu_fp32_add_f(a, {~b[31], b[30:0]});
-          VMul:    r = m;
-          VAxpy:   r = tpu_fp32_add_f(m, b);
-          VScale:  r = m;
-          VMax:    r = vmax(a, b);
-          VMaxs:   r = vmax(a, scalar_q);
-          VSelect: r = vselect(a, b);
-          VColsum: r = tpu_fp32_add_f(sum_q[32*j +: 32], a);
-          VRound:  r = tpu_fp32_round_bf16_f(a);
-          default: r = 32'h7FC0_0000;
+          VSub:    begin x = a;                 y = {~b[31], b[30:0]}; end
+          VAxpy:   begin x = m;                 y = b;                 end
+          VColsum: begin x = sum_q[32*j +: 32]; y = a;                 end
+          default: begin x = a;                 y = b;                 end
+        endcase
+        sum = tpu_fp32_add_f(x, y);
+        mx  = vmax(a, (op_q == VMaxs) ? scalar_q : b);
+        case (op_q)
+          VAdd, VSub, VAxpy, VColsum: r = sum;
+          VMul, VScale:               r = m;
+          VMax, VMaxs:                r = mx;
+          VSelect:                    r = vselect(a, b);
+          VRound:                     r = tpu_fp32_round_bf16_f(a);
+          default:                    r = 32'h7FC0_0000;
         endcase
         o_data_q[32*j +: 32] <= r;
         if (op_q == VColsum) sum_q[32*j +: 32] <= r;
