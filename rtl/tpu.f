@@ -4,10 +4,14 @@
 +incdir+include
 pkg/tpu_isa_pkg.sv
 pkg/tpu_reg_pkg.sv
-// --- prim: reusable cells (FIFO, round-robin arbiter, counter); use these, do not hand-roll ---
+pkg/tpu_fp_pkg.sv         // fp32/bf16 arithmetic of docs/numerics.md (functions; rtl/prim wraps them)
+// --- prim: reusable cells (FIFO, round-robin arbiter, counter, fp arithmetic); use these, do not hand-roll ---
 prim/tpu_fifo.sv
 prim/tpu_rr_arb.sv
 prim/tpu_counter.sv
+prim/tpu_fp32_add.sv      // fp32 add, bf16 multiply and fp32 -> bf16 of docs/numerics.md
+prim/tpu_bf16_mul.sv
+prim/tpu_fp32_to_bf16.sv
 // --- datapath: MXU, memories, activation unit, compute engine ---
 core/tpu_delay.sv
 core/tpu_pe.sv
@@ -15,7 +19,10 @@ core/tpu_mxu.sv
 core/tpu_act_unit.sv
 core/tpu_ram_2r2w.sv
 core/tpu_ram_1r1w.sv   // FPGA builds (TPU_FPGA_RAM): one read + one write port, maps to block RAM
+core/tpu_ram_pair.sv   // UB/WB: banked by row parity for the bf16 row-pair accesses
 core/tpu_act_seq.sv
+core/tpu_transpose.sv
+core/tpu_vpu.sv      // uses include/tpu_fp32.svh
 core/tpu_compute.sv
 core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---

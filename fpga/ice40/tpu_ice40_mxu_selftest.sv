@@ -65,11 +65,23 @@ module tpu_ice40_mxu_selftest #(
   logic [32*N-1:0]    out_data;
   logic [3:0]         out_tag;
 
-  tpu_mxu #(.ArrayN(N), .TagW(4)) u_mxu (
+  // The int8-only array (EnableBf16 = 0): 16-bit element ports, of which it uses the low byte.
+  logic [8*N-1:0]  act8, wt8;
+  logic [16*N-1:0] act16, wt16;
+  assign act8 = lfsr_q[8*N-1:0];
+  assign wt8  = {lfsr_q[8*N-9:0], lfsr_q[31:24]};
+  always_comb begin
+    for (int unsigned i = 0; i < N; i++) begin
+      act16[16*i +: 16] = {8'd0, act8[8*i +: 8]};
+      wt16[16*i +: 16]  = {{8{wt8[8*i+7]}}, wt8[8*i +: 8]};
+    end
+  end
+
+  tpu_mxu #(.ArrayN(N), .TagW(4), .EnableBf16(1'b0)) u_mxu (
     .clk_i, .rst_ni(rst_n),
-    .act_valid_i(act_valid), .act_swap_i(act_swap),
-    .act_data_i({lfsr_q[8*N-1:0]}), .act_tag_i(lfsr_q[19:16]),
-    .wt_valid_i(wt_valid), .wt_data_i({lfsr_q[8*N-9:0], lfsr_q[31:24]}),
+    .act_valid_i(act_valid), .act_swap_i(act_swap), .act_bf16_i(1'b0),
+    .act_data_i(act16), .act_tag_i(lfsr_q[19:16]),
+    .wt_valid_i(wt_valid), .wt_transpose_i(1'b0), .wt_data_i(wt16),
     .out_valid_o(out_valid), .out_data_o(out_data), .out_tag_o(out_tag), .busy_o(busy)
   );
 

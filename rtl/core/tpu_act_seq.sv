@@ -4,6 +4,10 @@
 // it only when no MATMUL result is outstanding and no ACTIVATE is in flight); done_o pulses with
 // its last UB write; busy_o is high from go_i to done_o. Parameter rows arrive the cycle after
 // their read; without the bias flag the bias row stays zero.
+// bf16 mode (bf16_i, EnableBf16): no multiplier/shift rows; the bias row (if any), then one ACC
+// row per cycle through a full-width fp32 stage (docs/numerics.md: x = acc (+ bias, one fp32
+// addition); ReLU keeps x > 0 and NaN, else +0; fp32 -> bf16 round to nearest even), registered,
+// and written as one UB row pair (ub_addr + 2i, ub_wr_pair_o) the cycle after the read data.
 `include "tpu_assert.svh"
 
 module tpu_act_seq #(
@@ -11,6 +15,7 @@ module tpu_act_seq #(
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
+  parameter bit          EnableBf16 = 1'b1,
   localparam int unsigned UbAw    = $clog2(UbDepth),
   localparam int unsigned AccAw   = $clog2(AccDepth)
 ) (
@@ -23,6 +28,7 @@ module tpu_act_seq #(
   input  logic [15:0]          rows_i,
   input  logic                 bias_en_i,
   input  logic                 relu_i,
+  input  logic                 bf16_i,
   input  logic [AccAw-1:0]     qparam_addr_i,
   input  logic [AccAw-1:0]     bias_addr_i,
   // ACC read port (shared with the MATMUL accumulate path, which never overlaps)
@@ -32,7 +38,8 @@ module tpu_act_seq #(
   // UB write port
   output logic                 ub_wr_en_o,
   output logic [UbAw-1:0]      ub_wr_addr_o,
-  output logic [8*ArrayN-1:0]  ub_wr_data_o,
+  output logic                 ub_wr_pair_o,    // bf16: a row pair {row 2r+1, row 2r}
+  output logic [16*ArrayN-1:0] ub_wr_data_o,
   output logic                 busy_o,
   output logic                 done_o
 );
@@ -53,7 +60,7 @@ module tpu_act_seq #(
   logic [AccAw-1:0] act_acc_q, act_qp_q, act_bias_addr_q;
   logic [UbAw-1:0]  act_ub_q;
   logic [15:0]      act_left_q;
-  logic             act_bias_en_q, act_relu_q;
+  logic             act_bias_en_q, act_relu_q, act_bf16_q;
   rd_kind_e         ak_q;                      // what the ACC read port returns this cycle
   logic [ActTagW-1:0] ak_tag_q;
   logic [32*N-1:0]  bias_q, mult_q;
@@ -67,7 +74,7 @@ module tpu_act_seq #(
   logic act_pace_ok;   // ActRows may read an ACC row this cycle
   logic act_row_rd;    // ActRows reads an ACC row this cycle
   logic act_rows_last;
-  assign act_row_rd    = (act_st_q == ActRows) && act_pace_ok;
+  assign act_row_rd    = (act_st_q == ActRows) && (act_pace_ok || act_bf16_q);
   assign act_rows_last = act_row_rd && (act_left_q == 16'd1);
 
   if (ActP == 1) begin : g_act_full
@@ -90,7 +97,7 @@ module tpu_act_seq #(
       ActMult:  acc_rd_addr_o = act_qp_q;
       ActShift: acc_rd_addr_o = act_qp_q + 1'b1;
       ActBias:  acc_rd_addr_o = act_bias_addr_q;
-      ActRows:  begin acc_rd_en_o = act_pace_ok; acc_rd_addr_o = act_acc_q; end
+      ActRows:  begin acc_rd_en_o = act_pace_ok || act_bf16_q; acc_rd_addr_o = act_acc_q; end
       default:  acc_rd_en_o   = 1'b0;
     endcase
   end
@@ -105,11 +112,15 @@ module tpu_act_seq #(
       else if (done_o) act_busy_q <= 1'b0;
       ak_q <= KNone;
       case (act_st_q)
-        ActIdle:  if (go_i) act_st_q <= ActMult;
+        ActIdle:  if (go_i) begin
+                    // bf16: no requantization rows
+                    if (EnableBf16 && bf16_i) act_st_q <= bias_en_i ? ActBias : ActRows;
+                    else                      act_st_q <= ActMult;
+                  end
         ActMult:  begin ak_q <= KMult;  act_st_q <= ActShift; end
         ActShift: begin ak_q <= KShift; act_st_q <= act_bias_en_q ? ActBias : ActRows; end
         ActBias:  begin ak_q <= KBias;  act_st_q <= ActRows; end
-        ActRows:  if (act_pace_ok) begin
+        ActRows:  if (act_pace_ok || act_bf16_q) begin
                     ak_q <= KRow;
                     if (act_rows_last) act_st_q <= ActIdle;
                   end
@@ -125,11 +136,12 @@ module tpu_act_seq #(
       act_left_q      <= rows_i;
       act_bias_en_q   <= bias_en_i;
       act_relu_q      <= relu_i;
+      act_bf16_q      <= EnableBf16 && bf16_i;
       act_qp_q        <= qparam_addr_i;
       act_bias_addr_q <= bias_addr_i;
     end else if (act_row_rd) begin
       act_acc_q  <= act_acc_q + 1'b1;
-      act_ub_q   <= act_ub_q + 1'b1;
+      act_ub_q   <= act_ub_q + (act_bf16_q ? UbAw'(2) : UbAw'(1));
       act_left_q <= act_left_q - 16'd1;
     end
     if (act_row_rd) ak_tag_q <= {act_rows_last, act_ub_q};
@@ -148,6 +160,8 @@ module tpu_act_seq #(
   logic               act_out_last;
   logic [UbAw-1:0]    act_out_ub;
 
+  logic [8*N-1:0]     act_out_data;
+
   tpu_act_unit #(
     .ArrayN   (ArrayN),
     .ActLanes (ActLanes),
@@ -164,22 +178,61 @@ module tpu_act_seq #(
     .shift_i     (shift_q),
     .relu_i      (act_relu_q),
     .out_valid_o (act_out_valid),
-    .out_data_o  (ub_wr_data_o),
+    .out_data_o  (act_out_data),
     .out_tag_o   (act_out_tag),
     .busy_o      (act_unit_busy)
   );
 
-  assign act_in_valid = (ak_q == KRow);
+  assign act_in_valid = (ak_q == KRow) && !act_bf16_q;
   assign {act_out_last, act_out_ub} = act_out_tag;
-  assign ub_wr_en_o   = act_out_valid;
-  assign ub_wr_addr_o = act_out_ub;
-  assign done_o       = act_out_valid && act_out_last;
+
+  // bf16 rows: one registered fp32 stage, full width, behind its valid (int8 ACTIVATEs do not
+  // evaluate it in simulation).
+  logic               bf_valid_q, bf_last;
+  logic [ActTagW-1:0] bf_tag_q;
+  logic [UbAw-1:0]    bf_ub;
+  logic [16*N-1:0]    bf_res_q;
+  if (EnableBf16) begin : g_bf16
+    always_ff @(posedge clk_i) begin
+      if (!rst_ni) bf_valid_q <= 1'b0;
+      else         bf_valid_q <= (ak_q == KRow) && act_bf16_q;
+    end
+    always_ff @(posedge clk_i) begin
+      if ((ak_q == KRow) && act_bf16_q) begin
+        bf_tag_q <= ak_tag_q;
+        for (int unsigned j = 0; j < N; j++) begin
+          logic [31:0] x;
+          x = acc_rd_data_i[32*j +: 32];
+          if (act_bias_en_q) x = tpu_fp_pkg::fp32_add(x, bias_q[32*j +: 32]);
+          // ReLU: +0 unless x > 0 (positive and normal or inf) or NaN.
+          if (act_relu_q && !((!x[31] && x[30:23] != 8'd0) ||
+                              (x[30:23] == 8'hFF && x[22:0] != 23'd0))) begin
+            x = 32'd0;
+          end
+          bf_res_q[16*j +: 16] <= tpu_fp_pkg::fp32_to_bf16(x);
+        end
+      end
+    end
+  end else begin : g_int8
+    assign bf_valid_q = 1'b0;
+    assign bf_tag_q   = '0;
+    assign bf_res_q   = '0;
+  end
+  assign {bf_last, bf_ub} = bf_tag_q;
+
+  assign ub_wr_en_o   = act_out_valid || bf_valid_q;
+  assign ub_wr_addr_o = bf_valid_q ? bf_ub : act_out_ub;
+  assign ub_wr_pair_o = bf_valid_q;
+  assign ub_wr_data_o = bf_valid_q ? bf_res_q : {{(8*N){1'b0}}, act_out_data};
+  assign done_o       = (act_out_valid && act_out_last) || (bf_valid_q && bf_last);
 
   assign busy_o = act_busy_q;
 
   `TPU_ASSERT_NEVER(ActUnitIdleMismatch_A, act_unit_busy && !act_busy_q, clk_i, !rst_ni)
   // The pacing delivers every ACC row the cycle the unit can take it (the data cannot wait).
   `TPU_ASSERT_NEVER(ActRowDropped_A, act_in_valid && !act_in_ready, clk_i, !rst_ni)
+  // One ACTIVATE at a time: the two result paths never write in the same cycle.
+  `TPU_ASSERT_NEVER(ActPathsOverlap_A, act_out_valid && bf_valid_q, clk_i, !rst_ni)
   `TPU_ASSERT(ActivateRows_A, !go_i || rows_i != '0, clk_i, !rst_ni)
 
 endmodule

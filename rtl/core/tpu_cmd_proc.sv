@@ -25,7 +25,8 @@ module tpu_cmd_proc #(
   parameter int unsigned DmaDataW   = 128,
   parameter int unsigned QueueDepth = 8,
   parameter int unsigned FetchDepth = 16,  // prefetch buffer, instructions
-  parameter int unsigned InflightDepth = 8 // issued-but-not-done instructions per engine
+  parameter int unsigned InflightDepth = 8, // issued-but-not-done instructions per engine
+  parameter bit          EnableBf16 = 1'b1  // bf16 mode bits legal (tpu_decode)
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -168,7 +169,7 @@ module tpu_cmd_proc #(
 
   tpu_decode #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW)
+    .DmaDataW(DmaDataW), .EnableBf16(EnableBf16)
   ) u_decode (
     .instr_i(d_instr), .win_base_i(dma_win_base_i), .win_last_i(dma_win_last_i),
     .fault_o(d_fault), .cause_o(d_cause), .info_o(d_info), .queue_o(d_queue)

@@ -3,16 +3,25 @@
 // docs/architecture.md "Validation" in order; the first failing rule decides the cause.
 // Within rule 4 the fields are checked in the order the contract lists them:
 //   LOAD/STORE: mem, rows, row_bytes, host_addr, host_stride;  MATMUL/ACTIVATE: rows;
-//   FENCE: host_addr.
+//   FENCE: host_addr;  TRANSPOSE: rows (1 .. ArrayN), src_addr even, dst_addr even (bf16);
+//   VECTOR: op (defined), rows, then the overlap rule (an element-wise destination range equals
+//   a source range or does not overlap it; b only for ops that read b; info = lsb of dst_addr).
 // Within rule 5 the order is the contract's too (MATMUL: UB then ACC; ACTIVATE: ACC, UB, bias,
-// qparam). FAULT_INFO for a range [a, a+n) that exceeds depth D is the first row out of range,
+// qparam; TRANSPOSE: source then destination, row pairs in bf16; VECTOR: dst (one row for
+// COLSUM), a, then b for ops that read b). FAULT_INFO for a range [a, a+n) that exceeds depth D is the first row out of range,
 // max(a, D).
+// ISA 1.1 bf16 modes (LOADW/MATMUL/ACTIVATE bit 14): with EnableBf16 = 0 the bit is reserved
+// (rule 2, FAULT_INFO 14). Otherwise a bf16 instruction's UB/WB address must be even (rule 4,
+// after `rows`; FAULT_INFO = lsb of the address field) and its UB/WB range counts row pairs
+// (rule 5: LOADW wb_addr + 2N, MATMUL/ACTIVATE ub_addr + 2*rows); bf16 ACTIVATE does not
+// check qparam_addr. LOADW `transpose` is always implemented.
 module tpu_decode #(
   parameter int unsigned ArrayN   = 16,
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
-  parameter int unsigned DmaDataW = 128
+  parameter int unsigned DmaDataW = 128,
+  parameter bit          EnableBf16 = 1'b1
 ) (
   input  tpu_isa_pkg::instr_t instr_i,
   input  logic [31:0]  win_base_i,
@@ -67,6 +76,9 @@ module tpu_decode #(
   assign is_nop    = (opcode == 8'(tpu_isa_pkg::OpNop));
   assign is_fence  = (opcode == 8'(tpu_isa_pkg::OpFence));
   assign is_dma    = is_load || is_store;
+  logic is_tr, is_vec;
+  assign is_tr  = (opcode == 8'(tpu_isa_pkg::OpTranspose));
+  assign is_vec = (opcode == 8'(tpu_isa_pkg::OpVector)) && EnableBf16;  // no vector unit: illegal
 
   // Rule 2: reserved bits.
   logic [127:0] rsv_mask, rsv_bits;
@@ -79,9 +91,10 @@ module tpu_decode #(
     if (is_act)    rsv_mask = tpu_isa_pkg::ACTIVATE_RESERVED_MASK;
     if (is_nop)    rsv_mask = tpu_isa_pkg::NOP_RESERVED_MASK;
     if (is_fence)  rsv_mask = tpu_isa_pkg::FENCE_RESERVED_MASK;
-    // ISA 1.1 mode bits not implemented yet (FEATURES.BF16 / TRANSPOSE read 0): reserved.
-    if (is_loadw)  rsv_mask[14:12] = 3'b111;
-    if (is_matmul || is_act) rsv_mask[14] = 1'b1;
+    if (is_tr)     rsv_mask = tpu_isa_pkg::TRANSPOSE_RESERVED_MASK;
+    if (is_vec)    rsv_mask = tpu_isa_pkg::VECTOR_RESERVED_MASK;
+    // A build without the bf16 modes (FEATURES.BF16 = 0): their bit is reserved.
+    if (!EnableBf16 && (is_loadw || is_matmul || is_act || is_tr)) rsv_mask[14] = 1'b1;
   end
   assign rsv_bits = instr_i & rsv_mask;
 
@@ -171,16 +184,29 @@ module tpu_decode #(
   assign d_last = {9'd0, d_host} + d_span + {25'd0, d_rbytes} - 41'd1;
 
   // COMPUTE fields
+  // bf16 modes: UB/WB rows counted in pairs (the reserved-bit rule already rejected the bits when
+  // EnableBf16 = 0).
   logic [19:0] w_addr;
+  logic        w_bf16;
+  logic [16:0] w_rows;
   assign w_addr = lw.wb_addr;
+  assign w_bf16 = lw.bf16;
+  assign w_rows = w_bf16 ? 17'(2 * ArrayN) : 17'(ArrayN);
   logic [19:0] m_ub, m_acc;
   logic [15:0] m_rows;
+  logic        m_bf16;
+  logic [16:0] m_ub_rows;
   assign m_ub   = mm.ub_addr;
   assign m_acc  = mm.acc_addr;
   assign m_rows = mm.rows;
+  assign m_bf16 = mm.bf16;
+  assign m_ub_rows = m_bf16 ? {m_rows, 1'b0} : {1'b0, m_rows};
   logic [19:0] a_acc, a_ub, a_bias, a_qp;
   logic [15:0] a_rows;
-  logic        a_has_bias;
+  logic        a_has_bias, a_bf16;
+  logic [16:0] a_ub_rows;
+  assign a_bf16    = act.bf16;
+  assign a_ub_rows = a_bf16 ? {a_rows, 1'b0} : {1'b0, a_rows};
   assign a_acc  = act.acc_addr;
   assign a_ub   = act.ub_addr;
   assign a_rows = act.rows;
@@ -191,6 +217,29 @@ module tpu_decode #(
   assign f_host = fc.host_addr;
   logic [32:0] f_last;
   assign f_last = {1'b0, f_host} + 33'd3;
+
+  // TRANSPOSE / VECTOR fields
+  tpu_isa_pkg::transpose_t tr;
+  tpu_isa_pkg::vector_t    vc;
+  assign tr = instr_i;
+  assign vc = instr_i;
+  logic [16:0] t_src_n, t_dst_n;   // UB rows read / written
+  assign t_src_n = tr.bf16 ? {tr.rows, 1'b0} : {1'b0, tr.rows};
+  assign t_dst_n = tr.bf16 ? 17'(2 * ArrayN) : 17'(ArrayN);
+  logic v_colsum, v_reads_b, v_op_bad, v_overlap;
+  assign v_op_bad  = (vc.op > 4'(tpu_isa_pkg::VopRoundBf16));
+  assign v_colsum  = (vc.op == 4'(tpu_isa_pkg::VopColsum));
+  assign v_reads_b = (vc.op == 4'(tpu_isa_pkg::VopAdd)) || (vc.op == 4'(tpu_isa_pkg::VopSub)) ||
+                     (vc.op == 4'(tpu_isa_pkg::VopMul)) || (vc.op == 4'(tpu_isa_pkg::VopAxpy)) ||
+                     (vc.op == 4'(tpu_isa_pkg::VopMax)) || (vc.op == 4'(tpu_isa_pkg::VopSelect));
+  // [dst, dst+rows) and [src, src+rows) overlap without being equal
+  function automatic logic bad_overlap(input logic [19:0] dst, input logic [19:0] src,
+                                       input logic [15:0] n);
+    bad_overlap = (dst != src) && ({1'b0, dst} < {1'b0, src} + {5'd0, n}) &&
+                  ({1'b0, src} < {1'b0, dst} + {5'd0, n});
+  endfunction
+  assign v_overlap = !v_colsum && (bad_overlap(vc.dst_addr, vc.a_addr, vc.rows) ||
+                                   (v_reads_b && bad_overlap(vc.dst_addr, vc.b_addr, vc.rows)));
 
   // a + n > depth  ->  first bad row max(a, depth)
   function automatic logic range_bad(input logic [19:0] a, input logic [16:0] n,
@@ -214,7 +263,7 @@ module tpu_decode #(
     if (is_store) queue_o = 2'(tpu_isa_pkg::QueueStore);
     if (is_fence) queue_o = 2'(tpu_isa_pkg::QueueCtrl);
 
-    if (!(is_dma || is_loadw || is_matmul || is_act || is_nop || is_fence)) begin
+    if (!(is_dma || is_loadw || is_matmul || is_act || is_nop || is_fence || is_tr || is_vec)) begin
       fault_o = 1'b1; cause_o = CauseOpcode; info_o = {24'd0, opcode};
     end else if (rsv_bits != '0) begin
       fault_o = 1'b1; cause_o = CauseField; info_o = {25'd0, rsv_lsb};
@@ -240,13 +289,17 @@ module tpu_decode #(
         fault_o = 1'b1; cause_o = CauseWindow; info_o = d_host;
       end
     end else if (is_loadw) begin
-      if (range_bad(w_addr, 17'(ArrayN), WbD)) begin
+      if (w_bf16 && w_addr[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::LOADW_WB_ADDR_LSB);
+      end else if (range_bad(w_addr, w_rows, WbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(w_addr, WbD);
       end
     end else if (is_matmul) begin
       if (m_rows == 16'd0) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::MATMUL_ROWS_LSB);
-      end else if (range_bad(m_ub, {1'b0, m_rows}, UbD)) begin
+      end else if (m_bf16 && m_ub[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::MATMUL_UB_ADDR_LSB);
+      end else if (range_bad(m_ub, m_ub_rows, UbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_ub, UbD);
       end else if (range_bad(m_acc, {1'b0, m_rows}, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(m_acc, AccD);
@@ -254,14 +307,42 @@ module tpu_decode #(
     end else if (is_act) begin
       if (a_rows == 16'd0) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_ROWS_LSB);
+      end else if (a_bf16 && a_ub[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB);
       end else if (range_bad(a_acc, {1'b0, a_rows}, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_acc, AccD);
-      end else if (range_bad(a_ub, {1'b0, a_rows}, UbD)) begin
+      end else if (range_bad(a_ub, a_ub_rows, UbD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_ub, UbD);
       end else if (a_has_bias && ({12'd0, a_bias} >= AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = {12'd0, a_bias};
-      end else if (range_bad(a_qp, 17'd2, AccD)) begin
+      end else if (!a_bf16 && range_bad(a_qp, 17'd2, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_qp, AccD);
+      end
+    end else if (is_tr) begin
+      if (tr.rows == 16'd0 || tr.rows > 16'(ArrayN)) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::TRANSPOSE_ROWS_LSB);
+      end else if (tr.bf16 && tr.src_addr[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::TRANSPOSE_SRC_ADDR_LSB);
+      end else if (tr.bf16 && tr.dst_addr[0]) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::TRANSPOSE_DST_ADDR_LSB);
+      end else if (range_bad(tr.src_addr, t_src_n, UbD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(tr.src_addr, UbD);
+      end else if (range_bad(tr.dst_addr, t_dst_n, UbD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(tr.dst_addr, UbD);
+      end
+    end else if (is_vec) begin
+      if (v_op_bad) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::VECTOR_OP_LSB);
+      end else if (vc.rows == 16'd0) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::VECTOR_ROWS_LSB);
+      end else if (v_overlap) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::VECTOR_DST_ADDR_LSB);
+      end else if (range_bad(vc.dst_addr, v_colsum ? 17'd1 : {1'b0, vc.rows}, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(vc.dst_addr, AccD);
+      end else if (range_bad(vc.a_addr, {1'b0, vc.rows}, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(vc.a_addr, AccD);
+      end else if (v_reads_b && range_bad(vc.b_addr, {1'b0, vc.rows}, AccD)) begin
+        fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(vc.b_addr, AccD);
       end
     end else if (is_fence) begin
       if (f_host[1:0] != 2'b00) begin
@@ -284,10 +365,11 @@ module tpu_decode #(
 
   // Fields no rule looks at (reserved bits are checked through the masks above).
   logic unused_views;
-  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15, lw.bf16,
+  assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15,
                           lw.rsvd13, lw.transpose, lw.hdr,
-                          mm.rsvd72, mm.rsvd15, mm.bf16, mm.swap, mm.accumulate, mm.hdr,
-                          act.rsvd112, act.rsvd15, act.bf16, act.relu, act.hdr,
-                          fc.rsvd96, fc.value, fc.rsvd13, fc.irq, fc.hdr};
+                          mm.rsvd72, mm.rsvd15, mm.swap, mm.accumulate, mm.hdr,
+                          act.rsvd112, act.rsvd15, act.relu, act.hdr,
+                          fc.rsvd96, fc.value, fc.rsvd13, fc.irq, fc.hdr,
+                          tr.hdr, tr.rsvd72, tr.rsvd15, tr.rsvd12, vc.hdr, vc.rsvd92, vc.scalar};
 
 endmodule

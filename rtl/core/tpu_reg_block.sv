@@ -25,7 +25,8 @@ module tpu_reg_block #(
   parameter int unsigned AccDepth   = 4096,
   parameter int unsigned DmaDataW   = 128,
   parameter int unsigned QueueDepth = 8,
-  parameter int unsigned PerfCntW   = 64
+  parameter int unsigned PerfCntW   = 64,
+  parameter bit          EnableBf16 = 1'b1
 ) (
   input  logic        clk_i,
   input  logic        rst_ni,
@@ -158,9 +159,10 @@ module tpu_reg_block #(
   assign hw2reg.acc_depth.d   = 32'(AccDepth);
   assign hw2reg.dma_data_w.d  = 32'(DmaDataW);
   assign hw2reg.queue_depth.d = 32'(QueueDepth);
-  // Not implemented yet (ISA 1.1 work in progress): the device reports them absent.
-  assign hw2reg.features.transpose.d = 1'b0;
-  assign hw2reg.features.bf16.d      = 1'b0;
+  // TRANSPOSE (tpu_transpose) and LOADW transpose (tpu_mxu).
+  assign hw2reg.features.transpose.d = 1'b1;
+  // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit: the build parameter.
+  assign hw2reg.features.bf16.d      = EnableBf16;
   assign hw2reg.ctrl.soft_reset.d      = resetting_q || soft_rst_q;
   assign hw2reg.status.busy.d          = busy_i;
   assign hw2reg.status.fault.d         = faulted_i;

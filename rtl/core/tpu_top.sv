@@ -24,7 +24,10 @@ module tpu_top #(
   parameter int unsigned ActLanes      = ArrayN, // requantize lanes: a row takes ArrayN/ActLanes cycles
   parameter int unsigned PerfCntW      = 64,     // performance counter width, 32 or 64
   parameter int unsigned FetchDepth    = 16,     // instruction prefetch buffer, instructions
-  parameter int unsigned InflightDepth = 8       // issued-not-done instructions per engine
+  parameter int unsigned InflightDepth = 8,      // issued-not-done instructions per engine
+  // bf16 MXU mode, fp32 ACTIVATE, FEATURES.BF16 (0: the int8-only device, for small FPGAs: no fp
+  // logic, single-bank UB/WB; the decoder faults the bf16 mode bits)
+  parameter bit          EnableBf16    = 1'b1
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -113,7 +116,7 @@ module tpu_top #(
 
   tpu_reg_block #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .PerfCntW(PerfCntW)
+    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .PerfCntW(PerfCntW), .EnableBf16(EnableBf16)
   ) u_reg_block (
     .clk_i, .rst_ni,
     .s_axil_awaddr_i, .s_axil_awvalid_i, .s_axil_awready_o,
@@ -158,7 +161,7 @@ module tpu_top #(
   tpu_cmd_proc #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
     .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .FetchDepth(FetchDepth),
-    .InflightDepth(InflightDepth)
+    .InflightDepth(InflightDepth), .EnableBf16(EnableBf16)
   ) u_cmd_proc (
     .clk_i, .rst_ni(rst_int_n), .stop_i(stop),
     .ring_base_i(ring_base), .ring_size_i(ring_size), .ring_tail_i(ring_tail),
@@ -234,7 +237,7 @@ module tpu_top #(
   // ---------------------------------------------------------------------------------------------
   tpu_datapath #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .ActLanes(ActLanes)
+    .ActLanes(ActLanes), .EnableBf16(EnableBf16)
   ) u_datapath (
     .clk_i, .rst_ni(rst_int_n),
     .cmp_valid_i(cmp_valid), .cmp_ready_o(cmp_ready), .cmp_instr_i(cmp_instr),

@@ -30,7 +30,7 @@ pcf="${FPGA_ROOT}/constraints/icebreaker.pcf"
 case "${variant}" in
   mxu)
     FPGA_INCS=("-I${FPGA_RTL}/include")
-    FPGA_FILES=("${FPGA_RTL}/core/tpu_delay.sv" "${FPGA_RTL}/core/tpu_pe.sv"
+    FPGA_FILES=("${FPGA_RTL}/pkg/tpu_fp_pkg.sv" "${FPGA_RTL}/core/tpu_delay.sv" "${FPGA_RTL}/core/tpu_pe.sv"
                 "${FPGA_RTL}/core/tpu_mxu.sv" "${FPGA_ROOT}/fpga/ice40/tpu_ice40_mxu_selftest.sv")
     top=tpu_ice40_mxu_selftest
     dsp_opt=""  # 16 PE multipliers > the 8 SB_MAC16: all in logic

@@ -12,12 +12,12 @@ namespace tpuw::bench {
 namespace {
 
 constexpr unsigned kN = 16;
-constexpr unsigned kWords = kN * 8 / 32;  // one int8 row in 32-bit words
+constexpr unsigned kWords = kN * 16 / 32;  // one row of 16-bit elements in 32-bit words
 constexpr unsigned kPatternRows = 1024;
 
 }  // namespace
 
-BareMxuRate run_bare_mxu(uint64_t cycles) {
+BareMxuRate run_bare_mxu(uint64_t cycles, bool bf16) {
   // Verilator keeps a thread-local "current context" (scope registration and teardown use it); point
   // it at ours for the model's whole life and clear it afterwards, as SimDevice does, so this model
   // can share a thread with device models.
@@ -52,6 +52,7 @@ BareMxuRate run_bare_mxu(uint64_t cycles) {
   // Stream: one row per cycle, the first one swaps the tile in.
   m->act_valid_i = 1;
   m->act_swap_i = 1;
+  m->act_bf16_i = bf16 ? 1 : 0;
   uint32_t sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t c = 0; c < cycles; ++c) {

@@ -15,6 +15,7 @@ struct BareMxuRate {
 
 // Simulates `cycles` streaming cycles of a fresh model; the array is reset and a tile shifted in
 // first (not timed).
-BareMxuRate run_bare_mxu(uint64_t cycles);
+// bf16: the rows are bf16 (the fp32 column sums), else int8.
+BareMxuRate run_bare_mxu(uint64_t cycles, bool bf16 = false);
 
 }  // namespace tpuw::bench

@@ -45,8 +45,7 @@ uint16_t random_bf16(std::mt19937_64& rng) {
 
 class Generator {
  public:
-  Generator(const RandomProgramSpec& spec, const RandomProgramOptions& options, std::mt19937_64& rng)
-      : s_(spec), o_(options), rng_(rng) {}
+  Generator(const RandomProgramSpec& spec, std::mt19937_64& rng) : s_(spec), rng_(rng) {}
 
   uint32_t n() const { return s_.params.array_n; }
   uint32_t beat() const { return s_.params.dma_data_w / 8; }
@@ -85,7 +84,7 @@ class Generator {
   }
 
   // ---- ISA 1.1 (RandomProgramOptions) ----
-  const RandomProgramOptions& opt() const { return o_; }
+  const RandomProgramOptions& opt() const { return s_.options; }
   bool coin() { return uniform(rng_, 0, 1) != 0; }
 
   isa::Instr loadw11() {
@@ -276,23 +275,21 @@ class Generator {
 
  private:
   const RandomProgramSpec& s_;
-  const RandomProgramOptions& o_;
   std::mt19937_64& rng_;
   std::vector<isa::Instr> prog_;
 };
 
 }  // namespace
 
-std::vector<isa::Word> random_program(const RandomProgramSpec& spec, std::mt19937_64& rng,
-                                      const RandomProgramOptions& options) {
-  return Generator(spec, options, rng).build();
+std::vector<isa::Word> random_program(const RandomProgramSpec& spec, std::mt19937_64& rng) {
+  return Generator(spec, rng).build();
 }
 
 namespace {
 
 // ISA 1.1 decode faults: only the features the options enable; nullopt when none is.
-std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, const RandomProgramOptions& o,
-                                          std::mt19937_64& rng) {
+std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, std::mt19937_64& rng) {
+  const auto& o = spec.options;
   const uint32_t n = spec.params.array_n;
   std::vector<int> kinds;
   if (o.use_bf16()) kinds.insert(kinds.end(), {0, 1, 2});
@@ -367,11 +364,10 @@ std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, const R
 
 }  // namespace
 
-isa::Word random_illegal_instruction(const RandomProgramSpec& spec, std::mt19937_64& rng,
-                                     const RandomProgramOptions& options) {
-  Generator gen(spec, options, rng);
-  if (options.any() && uniform(rng, 0, 1) == 0) {
-    if (auto w = random_illegal11(spec, options, rng)) return *w;
+isa::Word random_illegal_instruction(const RandomProgramSpec& spec, std::mt19937_64& rng) {
+  Generator gen(spec, rng);
+  if (spec.options.any() && uniform(rng, 0, 1) == 0) {
+    if (auto w = random_illegal11(spec, rng)) return *w;
   }
   switch (uniform(rng, 0, 5)) {
     case 0: {  // undefined opcode

@@ -37,17 +37,15 @@ struct RandomProgramSpec {
   uint64_t data_addr = 0;   // host buffer the program reads and writes (beat-aligned)
   uint64_t data_bytes = 0;
   unsigned instructions = 40;  // random instructions (NOPs for token routing come on top)
+  RandomProgramOptions options;  // ISA 1.1 features (off by default)
 };
 
-/// A race-free random program (without the final FENCE), using the ISA 1.1 features `options`
-/// enables (none by default: the same programs as before the options existed).
-std::vector<isa::Word> random_program(const RandomProgramSpec& spec, std::mt19937_64& rng,
-                                      const RandomProgramOptions& options = {});
+/// A race-free random program (without the final FENCE).
+std::vector<isa::Word> random_program(const RandomProgramSpec& spec, std::mt19937_64& rng);
 
 /// One random instruction that the device must reject at decode time (with ISA 1.1 options on,
 /// also odd bf16 addresses, TRANSPOSE rows > N, undefined VECTOR ops, overlapping VECTOR ranges).
-isa::Word random_illegal_instruction(const RandomProgramSpec& spec, std::mt19937_64& rng,
-                                     const RandomProgramOptions& options = {});
+isa::Word random_illegal_instruction(const RandomProgramSpec& spec, std::mt19937_64& rng);
 
 /// Host data for the programs, `bytes` long: every 16-bit word a bf16 pattern (so every 32-bit word
 /// an fp32 one with a random-ish low half), mostly moderate magnitudes (2^-8 .. 2^8) so sums round,

@@ -136,7 +136,7 @@ TEST_P(DiffPrograms, RandomValidProgramsGiveIdenticalMemory) {
   std::vector<Step> history;
   for (int i = 0; i < programs; ++i) {
     Step step{fill_random(p, rng), {}};
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, {}};
     step.program = random_program(spec, rng);
     SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
     p.rtl.run(step.program);
@@ -157,7 +157,7 @@ TEST_P(DiffPrograms, IllegalInstructionFaultsIdenticallyAndResetRecovers) {
   const int programs = n == 4 ? 60 : 20;
   for (int i = 0; i < programs; ++i) {
     fill_random(p, rng);
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, {}};
     auto prog = random_program(spec, rng);
     const auto tail = random_program(spec, rng);
     prog.push_back(random_illegal_instruction(spec, rng));
@@ -224,7 +224,7 @@ TEST_P(DiffPrograms, TokenOverflowFaultsIdentically) {
   std::mt19937_64 rng(3000 + n);
   for (auto t : {spec::Token::kLd2cmp, spec::Token::kCmp2ld, spec::Token::kCmp2st, spec::Token::kSt2cmp}) {
     fill_random(p, rng);
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 8};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 8, {}};
     auto prog = random_program(spec, rng);
     const size_t first_push = prog.size();
     // The prefix may leave tokens of its own: the fault comes on or before the last pusher.
@@ -255,6 +255,126 @@ TEST_P(DiffPrograms, TokenOverflowFaultsIdentically) {
     p.rtl.run(again);
     p.ref.run(again);
     expect_same_memory(p, "program after reset");
+    if (HasFailure()) return;
+  }
+}
+
+// ISA 1.1 bf16 modes (the bf16 MXU and the fp32 activation: LOADW/MATMUL/ACTIVATE bf16, int8
+// instructions mixed in) on fp data with NaN, inf, subnormal, overflowing and underflowing values:
+// rtl and ref bit-identical. (RandomProgramOptions::transpose also emits the TRANSPOSE
+// instruction; it is switched on where the rtl has that unit.)
+std::vector<uint8_t> fill_fp(Pair& p, std::mt19937_64& rng) {
+  const std::vector<uint8_t> bytes = random_fp_data(kDataBytes, rng);
+  p.rtl.write(p.rtl_data, 0, bytes.data(), bytes.size());
+  p.ref.write(p.ref_data, 0, bytes.data(), bytes.size());
+  return bytes;
+}
+
+TEST_P(DiffPrograms, RandomBf16ProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(4000 + n);
+  const int programs = n == 4 ? 120 : 30;
+  std::vector<Step> history;
+  RandomProgramOptions opt;
+  opt.bf16 = true;
+  for (int i = 0; i < programs; ++i) {
+    Step step{fill_fp(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, opt};
+    step.program = random_program(spec, rng);
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
+    p.rtl.run(step.program);
+    p.ref.run(step.program);
+    expect_same_memory(p, "bf16 program " + std::to_string(i));
+    if (HasFailure()) {
+      ADD_FAILURE() << locate_divergence(n, history, step);
+      return;
+    }
+    history.push_back(std::move(step));
+  }
+}
+
+TEST_P(DiffPrograms, IllegalBf16InstructionFaultsIdentically) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(5000 + n);
+  RandomProgramOptions opt;
+  opt.bf16 = true;
+  const int programs = n == 4 ? 60 : 20;
+  for (int i = 0; i < programs; ++i) {
+    fill_fp(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, opt};
+    auto prog = random_program(spec, rng);
+    prog.push_back(random_illegal_instruction(spec, rng));
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
+    std::optional<FaultReport> faults[2];
+    Device* devs[2] = {&p.rtl, &p.ref};
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
+      faults[d] = devs[d]->fault();
+      ASSERT_TRUE(faults[d].has_value());
+    }
+    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
+    expect_same_memory(p, "faulted bf16 program " + std::to_string(i));
+    p.rtl.reset();
+    p.ref.reset();
+    if (HasFailure()) return;
+  }
+}
+
+// Every ISA 1.1 feature at once (RandomProgramOptions::all(): bf16 modes, LOADW transpose,
+// TRANSPOSE int8/bf16, VECTOR with every op and special scalars) on fp data with NaN, inf,
+// subnormal, overflowing and underflowing values, mixed with the int8 instructions: rtl and ref
+// bit-identical, and the ISA 1.1 decode faults (odd bf16 addresses, TRANSPOSE rows > N, undefined
+// VECTOR ops, overlapping VECTOR ranges, ...) reported identically.
+TEST_P(DiffPrograms, RandomIsa11ProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(6000 + n);
+  const int programs = n == 4 ? 150 : 40;
+  std::vector<Step> history;
+  for (int i = 0; i < programs; ++i) {
+    Step step{fill_fp(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, RandomProgramOptions::all()};
+    step.program = random_program(spec, rng);
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
+    p.rtl.run(step.program);
+    p.ref.run(step.program);
+    expect_same_memory(p, "ISA 1.1 program " + std::to_string(i));
+    if (HasFailure()) {
+      ADD_FAILURE() << locate_divergence(n, history, step);
+      return;
+    }
+    history.push_back(std::move(step));
+  }
+}
+
+TEST_P(DiffPrograms, IllegalIsa11InstructionFaultsIdentically) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(7000 + n);
+  const int programs = n == 4 ? 100 : 30;
+  for (int i = 0; i < programs; ++i) {
+    fill_fp(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, RandomProgramOptions::all()};
+    auto prog = random_program(spec, rng);
+    prog.push_back(random_illegal_instruction(spec, rng));
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
+    std::optional<FaultReport> faults[2];
+    Device* devs[2] = {&p.rtl, &p.ref};
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
+      faults[d] = devs[d]->fault();
+      ASSERT_TRUE(faults[d].has_value());
+    }
+    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
+    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
+    expect_same_memory(p, "faulted ISA 1.1 program " + std::to_string(i));
+    p.rtl.reset();
+    p.ref.reset();
     if (HasFailure()) return;
   }
 }

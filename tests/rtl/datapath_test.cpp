@@ -1,6 +1,7 @@
 // tpu_datapath at N=4 (small depths) through its ports only: DMA writes fill UB/WB/ACC, compute
 // instructions go through the cmp_* engine interface, results come back through the DMA read
-// port and are compared with a C++ model of the instruction semantics (docs/isa.md).
+// port and are compared with a C++ model of the instruction semantics (docs/isa.md; the bf16
+// modes and LOADW transpose of ISA 1.1 with tpuw/numerics.h, bit for bit).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,6 +14,7 @@
 
 #include "Vtpu_datapath_n4.h"
 #include "tpuw/activate.h"
+#include "tpuw/numerics.h"
 #include "tpuw/spec.h"
 #include "verilated.h"
 #if TPUW_RTL_TRACE_FST
@@ -42,13 +44,16 @@ Instr op(sp::Opcode o) {
   set_field(in, sp::header::kOpcode, static_cast<uint8_t>(o));
   return in;
 }
-Instr loadw(uint32_t wb) {
+Instr loadw(uint32_t wb, bool bf16 = false, bool transpose = false) {
   Instr in = op(sp::Opcode::kLoadw);
   set_field(in, sp::loadw::kWbAddr, wb);
+  set_field(in, sp::loadw::kBf16, bf16);
+  set_field(in, sp::loadw::kTranspose, transpose);
   return in;
 }
-Instr matmul(uint32_t ub, uint32_t acc, uint32_t rows, bool swap, bool accumulate) {
+Instr matmul(uint32_t ub, uint32_t acc, uint32_t rows, bool swap, bool accumulate, bool bf16 = false) {
   Instr in = op(sp::Opcode::kMatmul);
+  set_field(in, sp::matmul::kBf16, bf16);
   set_field(in, sp::matmul::kUbAddr, ub);
   set_field(in, sp::matmul::kAccAddr, acc);
   set_field(in, sp::matmul::kRows, rows);
@@ -57,8 +62,9 @@ Instr matmul(uint32_t ub, uint32_t acc, uint32_t rows, bool swap, bool accumulat
   return in;
 }
 Instr activate(uint32_t acc, uint32_t ub, uint32_t rows, bool bias, uint32_t bias_addr, uint32_t qp,
-               bool relu) {
+               bool relu, bool bf16 = false) {
   Instr in = op(sp::Opcode::kActivate);
+  set_field(in, sp::activate::kBf16, bf16);
   set_field(in, sp::activate::kAccAddr, acc);
   set_field(in, sp::activate::kUbAddr, ub);
   set_field(in, sp::activate::kRows, rows);
@@ -76,8 +82,20 @@ struct Model {
   std::vector<std::array<int8_t, kN>> ub = std::vector<std::array<int8_t, kN>>(kUb);
   std::vector<std::array<int8_t, kN>> wb = std::vector<std::array<int8_t, kN>>(kWb);
   std::vector<std::array<uint32_t, kN>> acc = std::vector<std::array<uint32_t, kN>>(kAcc);
-  std::array<std::array<int8_t, kN * kN>, 2> bank{};
+  std::array<std::array<uint16_t, kN * kN>, 2> bank{};  // 16-bit weights (int8 sign-extended)
   int sel = 0;
+
+  // bf16 element n of the row pair (r, r+1): bytes 2n, 2n+1 of the pair, little-endian.
+  using Rows = std::vector<std::array<int8_t, kN>>;
+  static uint16_t pair_get(const Rows& m, uint64_t r, int n) {
+    const auto lo = static_cast<uint8_t>(m[r + static_cast<uint64_t>(2 * n / kN)][(2 * n) % kN]);
+    const auto hi = static_cast<uint8_t>(m[r + static_cast<uint64_t>((2 * n + 1) / kN)][(2 * n + 1) % kN]);
+    return static_cast<uint16_t>(lo | (hi << 8));
+  }
+  static void pair_set(Rows& m, uint64_t r, int n, uint16_t v) {
+    m[r + static_cast<uint64_t>(2 * n / kN)][(2 * n) % kN] = static_cast<int8_t>(v & 0xFFu);
+    m[r + static_cast<uint64_t>((2 * n + 1) / kN)][(2 * n + 1) % kN] = static_cast<int8_t>(v >> 8);
+  }
 
   static uint64_t get(const Instr& in, const sp::Field& f) {
     uint64_t v = 0;
@@ -88,9 +106,14 @@ struct Model {
     switch (static_cast<sp::Opcode>(get(in, sp::header::kOpcode))) {
       case sp::Opcode::kLoadw: {
         const uint64_t wb0 = get(in, sp::loadw::kWbAddr);
+        const bool bf = get(in, sp::loadw::kBf16) != 0, tr = get(in, sp::loadw::kTranspose) != 0;
         auto& sh = bank[1 - sel];
-        for (int k = 0; k < kN; ++k)
-          for (int n = 0; n < kN; ++n) sh[k * kN + n] = wb[wb0 + k][n];
+        for (int r = 0; r < kN; ++r)
+          for (int i = 0; i < kN; ++i) {
+            const uint16_t v = bf ? pair_get(wb, wb0 + 2 * static_cast<uint64_t>(r), i)
+                                  : static_cast<uint16_t>(static_cast<int16_t>(wb[wb0 + static_cast<uint64_t>(r)][i]));
+            (tr ? sh[i * kN + r] : sh[r * kN + i]) = v;  // transposed: PE(i, r) = element i of tile row r
+          }
         break;
       }
       case sp::Opcode::kMatmul: {
@@ -99,10 +122,21 @@ struct Model {
         const uint64_t u = get(in, sp::matmul::kUbAddr), a = get(in, sp::matmul::kAccAddr),
                        rows = get(in, sp::matmul::kRows);
         const bool accu = get(in, sp::matmul::kAccumulate);
+        if (get(in, sp::matmul::kBf16)) {
+          for (uint64_t i = 0; i < rows; ++i) {
+            for (int n = 0; n < kN; ++n) {
+              uint32_t s = 0;  // +0, then k = 0 .. N-1, one rounding each
+              for (int k = 0; k < kN; ++k) s = tpuw::num::mac_bf16(s, pair_get(ub, u + 2 * i, k), w[k * kN + n]);
+              acc[a + i][n] = accu ? tpuw::num::add(acc[a + i][n], s) : s;
+            }
+          }
+          break;
+        }
         for (uint64_t i = 0; i < rows; ++i) {
           for (int n = 0; n < kN; ++n) {
             uint32_t s = 0;
-            for (int k = 0; k < kN; ++k) s += static_cast<uint32_t>(int32_t{ub[u + i][k]} * int32_t{w[k * kN + n]});
+            for (int k = 0; k < kN; ++k)
+              s += static_cast<uint32_t>(int32_t{ub[u + i][k]} * int32_t{static_cast<int8_t>(w[k * kN + n] & 0xFFu)});
             acc[a + i][n] = accu ? acc[a + i][n] + s : s;
           }
         }
@@ -113,6 +147,13 @@ struct Model {
                        rows = get(in, sp::activate::kRows), ba = get(in, sp::activate::kBiasAddr),
                        qp = get(in, sp::activate::kQparamAddr);
         const bool bias = get(in, sp::activate::kBias), relu = get(in, sp::activate::kRelu);
+        if (get(in, sp::activate::kBf16)) {
+          const auto brow16 = acc[ba];
+          for (uint64_t i = 0; i < rows; ++i)
+            for (int n = 0; n < kN; ++n)
+              pair_set(ub, u + 2 * i, n, tpuw::num::activate_bf16(acc[a + i][n], brow16[n], bias, relu));
+          break;
+        }
         const auto mult = acc[qp], shift = acc[qp + 1], brow = acc[ba];
         for (uint64_t i = 0; i < rows; ++i)
           for (int n = 0; n < kN; ++n)
@@ -569,6 +610,99 @@ TEST(Datapath, ActivateLatency) {
       EXPECT_EQ(tb.perf.mxu_active, 0u);
     }
   }
+  tb.expect_memories(md);
+}
+
+// ISA 1.1 at the datapath: random programs mixing int8 and bf16 LOADW (plain and transposed),
+// MATMUL (with and without accumulate) and ACTIVATE (bias, ReLU) against the model, bit for bit.
+// UB/WB hold bf16 row pairs of moderate values mixed with the contract's corners (zeros of both
+// signs, subnormals, infinities, NaNs with payloads, huge and tiny magnitudes); the ACC starts
+// with random 32-bit patterns (any fp32, NaNs and subnormals included).
+uint16_t rnd_bf16(std::mt19937& rng) {
+  static constexpr std::array<uint16_t, 14> kCorners = {0x0000, 0x8000, 0x0001, 0x807F, 0x7F80,
+                                                        0xFF80, 0x7FC0, 0xFF81, 0x7F7F, 0xFF7F,
+                                                        0x0080, 0x8080, 0x5F80, 0x1F80};
+  const uint32_t pick = std::uniform_int_distribution<uint32_t>(0, 99)(rng);
+  if (pick < 15) return kCorners[std::uniform_int_distribution<size_t>(0, kCorners.size() - 1)(rng)];
+  if (pick < 25) return static_cast<uint16_t>(rng());
+  const uint32_t e = std::uniform_int_distribution<uint32_t>(118, 136)(rng);
+  return static_cast<uint16_t>((static_cast<uint32_t>(rng()) & 0x807Fu) | (e << 7));
+}
+
+TEST(Datapath, Bf16AndTransposeProgramsMatchModel) {
+  for (unsigned seed = 40; seed < 46; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937 rng(seed);
+    Model md;
+    randomize(md, rng);
+    set_qparams(md, rng);
+    for (uint32_t r = 0; r + 1 < kUb; r += 2)
+      for (int n = 0; n < kN; ++n) Model::pair_set(md.ub, r, n, rnd_bf16(rng));
+    for (uint32_t r = 0; r + 1 < kWb; r += 2)
+      for (int n = 0; n < kN; ++n) Model::pair_set(md.wb, r, n, rnd_bf16(rng));
+    for (int n = 0; n < kN; ++n) md.acc[kBiasRow][n] = static_cast<uint32_t>(rnd_bf16(rng)) << 16;
+    DpTb tb;
+    tb.load(md);
+    auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+    auto even = [&](uint32_t lo, uint32_t hi) { return 2 * u(lo / 2, hi / 2); };
+    for (int i = 0; i < 60; ++i) {
+      Instr in;
+      const uint32_t kind = u(0, 9);
+      const bool bf = u(0, 2) != 0;
+      if (kind < 2) {
+        in = bf ? loadw(even(0, kWb - 2 * kN), true, u(0, 1)) : loadw(u(0, kWb - kN), false, u(0, 1));
+      } else if (kind < 7) {
+        const uint32_t rows = u(0, 3) == 0 ? 1 : u(1, 10);
+        in = bf ? matmul(even(0, 47 - 2 * rows + 1), u(0, 47 - rows + 1), rows, u(0, 1), u(0, 1), true)
+                : matmul(u(0, 47 - rows + 1), u(0, 47 - rows + 1), rows, u(0, 1), u(0, 1));
+      } else if (kind < 9) {
+        const uint32_t rows = u(1, 8);
+        in = bf ? activate(u(0, 47 - rows + 1), even(0, 47 - 2 * rows + 1), rows, u(0, 1),
+                           u(0, 1) ? kBiasRow : u(0, 47), 0xFFFFF /* not checked in bf16 */, u(0, 1), true)
+                : activate(u(0, 47 - rows + 1), u(0, 47 - rows + 1), rows, u(0, 1),
+                           u(0, 1) ? kBiasRow : u(0, 47), u(0, 1) ? kQpA : kQpB, u(0, 1));
+      } else {
+        in = nop();
+      }
+      md.exec(in);
+      tb.submit(in);
+    }
+    tb.run_to_idle();
+    EXPECT_EQ(tb.done_cycles.size(), 60u);
+    tb.expect_memories(md);
+  }
+}
+
+// A bf16 MATMUL streams one row pair per cycle: back-to-back bf16 folds of R >= N+1 rows keep the
+// MXU input busy every cycle, exactly like int8 (the row pair is one banked UB read).
+TEST(Datapath, Bf16FoldsStreamOneRowPairPerCycle) {
+  std::mt19937 rng(47);
+  Model md;
+  randomize(md, rng);
+  for (uint32_t r = 0; r + 1 < kUb; r += 2)
+    for (int n = 0; n < kN; ++n) Model::pair_set(md.ub, r, n, rnd_bf16(rng));
+  for (uint32_t r = 0; r + 1 < kWb; r += 2)
+    for (int n = 0; n < kN; ++n) Model::pair_set(md.wb, r, n, rnd_bf16(rng));
+  DpTb tb;
+  tb.load(md);
+  constexpr uint32_t kR = kN + 1;
+  std::vector<Instr> prog;
+  prog.push_back(loadw(0, true));
+  for (uint32_t f = 0; f < 3; ++f) {
+    prog.push_back(matmul(2 * f * kR % 24, f * kR, kR, true, false, true));
+    prog.push_back(loadw(2 * kN * ((f + 1) % 2), true, f % 2 == 0));
+  }
+  prog.push_back(matmul(0, 3 * kR, kR, true, true, true));
+  tb.mxu_active_cycles.clear();
+  for (const auto& in : prog) {
+    md.exec(in);
+    tb.submit(in);
+  }
+  tb.run_to_idle();
+  EXPECT_EQ(tb.done_cycles.size(), prog.size());
+  ASSERT_EQ(tb.mxu_active_cycles.size(), size_t{4 * kR});
+  for (size_t i = 1; i < tb.mxu_active_cycles.size(); ++i)
+    EXPECT_EQ(tb.mxu_active_cycles[i], tb.mxu_active_cycles[i - 1] + 1) << "bubble before row " << i;
   tb.expect_memories(md);
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "tpuw/numerics.h"
 #include "tpuw/sim/sim_device.h"
 #include "tpuw/spec.h"
 
@@ -129,7 +130,7 @@ std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
 TEST(SystemRegs, IdentityConfigAndAccessTypes) {
   Dev d(4);
   EXPECT_EQ(d.rd(reg::kId), 0x54505557u);
-  EXPECT_EQ(d.rd(reg::kVersion), 0x00010000u);
+  EXPECT_EQ(d.rd(reg::kVersion), 0x00010001u);  // ISA 1.1
   EXPECT_EQ(d.rd(reg::kArrayN), 4u);
   EXPECT_EQ(d.rd(reg::kDmaDataW), d.dev.params().dma_data_w);
   EXPECT_EQ(d.rd(reg::kQueueDepth), d.dev.params().queue_depth);
@@ -166,7 +167,9 @@ TEST(SystemRegs, GeneratedBlockFollowsTheTable) {
       EXPECT_EQ(rd.data, r.reset) << r.name;
     }
     if (r.kind == spec::Access::kRo && r.reset != 0) {
-      EXPECT_EQ(rd.data, r.reset) << r.name;  // constants
+      // constants (FEATURES: the bits with a fixed value; TRANSPOSE and BF16 are the build's)
+      const uint32_t build_bits = r.offset == reg::kFeatures ? reg::kFeaturesTranspose | reg::kFeaturesBf16 : 0u;
+      EXPECT_EQ(rd.data & ~build_bits, r.reset) << r.name;
     }
   }
   for (const spec::RegInfo& r : spec::kRegs) {
@@ -559,6 +562,114 @@ TEST(SystemGemm, Mxu512CubedUtilizationN16) {
               static_cast<unsigned long long>(r.busy), static_cast<unsigned long long>(r.mxu_active),
               static_cast<unsigned long long>(r.dma_wait), util);
   EXPECT_GE(util, 0.90);
+}
+
+// ------------------------------------------------------------------------------------------------
+// ISA 1.1 TRANSPOSE and VECTOR through the whole device (decoder field rules, dispatch, data).
+Word transpose_w(Flags f, uint32_t src, uint32_t dst, uint32_t rows, bool bf16) {
+  Word w = header(spec::Opcode::kTranspose, f);
+  set(w, spec::transpose::kSrcAddr, src);
+  set(w, spec::transpose::kDstAddr, dst);
+  set(w, spec::transpose::kRows, rows);
+  set(w, spec::transpose::kBf16, bf16);
+  return w;
+}
+Word vector_w(Flags f, uint32_t op, uint32_t dst, uint32_t a, uint32_t b, uint32_t rows, uint32_t s) {
+  Word w = header(spec::Opcode::kVector, f);
+  set(w, spec::vector::kOp, op);
+  set(w, spec::vector::kDstAddr, dst);
+  set(w, spec::vector::kAAddr, a);
+  set(w, spec::vector::kBAddr, b);
+  set(w, spec::vector::kRows, rows);
+  set(w, spec::vector::kScalar, s);
+  return w;
+}
+
+TEST(SystemFault, TransposeAndVectorFieldRules) {
+  // N=4 device: UB 2048 rows, ACC 1024 rows.
+  constexpr uint32_t kAdd = 0, kScale = 4, kColsum = 8;
+  Word rsv = transpose_w({}, 0, 0, 1, false);
+  set_bits(rsv, 13, 1, 1);
+  struct Case { Word w; spec::Fault cause; uint32_t info; };
+  const std::vector<Case> cases{
+      {rsv, spec::Fault::kIllegalField, 13},
+      {transpose_w({}, 0, 8, 0, false), spec::Fault::kIllegalField, 56},
+      {transpose_w({}, 0, 8, 5, false), spec::Fault::kIllegalField, 56},
+      {transpose_w({}, 1, 8, 4, true), spec::Fault::kIllegalField, 16},
+      {transpose_w({}, 0, 9, 4, true), spec::Fault::kIllegalField, 36},
+      {transpose_w({}, 2046, 0, 4, false), spec::Fault::kLocalRange, 2048},
+      {transpose_w({}, 2042, 0, 4, true), spec::Fault::kLocalRange, 2048},
+      {transpose_w({}, 0, 2045, 1, false), spec::Fault::kLocalRange, 2048},
+      {transpose_w({}, 0, 2042, 1, true), spec::Fault::kLocalRange, 2048},
+      {transpose_w({.pop_prev = true, .push_next = true}, 0, 2045, 1, false), spec::Fault::kLocalRange, 2048},
+      {vector_w({}, 10, 0, 8, 16, 4, 0), spec::Fault::kIllegalField, 12},
+      {vector_w({}, 15, 0, 8, 16, 4, 0), spec::Fault::kIllegalField, 12},
+      {vector_w({}, kAdd, 0, 8, 16, 0, 0), spec::Fault::kIllegalField, 76},
+      {vector_w({}, kAdd, 9, 8, 100, 4, 0), spec::Fault::kIllegalField, 16},
+      {vector_w({}, kAdd, 100, 8, 97, 4, 0), spec::Fault::kIllegalField, 16},
+      {vector_w({}, kAdd, 1022, 8, 100, 4, 0), spec::Fault::kLocalRange, 1024},
+      {vector_w({}, kColsum, 1024, 0, 0, 4, 0), spec::Fault::kLocalRange, 1024},
+      {vector_w({}, kAdd, 0, 1021, 100, 4, 0), spec::Fault::kLocalRange, 1024},
+      {vector_w({}, kAdd, 0, 8, 1023, 2, 0), spec::Fault::kLocalRange, 1023 + 1},
+      {vector_w({}, kAdd, 0, 8, 0xFFFFF, 2, 0), spec::Fault::kLocalRange, 0xFFFFF},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Dev d(4);
+    d.run({nop({}), cases[i].w}, 20000);
+    SCOPED_TRACE(i);
+    expect_fault(d, cases[i].cause, kRing + 16, cases[i].info);
+  }
+  // Legal: ops that do not read b ignore b_addr; COLSUM's one destination row may overlap a; an
+  // element-wise destination equal to a source.
+  Dev d(4);
+  d.run({vector_w({}, kScale, 0, 8, 0xFFFFF, 4, 0x3F800000u), vector_w({}, kColsum, 9, 8, 0xFFFFF, 4, 0),
+         vector_w({}, kAdd, 8, 8, 8, 4, 0), fence(7, kFenceAddr, true)},
+        20000);
+  EXPECT_EQ(d.rd(reg::kStatus) & reg::kStatusFault, 0u);
+  EXPECT_EQ(d.rd(reg::kFenceValue), 7u);
+}
+
+TEST(SystemAux, TransposeAndVectorResults) {
+  Dev d(4);
+  constexpr uint32_t kN = 4, kIn = 0x4000, kOut = 0x8000;
+  EXPECT_EQ(d.rd(reg::kFeatures) & reg::kFeaturesTranspose, reg::kFeaturesTranspose);
+  // UB rows 0..3: an int8 tile; ACC rows 0..7: a, 8..15: b (fp32 with special values).
+  std::vector<uint8_t> ub = random_bytes(kN * kN, 21);
+  std::vector<uint32_t> acc(16 * kN);
+  std::mt19937 g(22);
+  const uint32_t specials[] = {0x7FC00001u, 0xFF800000u, 0x7F800000u, 0x00000001u, 0x80000000u, 0x7F7FFFFFu};
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = (g() % 4 == 0) ? specials[g() % 6] : static_cast<uint32_t>(g());
+  d.dev.mem_write(kIn, ub.data(), ub.size());
+  d.dev.mem_write(kIn + 0x100, acc.data(), acc.size() * 4);
+  const uint32_t s = 0xBD4CCCCDu;  // -0.05f
+  std::vector<Word> p{
+      load({}, spec::Mem::kUb, 0, kIn, 1, kN * kN, kN * kN),
+      load({.push_next = true}, spec::Mem::kAcc, 0, kIn + 0x100, 16, 4 * kN, 4 * kN),
+      transpose_w({.pop_prev = true}, 0, 8, 3, false),
+      vector_w({}, 3 /*AXPY*/, 16, 0, 8, 8, s),
+      vector_w({.push_next = true}, 8 /*COLSUM*/, 24, 16, 0, 8, 0),
+      store({.pop_prev = true}, spec::Mem::kUb, 8, kOut, 1, kN * kN, kN * kN),
+      store({}, spec::Mem::kAcc, 16, kOut + 0x100, 9, 4 * kN, 4 * kN),
+      fence(1, kFenceAddr, true)};
+  d.run(p, 100000);
+  ASSERT_EQ(d.rd(reg::kStatus) & reg::kStatusFault, 0u);
+  ASSERT_EQ(d.rd(reg::kFenceValue), 1u);
+  std::vector<uint8_t> t(kN * kN);
+  d.dev.mem_read(kOut, t.data(), t.size());
+  for (uint32_t j = 0; j < kN; ++j)
+    for (uint32_t i = 0; i < kN; ++i) EXPECT_EQ(t[j * kN + i], i < 3 ? ub[i * kN + j] : 0u) << j << "," << i;
+  std::vector<uint32_t> out(9 * kN);
+  d.dev.mem_read(kOut + 0x100, out.data(), out.size() * 4);
+  std::vector<uint32_t> sum(kN, 0);
+  for (uint32_t r = 0; r < 8; ++r) {
+    for (uint32_t n = 0; n < kN; ++n) {
+      const uint32_t want = tpuw::num::axpy(acc[r * kN + n], s, acc[(8 + r) * kN + n]);
+      EXPECT_EQ(out[r * kN + n], want) << "AXPY row " << r << " lane " << n;
+      sum[n] = tpuw::num::colsum_step(sum[n], want);
+    }
+  }
+  for (uint32_t n = 0; n < kN; ++n) EXPECT_EQ(out[8 * kN + n], sum[n]) << "COLSUM lane " << n;
+  EXPECT_GT(d.perf(reg::kPerfActBusyLo), 0u);
 }
 
 }  // namespace

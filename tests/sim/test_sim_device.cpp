@@ -70,8 +70,9 @@ TEST_P(SimDeviceRegs, IdentificationRegistersMatchTheSpecAndConfiguration) {
   EXPECT_EQ(d.read_reg(reg::kAccDepth), p.acc_depth);
   EXPECT_EQ(d.read_reg(reg::kDmaDataW), p.dma_data_w);
   EXPECT_EQ(d.read_reg(reg::kQueueDepth), p.queue_depth);
-  EXPECT_EQ(d.read_reg(reg::kFeatures), reg::kFeaturesWeightDoubleBuffer | reg::kFeaturesBias |
-                                            reg::kFeaturesRelu | reg::kFeaturesPerColumnQuant);
+  EXPECT_EQ(d.read_reg(reg::kFeatures) & ~reg::kFeaturesBf16,
+            reg::kFeaturesWeightDoubleBuffer | reg::kFeaturesBias | reg::kFeaturesRelu |
+                reg::kFeaturesPerColumnQuant | reg::kFeaturesTranspose);
   // reset values
   EXPECT_EQ(d.read_reg(reg::kStatus), 0u);
   EXPECT_EQ(d.read_reg(reg::kIrqStatus), 0u);

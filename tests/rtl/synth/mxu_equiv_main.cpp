@@ -1,5 +1,6 @@
 // Drives the RTL MXU and its synthesized netlist with the same random stimulus (respecting the
-// port contract: tile rows back to back, no swap row during a feed) and compares every output.
+// port contract: tile rows back to back, no swap row during a feed; int8 and bf16 rows, plain and
+// transposed tiles) and compares every output.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -23,14 +24,21 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4; ++i) tick();
   m->rst_ni = 1;
   int feeding = 0, mismatches = 0;
+  bool tr = false;
+  auto rnd64 = [&] { return (static_cast<uint64_t>(rng()) << 32) | static_cast<uint32_t>(rng()); };
   long compared = 0;
   for (int c = 0; c < 20000; ++c) {
-    if (feeding == 0 && pct(rng) < 8) feeding = 4;
+    if (feeding == 0 && pct(rng) < 8) {
+      feeding = 4;
+      tr = pct(rng) < 50;  // transposed tile or not, for all of its rows
+    }
     m->wt_valid_i = feeding > 0;
-    m->wt_data_i = static_cast<uint32_t>(rng());
+    m->wt_transpose_i = tr;
+    m->wt_data_i = rnd64();
     m->act_valid_i = pct(rng) < 85;
     m->act_swap_i = feeding == 0 && pct(rng) < 15;
-    m->act_data_i = static_cast<uint32_t>(rng());
+    m->act_bf16_i = pct(rng) < 50;
+    m->act_data_i = rnd64();
     m->act_tag_i = static_cast<uint8_t>(c & 15);
     if (feeding > 0) --feeding;
     m->clk_i = 0;

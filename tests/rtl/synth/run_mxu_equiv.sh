@@ -12,7 +12,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 yosys -q -l yosys.log -p "
-  read_verilog -sv -DSYNTHESIS -I$rtl/include $rtl/core/tpu_delay.sv $rtl/core/tpu_pe.sv $rtl/core/tpu_mxu.sv
+  read_verilog -sv -DSYNTHESIS -I$rtl/include $rtl/pkg/tpu_fp_pkg.sv $rtl/core/tpu_delay.sv $rtl/core/tpu_pe.sv $rtl/core/tpu_mxu.sv
   chparam -set ArrayN 4 -set TagW 4 tpu_mxu
   hierarchy -check -top tpu_mxu
   synth -flatten
@@ -21,6 +21,6 @@ yosys -q -l yosys.log -p "
   stat"
 verilator --cc --exe --build -j 2 -fno-gate -Wno-fatal -Wno-lint -Wno-style --x-assign fast --x-initial fast \
   -I"$rtl/include" --top-module mxu_equiv_tb \
-  "$rtl/core/tpu_delay.sv" "$rtl/core/tpu_pe.sv" "$rtl/core/tpu_mxu.sv" mxu_gate.v \
+  "$rtl/pkg/tpu_fp_pkg.sv" "$rtl/core/tpu_delay.sv" "$rtl/core/tpu_pe.sv" "$rtl/core/tpu_mxu.sv" mxu_gate.v \
   "$here/mxu_equiv_tb.sv" "$here/mxu_equiv_main.cpp" -o mxu_equiv > verilator.log 2>&1
 ./obj_dir/mxu_equiv

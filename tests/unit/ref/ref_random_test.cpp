@@ -20,12 +20,13 @@ using difftest::RandomProgramSpec;
 
 constexpr uint64_t kData = 0x10000, kDataBytes = 0x10000;
 
-RandomProgramSpec make_spec(const DeviceParams& p) {
+RandomProgramSpec make_spec(const DeviceParams& p, const RandomProgramOptions& o) {
   RandomProgramSpec s;
   s.params = p;
   s.data_addr = kData;
   s.data_bytes = kDataBytes;
   s.instructions = 40;
+  s.options = o;
   return s;
 }
 
@@ -52,11 +53,11 @@ TEST(RefRandomPrograms, Isa11ProgramsAreLegalDeterministicAndCoverEverything) {
   for (const auto& p : {small(), big()}) {
     for (const auto& [name, opts] : variants) {
       std::mt19937_64 rng(17 + p.array_n);
-      const auto spec = make_spec(p);
+      const auto spec = make_spec(p, opts);
       std::map<std::string, int> seen;
       for (int i = 0; i < 12; ++i) {
         const auto data = difftest::random_fp_data(kDataBytes, rng);
-        const auto prog = difftest::random_program(spec, rng, opts);
+        const auto prog = difftest::random_program(spec, rng);
         for (const auto& w : prog) {
           const auto in = isa::decode(w);
           std::string key(in.info()->name);
@@ -93,7 +94,7 @@ TEST(RefRandomPrograms, Isa11ProgramsAreLegalDeterministicAndCoverEverything) {
 
 TEST(RefRandomPrograms, DefaultOptionsStayIsa10) {
   std::mt19937_64 rng(3);
-  const auto spec = make_spec(big());
+  const auto spec = make_spec(big(), {});
   for (int i = 0; i < 20; ++i) {
     for (const auto& w : difftest::random_program(spec, rng)) {
       const auto in = isa::decode(w);
@@ -109,9 +110,9 @@ TEST(RefRandomPrograms, DefaultOptionsStayIsa10) {
 TEST(RefRandomPrograms, Isa11IllegalInstructionsFaultAtDecode) {
   for (const auto& p : {small(), big()}) {
     std::mt19937_64 rng(99 + p.array_n);
-    const auto spec = make_spec(p);
+    const auto spec = make_spec(p, RandomProgramOptions::all());
     for (int i = 0; i < 60; ++i) {
-      const isa::Word bad = difftest::random_illegal_instruction(spec, rng, RandomProgramOptions::all());
+      const isa::Word bad = difftest::random_illegal_instruction(spec, rng);
       Dev d(p);
       d.submit({nop(), bad, fence(1, 0x4000)});
       d.run(1'000'000);
