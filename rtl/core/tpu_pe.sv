@@ -90,11 +90,23 @@ module tpu_pe #(
 
   if (EnableBf16) begin : g_bf16
     logic bf16_q;
+`ifdef VERILATOR
+    // Two result registers, each written on its own branch: with one register Verilator folds the
+    // branches into one conditional expression and evaluates the fp path for int8 rows too.
+    logic [31:0] psum_fp_q, psum_int_q;
+    always_ff @(posedge clk_i) begin
+      bf16_q <= bf16_i;
+      if (bf16_i) psum_fp_q  <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul(act_i, w_act));
+      else        psum_int_q <= psum_i + prod;
+    end
+    assign psum_q = bf16_q ? psum_fp_q : psum_int_q;
+`else
     always_ff @(posedge clk_i) begin
       bf16_q <= bf16_i;
       if (bf16_i) psum_q <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul(act_i, w_act));
       else        psum_q <= psum_i + prod;
     end
+`endif
     assign act_o     = act_q;
     assign bf16_o    = bf16_q;
     assign wshadow_o = w_shadow;

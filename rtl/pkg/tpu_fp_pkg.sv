@@ -6,7 +6,9 @@
 // one (tests/rtl/fp_prims_test.cpp checks those bit for bit). Datapaths that must not evaluate
 // the fp logic in int8 mode (tpu_pe) call the functions inside a procedural `if` on the mode: the
 // simulator then runs them only on that branch, while a module instance is evaluated every cycle.
-// (No `return`: Yosys 0.23 wants the result assigned to the function name.)
+// (No `return`: Yosys 0.23 wants the result assigned to the function name.) The functions are not
+// inlined by Verilator (no_inline_task): one C++ function each, called only when the branch is
+// taken, instead of the locals of 256 inlined copies initialized on every evaluation of the array.
 package tpu_fp_pkg;
 
   localparam logic [31:0] FP32_NAN = 32'h7FC0_0000;
@@ -18,6 +20,7 @@ package tpu_fp_pkg;
   // which is exact whenever it is more than one place). Results below 2^-126 are exact sums of
   // two normals and flush to a zero of their sign; 2^128 and more after rounding is an infinity.
   function automatic logic [31:0] fp32_add(input logic [31:0] a, input logic [31:0] b);
+    /* verilator no_inline_task */
     logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, sub, round_up;
     logic [31:0] x, y, r;
     logic [7:0]  d_full;
@@ -94,6 +97,7 @@ package tpu_fp_pkg;
 
   // bf16 x bf16 -> fp32. The 8x8 significand product has at most 16 significant bits: exact.
   function automatic logic [31:0] bf16_mul(input logic [15:0] a, input logic [15:0] b);
+    /* verilator no_inline_task */
     logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, sign;
     logic [15:0] p;
     logic [9:0]  e;
@@ -126,6 +130,7 @@ package tpu_fp_pkg;
   // fp32 -> bf16, rule 7: NaN -> 0x7FC0; subnormal -> signed zero; else round the pattern to its
   // upper half to nearest even (overflow past the largest bf16 carries into the infinity).
   function automatic logic [15:0] fp32_to_bf16(input logic [31:0] a);
+    /* verilator no_inline_task */
     logic [15:0] rounded, r;
     rounded = 16'((a + 32'h0000_7FFF + {31'd0, a[16]}) >> 16);
     if ((a[30:23] == 8'hFF) && (a[22:0] != 23'd0)) begin

@@ -20,7 +20,7 @@ module mxu_equiv_tb (
   output logic [3:0]   gate_tag_o,
   output logic         gate_busy_o
 );
-  tpu_mxu #(.ArrayN(4), .TagW(4)) u_rtl (
+  tpu_mxu #(.ArrayN(4), .TagW(4), .EnableBf16(1'b0)) u_rtl (
     .clk_i, .rst_ni, .act_valid_i, .act_swap_i, .act_bf16_i, .act_data_i, .act_tag_i, .wt_valid_i,
     .wt_transpose_i, .wt_data_i,
     .out_valid_o(rtl_valid_o), .out_data_o(rtl_data_o), .out_tag_o(rtl_tag_o), .busy_o(rtl_busy_o)
