@@ -16,7 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   nextpnr-ice40 fpga-icestorm
-  python3
+  python3 python3-numpy dataset-fashion-mnist
 )
 missing=()
 for p in "${packages[@]}"; do
