@@ -2,7 +2,9 @@
 # The README's first command: set up, build, then on the verilated TPU
 #   1. multiply two int8 matrices, checked bit for bit against the reference model and the CPU;
 #   2. classify the held-out handwritten digits with an int8-quantized MLP (ONNX), printing the
-#      device's accuracy next to the float model's.
+#      device's accuracy next to the float model's;
+#   3. train an MLP on Fashion-MNIST on the device (bf16, ref backend), test accuracy per epoch next
+#      to fp32 on the host and PyTorch's stored figure, and 3 steps rtl == ref bit for bit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -21,3 +23,6 @@ echo "== tpuw run: digits classifier (64-32-10 MLP, int8) on the rtl backend, 35
 "$tpuw" run examples/digits/digits_mlp.onnx --input examples/digits/test_x.npy \
   --labels examples/digits/test_y.npy --calibrate examples/digits/calib_x.npy \
   --output build/digits_probs.npy --backend rtl
+echo
+echo "== tpuw train: Fashion-MNIST MLP 784-256-10 on the device (bf16, ref backend), 60,000 images, 5 epochs"
+LIMIT=0 examples/fashion_mnist/run.sh build

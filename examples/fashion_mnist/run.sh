@@ -23,26 +23,26 @@ mkdir -p "$data"
 [ -f "$data/test_y.npy" ] || "$here/convert.py" "$data"
 [ -f "$data/fashion_mlp.onnx" ] || "$here/make_mlp.py" "$data/fashion_mlp.onnx" --sizes 784,256,10 --seed 0
 
-train() {  # train BACKEND EXTRA... -> $data/<backend>.json, $data/trained_<backend>.onnx
-  local b=$1
-  shift
+train() {  # train BACKEND OUTPUT EXTRA...
+  local b=$1 out=$2
+  shift 2
   "$tpuw" train "$data/fashion_mlp.onnx" --input "$data/train_x.npy" --labels "$data/train_y.npy" \
     --limit "$limit" --epochs "$epochs" --batch 64 --lr 0.05 --momentum 0.9 --backend "$b" \
-    --output "$data/trained_$b.onnx" "$@"
+    --output "$out" "$@"
 }
 
 device=1
 echo "== $backend (the device), $epochs epochs of ${limit/#0/all} rows, batch 64, lr 0.05, momentum 0.9"
-train "$backend" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json --progress \
+train "$backend" "$data/trained_$backend.onnx" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json --progress \
   > "$data/$backend.json"
 echo "== host fp32"
-train host --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json > "$data/host.json"
+train host "$data/trained_host.onnx" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json > "$data/host.json"
 
 if [ "$device" = 1 ] && [ "$rtl_steps" -gt 0 ] && "$tpuw" info --backend rtl > /dev/null 2>&1; then
   echo "== $rtl_steps steps on rtl and on ref: the same weights, bit for bit"
-  train rtl --max-steps "$rtl_steps" -q > /dev/null
-  train ref --max-steps "$rtl_steps" -q --output "$data/trained_ref_steps.onnx" > /dev/null
-  if cmp -s "$data/trained_rtl.onnx" "$data/trained_ref_steps.onnx"; then
+  train rtl "$data/trained_rtl_steps.onnx" --max-steps "$rtl_steps" -q > /dev/null
+  train ref "$data/trained_ref_steps.onnx" --max-steps "$rtl_steps" -q > /dev/null
+  if cmp -s "$data/trained_rtl_steps.onnx" "$data/trained_ref_steps.onnx"; then
     echo "   rtl == ref after $rtl_steps steps"
   else
     echo "   rtl and ref differ after $rtl_steps steps" >&2
