@@ -33,7 +33,7 @@ train() {  # train BACKEND OUTPUT EXTRA...
 
 device=1
 echo "== $backend (the device), $epochs epochs of ${limit/#0/all} rows, batch 64, lr 0.05, momentum 0.9"
-train "$backend" "$data/trained_$backend.onnx" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json --progress \
+train "$backend" "$data/trained_$backend.onnx" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json \
   > "$data/$backend.json"
 echo "== host fp32"
 train host "$data/trained_host.onnx" --validate "$data/test_x.npy" --validate-labels "$data/test_y.npy" --json > "$data/host.json"
