@@ -59,27 +59,34 @@ struct Operands {
 
 uint64_t memory_for(const runtime::GemmPlan& p);
 
+// The operand files --a and --b: loaded, of `dtype` and rank 2, inner dimensions equal, no zero
+// dimension (shared by the int8 and bf16 paths).
+std::pair<npy::Array, npy::Array> load_operand_files(const GemmOpts& g, npy::DType dtype) {
+  npy::Array a = npy::load(g.a);
+  npy::require(a, g.a, dtype, 2);
+  npy::Array b = npy::load(g.b);
+  npy::require(b, g.b, dtype, 2);
+  if (a.shape[1] != b.shape[0]) {
+    throw Error(ErrorKind::kBadFile,
+                fmt::format("inner dimensions differ: {} is [M={}, K={}] but {} is [K={}, N={}]", g.a, a.shape[0],
+                            a.shape[1], g.b, b.shape[0], b.shape[1]));
+  }
+  for (const auto& [arr, name] : {std::pair{&a, &g.a}, std::pair{&b, &g.b}}) {
+    if (arr->elements() == 0) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{}: shape {} has a zero dimension", *name, npy::shape_string(arr->shape)));
+    }
+  }
+  return {std::move(a), std::move(b)};
+}
+
 Operands load_operands(const GemmOpts& g, const DeviceParams& params) {
   Operands op;
   if (g.a.empty() != g.b.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "--a and --b go together (or use --m/--k/--n for random operands)");
   }
   if (!g.a.empty()) {
-    const npy::Array a = npy::load(g.a);
-    npy::require(a, g.a, npy::DType::kInt8, 2);
-    const npy::Array b = npy::load(g.b);
-    npy::require(b, g.b, npy::DType::kInt8, 2);
-    if (a.shape[1] != b.shape[0]) {
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("inner dimensions differ: {} is [M={}, K={}] but {} is [K={}, N={}]", g.a, a.shape[0],
-                              a.shape[1], g.b, b.shape[0], b.shape[1]));
-    }
-    for (const auto& [arr, name] : {std::pair{&a, &g.a}, std::pair{&b, &g.b}}) {
-      if (arr->elements() == 0) {
-        throw Error(ErrorKind::kBadFile,
-                    fmt::format("{}: shape {} has a zero dimension", *name, npy::shape_string(arr->shape)));
-      }
-    }
+    const auto [a, b] = load_operand_files(g, npy::DType::kInt8);
     op.shape = {a.shape[0], a.shape[1], b.shape[1]};
     const auto av = a.view<int8_t>(), bv = b.view<int8_t>();
     op.a.assign(av.begin(), av.end());
@@ -196,21 +203,7 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
   runtime::Bf16GemmSpec spec;
   std::vector<float> a, b;
   if (!g.a.empty()) {
-    const npy::Array aa = npy::load(g.a);
-    npy::require(aa, g.a, npy::DType::kFloat32, 2);
-    const npy::Array ba = npy::load(g.b);
-    npy::require(ba, g.b, npy::DType::kFloat32, 2);
-    if (aa.shape[1] != ba.shape[0]) {
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("inner dimensions differ: {} is [M={}, K={}] but {} is [K={}, N={}]", g.a, aa.shape[0],
-                              aa.shape[1], g.b, ba.shape[0], ba.shape[1]));
-    }
-    for (const auto& [arr, name] : {std::pair{&aa, &g.a}, std::pair{&ba, &g.b}}) {
-      if (arr->elements() == 0) {
-        throw Error(ErrorKind::kBadFile,
-                    fmt::format("{}: shape {} has a zero dimension", *name, npy::shape_string(arr->shape)));
-      }
-    }
+    const auto [aa, ba] = load_operand_files(g, npy::DType::kFloat32);
     spec.shape = {aa.shape[0], aa.shape[1], ba.shape[1]};
     const auto av = aa.view<float>(), bv = ba.view<float>();
     a.assign(av.begin(), av.end());
