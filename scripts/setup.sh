@@ -17,6 +17,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   nextpnr-ice40 fpga-icestorm
   python3 python3-numpy dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin
 )
 missing=()
 for p in "${packages[@]}"; do
