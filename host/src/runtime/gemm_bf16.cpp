@@ -43,6 +43,8 @@ using detail::Transfer;
 
 constexpr uint32_t kMaxWSlots = 64;
 constexpr uint64_t kLookahead = 8;
+// ACC strip buffers of a GEMM with the SGD epilogue (see plan_gemm_bf16).
+constexpr uint64_t kSgdAccSets = 8;
 
 std::string spec_name(const Bf16GemmSpec& s) {
   return fmt::format("bf16 GEMM M={} K={} N={}{}{}", s.shape.m, s.shape.k, s.shape.n, s.trans_a ? " A^T" : "",
@@ -99,9 +101,10 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
                 fmt::format("{}: the operands exceed the 4 GiB device address space", spec_name(spec)));
   }
 
-  // ACC: two strip buffers of m_tile rows.
-  // ACC: two strip buffers of m_tile rows (six with the SGD epilogue: gradient, master, momentum).
-  const uint64_t acc_sets = spec.sgd ? 6 : 2;
+  // ACC: two strip buffers of m_tile rows (eight with the SGD epilogue: two gradient buffers and
+  // three master and three momentum buffers, so the next strip's master and momentum are loaded
+  // while the current strip computes, into a set whose previous STOREs finished a strip ago).
+  const uint64_t acc_sets = spec.sgd ? kSgdAccSets : 2;
   const uint64_t acc_cap = round_down(std::min<uint64_t>(params.acc_depth / acc_sets, detail::kMaxRowsField / 2), an);
   if (acc_cap == 0) {
     throw Error(ErrorKind::kUnsupported,
@@ -218,18 +221,65 @@ MergedProgram StepBuilder::finish() {
 
 namespace {
 
-// The SGD epilogue on one finished gradient strip (ACC rows g_row.., `rows` rows of ArrayN
-// columns): LOAD the master and momentum strips into the buffer's own ACC sets, the AXPY passes of
-// docs/numerics.md, STORE them back, ACTIVATE bf16 into the UB and STORE the working copy.
-void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t g_row,
-                    uint64_t buf, uint64_t rows, uint64_t m0, uint64_t nb, uint64_t out_row0) {
+// The SGD epilogue's ACC rows: gradient buffers 0 and 1 (the GEMM's strip buffers), then master
+// and momentum buffers in three sets each (strip % 3).
+uint64_t sgd_master_row(const Bf16GemmPlan& plan, uint64_t strip) { return (2 + strip % 3) * plan.m_tile; }
+uint64_t sgd_momentum_row(const Bf16GemmPlan& plan, uint64_t strip) { return (5 + strip % 3) * plan.m_tile; }
+
+// Where strip `strip` starts: M tile and column block.
+struct StripPos {
+  uint64_t m0, nb, rows;
+};
+StripPos strip_pos(const Bf16GemmPlan& plan, uint64_t strip) {
+  const uint64_t mt = strip / plan.n_blocks;
+  return {mt * plan.m_tile, strip % plan.n_blocks, plan.rows_of_tile(mt)};
+}
+
+// The SGD epilogue's loads of strip `strip` (its master and momentum rows into the strip's own ACC
+// set), cut into `pieces` pieces of whole ACC rows; emits pieces [from, to). Emitted one or two
+// per fold while the previous strip computes, they share the read channel with the weight tiles
+// instead of stalling the epilogue. The first piece first takes the whole set over from the STOREs
+// of three strips ago (one COMPUTE NOP, long satisfied).
+void emit_sgd_loads(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t strip,
+                    uint64_t pieces, uint64_t from, uint64_t to) {
   const Bf16GemmSpec& s = plan.spec;
   const uint64_t an = plan.array_n;
-  const uint64_t m_row = (2 + buf) * plan.m_tile, v_row = (4 + buf) * plan.m_tile;
-  const uint64_t off4 = 4 * (m0 * plan.np + nb * an), off2 = 2 * (m0 * plan.np + nb * an);
+  const StripPos sp = strip_pos(plan, strip);
+  const bool mom = s.momentum != 0.0f;
+  const uint64_t m_row = sgd_master_row(plan, strip), v_row = sgd_momentum_row(plan, strip);
+  const uint64_t off4 = 4 * (sp.m0 * plan.np + sp.nb * an);
+  const uint64_t per = mom ? pieces / 2 : pieces;  // pieces per buffer (pieces is even with momentum)
+  const uint64_t piece_rows = (sp.rows + per - 1) / per;
+  if (from == 0) {
+    std::vector<size_t> set = sb.acc(m_row, sp.rows);
+    if (mom) {
+      for (size_t r : sb.acc(v_row, sp.rows)) set.push_back(r);
+    }
+    sb.builder().bridge(set);
+  }
+  for (uint64_t i = from; i < to; ++i) {
+    const bool is_v = i >= per;
+    const uint64_t r0 = (is_v ? i - per : i) * piece_rows;
+    if (r0 >= sp.rows) continue;
+    const uint64_t rows = std::min(piece_rows, sp.rows - r0);
+    const uint64_t base = is_v ? addrs.momentum : addrs.master;
+    sb.load(spec::Mem::kAcc,
+            Transfer{(is_v ? v_row : m_row) + r0, base + off4 + 4 * r0 * plan.np, rows, 4 * an, 4 * plan.np});
+  }
+}
+
+// The SGD epilogue on one finished gradient strip (ACC rows g_row.., `rows` rows of ArrayN
+// columns), its master and momentum already loaded (emit_sgd_loads): the AXPY passes of
+// docs/numerics.md, STORE them back, ACTIVATE bf16 into the UB and STORE the working copy.
+void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t g_row,
+                    uint64_t strip, uint64_t out_row0) {
+  const Bf16GemmSpec& s = plan.spec;
+  const uint64_t an = plan.array_n;
+  const StripPos sp = strip_pos(plan, strip);
+  const uint64_t rows = sp.rows, buf = strip % 2;
+  const uint64_t m_row = sgd_master_row(plan, strip), v_row = sgd_momentum_row(plan, strip);
+  const uint64_t off4 = 4 * (sp.m0 * plan.np + sp.nb * an), off2 = 2 * (sp.m0 * plan.np + sp.nb * an);
   const bool wd = s.weight_decay != 0.0f, mom = s.momentum != 0.0f;
-  sb.load(spec::Mem::kAcc, Transfer{m_row, addrs.master + off4, rows, 4 * an, 4 * plan.np});
-  if (mom) sb.load(spec::Mem::kAcc, Transfer{v_row, addrs.momentum + off4, rows, 4 * an, 4 * plan.np});
   const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t b, float scalar) {
     isa::Instr v = isa::make_instr(spec::Opcode::kVector);
     v.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
@@ -305,6 +355,10 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       sb.load(spec::Mem::kAcc, Transfer{prow, addrs.bias + 4 * pn * an, prows, 4 * an, 0}, bufs.bias);
     }
   };
+  // Pieces of the SGD loads per strip: about one ACC row block of the master (and one of the
+  // momentum) per fold, at least one per buffer.
+  const bool sgd_mom = s.momentum != 0.0f;
+  const uint64_t sgd_pieces = (sgd_mom ? 2 : 1) * std::max<uint64_t>(1, plan.k_blocks / (sgd_mom ? 2 : 1));
   std::vector<int64_t> a_content(plan.a_slots, -1);
   uint64_t tile_counter = 0, a_ring = 0, strip = 0, scr_counter = 0;
   for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
@@ -363,9 +417,19 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
         // The next strip's preset, half-way through this one: its buffer's previous STORE is long
         // done by then, so the NOP that orders the LOAD behind it does not stall the array.
         if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) preload(strip + 1);
+        // The SGD epilogue's master and momentum: the first strip's during its own folds, every
+        // next strip's during the folds of the one before.
+        if (s.sgd) {
+          const auto spread = [&](uint64_t target) {
+            const uint64_t k = plan.k_blocks;
+            emit_sgd_loads(sb, plan, addrs, target, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
+          };
+          if (strip == 0) spread(0);
+          if (strip + 1 < total_strips) spread(strip + 1);
+        }
       }
       if (s.sgd) {
-        emit_sgd_strip(sb, plan, addrs, acc_row, buf, rows, m0, nb, out_row0);
+        emit_sgd_strip(sb, plan, addrs, acc_row, strip, out_row0);
         continue;
       }
       if (!s.bf16_out || s.z_out) {
@@ -400,7 +464,7 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   params.ub_depth = static_cast<uint32_t>(std::min<uint64_t>(
       UINT32_MAX, uint64_t{plan.a_slots} * 2 * plan.m_tile + 4 * plan.array_n + 4 * plan.m_tile));
   params.wb_depth = plan.w_slots * 2 * plan.array_n;
-  params.acc_depth = static_cast<uint32_t>((plan.spec.sgd ? 6 : 2) * plan.m_tile);
+  params.acc_depth = static_cast<uint32_t>((plan.spec.sgd ? kSgdAccSets : 2) * plan.m_tile);
   detail::StepBuilder sb(params, 0);
   detail::emit_gemm_bf16(sb, plan, addrs);
   detail::MergedProgram merged = sb.finish();

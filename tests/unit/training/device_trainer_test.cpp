@@ -23,12 +23,14 @@ namespace {
 
 // 20 -> 24 (ReLU, weight stored [out, in] like PyTorch's Linear) -> 12 (ReLU, stored [in, out],
 // like MatMul + Add) -> 10 logits ([out, in]).
-compiler::TrainModel small_mlp(uint32_t seed) {
+// Layers (in, out, weight stored [out, in], ReLU); the input has 20 features (make_batch).
+using MlpDims = std::vector<std::tuple<int64_t, int64_t, bool, bool>>;
+
+compiler::TrainModel small_mlp(uint32_t seed,
+                               const MlpDims& dims = {{20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}}) {
   compiler::TrainModel m;
   m.source = "small_mlp";
   m.input_features = 20;
-  const std::vector<std::tuple<int64_t, int64_t, bool, bool>> dims = {
-      {20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}};
   std::mt19937 rng(seed);
   int i = 0;
   for (const auto& [in, out, out_in, relu] : dims) {
@@ -192,6 +194,49 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
       for (int step = 0; step < 2; ++step) {
         const int64_t rows = step == 0 ? 12 : 5;
         const Batch b = make_batch(rows, 30 + static_cast<uint32_t>(step));
+        const TrainStepReport r = t.step(b.x, b.y, rows);
+        const ModelStep want = contract_step(m, mom, sgd, an, 12, b, rows);
+        EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
+        const TrainState s = t.state();
+        for (const auto& [name, w] : want.after.params) {
+          const std::vector<float>& got = s.params.at(name);
+          ASSERT_EQ(got.size(), w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
+                << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
+            ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
+                      std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
+                << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
+          }
+        }
+        m = want.after;
+        mom = want.momentum;
+      }
+    }
+  }
+}
+
+// Layers wide enough that the dW GEMMs with the SGD epilogue take several M tiles (N = 4: ACC of
+// 1024 rows, 128 per strip buffer) and rotate through all three master/momentum sets, with an odd
+// number of K blocks (batch 12 at N = 4): the loads spread over the folds must not change a bit.
+TEST(DeviceTrainer, WideLayersEqualTheHostContractModelBitForBit) {
+  const MlpDims dims = {{20, 150, true, true}, {150, 140, false, true}, {140, 10, true, false}};
+  for (uint32_t an : {16u, 4u}) {
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("ref", cfg);
+    if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+    for (const auto& [sgd, fuse] : {std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, true},
+                                    std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true},
+                                    std::pair{SgdConfig{0.05f, 0.9f, 0.0f}, false}}) {
+      compiler::TrainModel m = small_mlp(5, dims);
+      DeviceTrainerSchedule opt;
+      opt.fuse_update = fuse;
+      DeviceTrainer t(dev, m, 12, sgd, opt);
+      std::map<std::string, std::vector<float>> mom;
+      for (int step = 0; step < 2; ++step) {
+        const int64_t rows = step == 0 ? 12 : 7;
+        const Batch b = make_batch(rows, 40 + static_cast<uint32_t>(step));
         const TrainStepReport r = t.step(b.x, b.y, rows);
         const ModelStep want = contract_step(m, mom, sgd, an, 12, b, rows);
         EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
