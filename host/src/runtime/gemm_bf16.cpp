@@ -313,9 +313,20 @@ void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
 
 }  // namespace
 
-void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
-                    const Bf16GemmHostBufs& bufs) {
+uint64_t gemm_ub_rows(const Bf16GemmPlan& plan) {
   const Bf16GemmSpec& s = plan.spec;
+  return uint64_t{plan.a_slots} * 2 * plan.m_tile + (s.trans_a ? 4 * uint64_t{plan.array_n} : 0) +
+         ((s.bf16_out || s.sgd) ? 4 * plan.m_tile : 0);
+}
+
+uint64_t gemm_acc_rows(const Bf16GemmPlan& plan) { return (plan.spec.sgd ? kSgdAccSets : 2) * plan.m_tile; }
+
+void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
+                    const Bf16GemmHostBufs& bufs, const Bf16GemmEpilogue& epilogue) {
+  const Bf16GemmSpec& s = plan.spec;
+  if (epilogue.finish && (s.sgd || s.bf16_out || s.accumulate || s.bias)) {
+    throw Error(ErrorKind::kInternal, "emit_gemm_bf16: a caller's epilogue takes a plain fp32 product");
+  }
   const uint64_t an = plan.array_n;
   const uint64_t beat = plan.beat;
   const auto check_addr = [&](uint64_t addr, uint64_t bytes, const char* what) {
@@ -368,7 +379,10 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       const uint64_t buf = strip % 2;
       const uint64_t acc_row = buf * plan.m_tile;
       const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
-      if (strip == 0) preload(0);
+      if (strip == 0) {
+        preload(0);
+        if (epilogue.prefetch) epilogue.prefetch(0);
+      }
       for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
         // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
         const uint64_t wslot = tile_counter % plan.w_slots;
@@ -416,7 +430,10 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
         sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
         // The next strip's preset, half-way through this one: its buffer's previous STORE is long
         // done by then, so the NOP that orders the LOAD behind it does not stall the array.
-        if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) preload(strip + 1);
+        if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) {
+          preload(strip + 1);
+          if (epilogue.prefetch) epilogue.prefetch(strip + 1);
+        }
         // The SGD epilogue's master and momentum: the first strip's during its own folds, every
         // next strip's during the folds of the one before.
         if (s.sgd) {
@@ -430,6 +447,10 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       }
       if (s.sgd) {
         emit_sgd_strip(sb, plan, addrs, acc_row, strip, out_row0);
+        continue;
+      }
+      if (epilogue.finish) {
+        epilogue.finish(strip, acc_row);
         continue;
       }
       if (!s.bf16_out || s.z_out) {
@@ -464,7 +485,7 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   params.ub_depth = static_cast<uint32_t>(std::min<uint64_t>(
       UINT32_MAX, uint64_t{plan.a_slots} * 2 * plan.m_tile + 4 * plan.array_n + 4 * plan.m_tile));
   params.wb_depth = plan.w_slots * 2 * plan.array_n;
-  params.acc_depth = static_cast<uint32_t>((plan.spec.sgd ? kSgdAccSets : 2) * plan.m_tile);
+  params.acc_depth = static_cast<uint32_t>(detail::gemm_acc_rows(plan));
   detail::StepBuilder sb(params, 0);
   detail::emit_gemm_bf16(sb, plan, addrs);
   detail::MergedProgram merged = sb.finish();
