@@ -188,12 +188,13 @@ void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
       d.trans_b = !ly.weight_out_in;
       const Bf16GemmPlan plan = plan_gemm_bf16(params, d);
       const uint64_t acc0 = detail::gemm_acc_rows(plan), ub0 = detail::gemm_ub_rows(plan);
-      const bool fuse_dz = plan.m_tiles == 1 && acc0 + 2 * (bp + 3) <= params.acc_depth &&
-                           ub0 + 4 * bp <= params.ub_depth;
+      // Per set: Z (bp rows) and the three bias rows, starting on an ACC chunk.
+      const uint64_t stride = bp + an;
+      const bool fuse_dz = plan.m_tiles == 1 && acc0 + 2 * stride <= params.acc_depth && ub0 + 4 * bp <= params.ub_depth;
       if (fuse_dz) {
-        const auto area = [&, acc0, ub0](uint64_t strip) {
+        const auto area = [&, acc0, ub0, stride](uint64_t strip) {
           const uint64_t set = strip % 2;
-          return DzArea{0, acc0 + set * (bp + 3) + 3, acc0 + set * (bp + 3), ub0 + set * 2 * bp};
+          return DzArea{0, acc0 + set * stride, acc0 + set * stride + bp, ub0 + set * 2 * bp};
         };
         detail::Bf16GemmEpilogue ep;
         ep.prefetch = [&, l, area](uint64_t strip) { emit_dz_loads(sb, l - 1, strip, area(strip), fused); };
@@ -328,9 +329,12 @@ void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l, bool fused) const {
   const bool last = l + 1 == model.layers.size();
   const size_t src = last ? lay.dz : lay.layers[l + 1].dx;
   const uint64_t outp = round_up(static_cast<uint64_t>(ly.out), an);
+  // Sets start on an ACC chunk (ArrayN rows, the builder's hazard granularity) where they fit, so
+  // that one block's LOADs do not wait for the other set's instructions.
+  const uint64_t stride = 2 * (2 * bp + an) <= dev.info().params.acc_depth ? 2 * bp + an : 2 * bp + 3;
   for (uint64_t cb = 0; cb < outp / an; ++cb) {
     const uint64_t set = cb % 2;
-    const uint64_t base = set * (2 * bp + 3);
+    const uint64_t base = set * stride;
     const DzArea ar{base + bp, base, base + 2 * bp, set * 2 * bp};
     sb.load(spec::Mem::kAcc, Transfer{ar.dreg, addr(src) + 4 * cb * an, bp, 4 * uint64_t{an}, 4 * outp}, src);
     emit_dz_loads(sb, l, cb, ar, fused);
