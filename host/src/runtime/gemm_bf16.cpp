@@ -353,19 +353,29 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   const uint64_t scr_row0 = a_row0 + uint64_t{plan.a_slots} * 2 * plan.m_tile;
   const uint64_t out_row0 = scr_row0 + (s.trans_a ? 4 * an : 0);
 
-  // The ACC preset of a strip (C when accumulating, the bias strip in every row with a bias).
+  // The ACC preset of a strip (C when accumulating, the bias strip in every row with a bias), rows
+  // [from, to) of it. After the first strip's, each is LOADed in pieces over the second half of
+  // the previous strip's folds (from its middle on, the buffer's previous STOREs are done, so the
+  // NOP that orders the LOADs behind them does not stall the array), so that the weight tiles
+  // queued behind a piece do not wait long.
   const uint64_t total_strips = plan.m_tiles * plan.n_blocks;
-  const auto preload = [&](uint64_t st) {
+  const bool has_preset = s.accumulate || s.bias;
+  const auto preload = [&](uint64_t st, uint64_t from, uint64_t to) {
     const uint64_t pm = st / plan.n_blocks, pn = st % plan.n_blocks;
     const uint64_t prow = (st % 2) * plan.m_tile, prows = plan.rows_of_tile(pm), pm0 = pm * plan.m_tile;
+    to = std::min(to, prows);
+    if (!has_preset || from >= to) return;
+    if (from == 0) sb.builder().bridge(sb.acc(prow, prows));
     if (s.accumulate) {
-      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.c + 4 * (pm0 * plan.np + pn * an), prows, 4 * an, 4 * plan.np},
+      sb.load(spec::Mem::kAcc,
+              Transfer{prow + from, addrs.c + 4 * ((pm0 + from) * plan.np + pn * an), to - from, 4 * an, 4 * plan.np},
               bufs.c);
-    } else if (s.bias) {
+    } else {
       // The bias strip in every row of the ACC strip: one host row read `rows` times.
-      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.bias + 4 * pn * an, prows, 4 * an, 0}, bufs.bias);
+      sb.load(spec::Mem::kAcc, Transfer{prow + from, addrs.bias + 4 * pn * an, to - from, 4 * an, 0}, bufs.bias);
     }
   };
+  const uint64_t preset_folds = plan.k_blocks - plan.k_blocks / 2;  // folds kb >= k_blocks / 2
   // Pieces of the SGD loads per strip: about one ACC row block of the master (and one of the
   // momentum) per fold, at least one per buffer.
   const bool sgd_mom = s.momentum != 0.0f;
@@ -380,7 +390,7 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       const uint64_t acc_row = buf * plan.m_tile;
       const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
       if (strip == 0) {
-        preload(0);
+        preload(0, 0, rows);
         if (epilogue.prefetch) epilogue.prefetch(0);
       }
       for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
@@ -430,9 +440,11 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
         sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
         // The next strip's preset, half-way through this one: its buffer's previous STORE is long
         // done by then, so the NOP that orders the LOAD behind it does not stall the array.
-        if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) {
-          preload(strip + 1);
-          if (epilogue.prefetch) epilogue.prefetch(strip + 1);
+        if (kb >= plan.k_blocks / 2 && strip + 1 < total_strips) {
+          const uint64_t next_rows = plan.rows_of_tile((strip + 1) / plan.n_blocks);
+          const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - plan.k_blocks / 2;
+          preload(strip + 1, i * piece, (i + 1) * piece);
+          if (kb == plan.k_blocks / 2 && epilogue.prefetch) epilogue.prefetch(strip + 1);
         }
         // The SGD epilogue's master and momentum: the first strip's during its own folds, every
         // next strip's during the folds of the one before.
