@@ -197,6 +197,7 @@ void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
           return DzArea{0, acc0 + set * stride, acc0 + set * stride + bp, ub0 + set * 2 * bp};
         };
         detail::Bf16GemmEpilogue ep;
+        ep.bridge = [&, area](uint64_t strip) { sb.builder().bridge(sb.acc(area(strip).dbrow, 3)); };
         ep.prefetch = [&, l, area](uint64_t strip) { emit_dz_loads(sb, l - 1, strip, area(strip), fused); };
         ep.finish = [&, l, area](uint64_t strip, uint64_t acc_row) {
           DzArea ar = area(strip);

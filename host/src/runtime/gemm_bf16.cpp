@@ -375,7 +375,12 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
       sb.load(spec::Mem::kAcc, Transfer{prow + from, addrs.bias + 4 * pn * an, to - from, 4 * an, 0}, bufs.bias);
     }
   };
-  const uint64_t preset_folds = plan.k_blocks - plan.k_blocks / 2;  // folds kb >= k_blocks / 2
+  // Taking a buffer over from its STOREs is a COMPUTE NOP, done (in order) only when the MATMUL
+  // before it is: it goes one fold before the LOADs it orders, so that they do not hold up the
+  // weight tiles queued behind them. Preset: NOP at the middle fold, pieces on the folds after.
+  const uint64_t preset_bridge = plan.k_blocks / 2;
+  const uint64_t preset_first = plan.k_blocks - preset_bridge > 1 ? preset_bridge + 1 : preset_bridge;
+  const uint64_t preset_folds = plan.k_blocks - preset_first;
   // Pieces of the SGD loads per strip: about one ACC row block of the master (and one of the
   // momentum) per fold, at least one per buffer.
   const bool sgd_mom = s.momentum != 0.0f;
@@ -440,21 +445,33 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
         sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
         // The next strip's preset, half-way through this one: its buffer's previous STORE is long
         // done by then, so the NOP that orders the LOAD behind it does not stall the array.
-        if (kb >= plan.k_blocks / 2 && strip + 1 < total_strips) {
+        if (strip + 1 < total_strips) {
           const uint64_t next_rows = plan.rows_of_tile((strip + 1) / plan.n_blocks);
-          const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - plan.k_blocks / 2;
-          preload(strip + 1, i * piece, (i + 1) * piece);
-          if (kb == plan.k_blocks / 2 && epilogue.prefetch) epilogue.prefetch(strip + 1);
+          if (kb == preset_bridge) {
+            if (has_preset) sb.builder().bridge(sb.acc(((strip + 1) % 2) * plan.m_tile, next_rows));
+            if (epilogue.bridge) epilogue.bridge(strip + 1);
+          }
+          if (kb >= preset_first) {
+            const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - preset_first;
+            preload(strip + 1, i * piece, (i + 1) * piece);
+          }
+          if (kb == preset_first && epilogue.prefetch) epilogue.prefetch(strip + 1);
         }
         // The SGD epilogue's master and momentum: the first strip's during its own folds, every
-        // next strip's during the folds of the one before.
+        // next strip's during the folds of the one before (NOP at its first fold, pieces after).
         if (s.sgd) {
-          const auto spread = [&](uint64_t target) {
-            const uint64_t k = plan.k_blocks;
-            emit_sgd_loads(sb, plan, addrs, target, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
-          };
-          if (strip == 0) spread(0);
-          if (strip + 1 < total_strips) spread(strip + 1);
+          const uint64_t k = plan.k_blocks;
+          if (strip == 0) {
+            emit_sgd_loads(sb, plan, addrs, 0, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
+          }
+          if (strip + 1 < total_strips) {
+            const uint64_t first = k > 1 ? 1 : 0;
+            if (kb == 0) emit_sgd_loads(sb, plan, addrs, strip + 1, sgd_pieces, 0, 0);  // the NOP only
+            if (kb >= first) {
+              const uint64_t i = kb - first, n = k - first;
+              emit_sgd_loads(sb, plan, addrs, strip + 1, sgd_pieces, i * sgd_pieces / n, (i + 1) * sgd_pieces / n);
+            }
+          }
         }
       }
       if (s.sgd) {

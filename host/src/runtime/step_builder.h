@@ -65,11 +65,14 @@ struct Bf16GemmHostBufs {
 
 /// A caller's epilogue on each finished fp32 strip of a GEMM (one M tile x one column block of
 /// ArrayN columns, strip = m tile * n_blocks + column block), instead of storing C. `prefetch(s)`
-/// is called while an earlier strip computes (half-way through strip s - 1, or before the first
-/// fold for strip 0) to emit strip s's loads; `finish(s, acc_row)` after strip s's last MATMUL,
+/// is called while an earlier strip computes (just after the middle fold of strip s - 1, or
+/// before the first fold for strip 0) to emit strip s's loads; `finish(s, acc_row)` after strip s's last MATMUL,
 /// with the product in ACC rows [acc_row, acc_row + rows of its M tile). The epilogue may use the
 /// UB rows from gemm_ub_rows(plan) and the ACC rows from gemm_acc_rows(plan) on.
 struct Bf16GemmEpilogue {
+  /// Optional: called one fold before `prefetch(s)` (the place for Builder::bridge of the rows
+  /// prefetch reloads, so that its NOP is done by the time the LOADs are).
+  std::function<void(uint64_t strip)> bridge;
   std::function<void(uint64_t strip)> prefetch;
   std::function<void(uint64_t strip, uint64_t acc_row)> finish;
 };
