@@ -564,9 +564,11 @@ TrainStepReport DeviceTrainer::step(std::span<const float> inputs, std::span<con
     const uint64_t both = im.run(3);
     r.backward_cycles = std::min(both, im.backward_only_cycles);
     r.update_cycles = both - r.backward_cycles;
+    r.update_busy_cycles = im.perf[3].act_busy - std::min(im.perf[3].act_busy, im.perf[1].act_busy);
   } else {
     r.backward_cycles = im.run(1);
     r.update_cycles = im.run(2);
+    r.update_busy_cycles = im.perf[2].act_busy;
   }
   r.cycles = r.forward_cycles + r.backward_cycles + r.update_cycles;
   r.macs = im.model.step_macs(rows);
