@@ -352,7 +352,9 @@ void DeviceTrainer::Impl::emit_update(StepBuilder& sb, size_t master, size_t gra
   const DeviceParams& p = dev.info().params;
   const uint64_t an4 = 4 * uint64_t{an};
   const uint64_t total = bytes / an4;
-  const uint64_t cap = std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096});
+  // Whole ACC chunks (ArrayN rows, the hazard unit), so the sets do not share one.
+  const uint64_t cap = std::max<uint64_t>(round_down(std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096}), an),
+                                          std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096, an}));
   const bool wd = sgd.weight_decay != 0.0f, use_mom = sgd.momentum != 0.0f;
   const auto vec = [&](uint64_t dst, uint64_t a, uint64_t b, uint64_t rows, float s, bool reads_b) {
     isa::Instr v = isa::make_instr(spec::Opcode::kVector);
