@@ -377,10 +377,12 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   };
   // Taking a buffer over from its STOREs is a COMPUTE NOP, done (in order) only when the MATMUL
   // before it is: it goes one fold before the LOADs it orders, so that they do not hold up the
-  // weight tiles queued behind them. Preset: NOP at the middle fold, pieces on the folds after.
-  const uint64_t preset_bridge = plan.k_blocks / 2;
-  const uint64_t preset_first = plan.k_blocks - preset_bridge > 1 ? preset_bridge + 1 : preset_bridge;
-  const uint64_t preset_folds = plan.k_blocks - preset_first;
+  // weight tiles queued behind them (but not at the strip's first fold, where it would wait for
+  // the STOREs of the strip before). Preset: NOP one fold before the middle, pieces from the
+  // middle fold on; with fewer than 4 folds, NOP and the whole preset at the middle fold.
+  const uint64_t preset_first = plan.k_blocks / 2;
+  const uint64_t preset_bridge = plan.k_blocks >= 4 ? preset_first - 1 : preset_first;
+  const uint64_t preset_folds = plan.k_blocks >= 4 ? plan.k_blocks - preset_first : 1;
   // Pieces of the SGD loads per strip: about one ACC row block of the master (and one of the
   // momentum) per fold, at least one per buffer.
   const bool sgd_mom = s.momentum != 0.0f;
@@ -451,7 +453,7 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
             if (has_preset) sb.builder().bridge(sb.acc(((strip + 1) % 2) * plan.m_tile, next_rows));
             if (epilogue.bridge) epilogue.bridge(strip + 1);
           }
-          if (kb >= preset_first) {
+          if (kb >= preset_first && kb < preset_first + preset_folds) {
             const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - preset_first;
             preload(strip + 1, i * piece, (i + 1) * piece);
           }
