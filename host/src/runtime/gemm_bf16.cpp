@@ -45,6 +45,9 @@ constexpr uint32_t kMaxWSlots = 64;
 constexpr uint64_t kLookahead = 8;
 // ACC strip buffers of a GEMM with the SGD epilogue (see plan_gemm_bf16).
 constexpr uint64_t kSgdAccSets = 8;
+// Folds per strip from which the first two strips of an M tile run side by side (emit_gemm_bf16):
+// with fewer, the A LOADs they overlap are too short to pay for the later epilogues.
+constexpr uint64_t kPairMinFolds = 8;
 
 std::string spec_name(const Bf16GemmSpec& s) {
   return fmt::format("bf16 GEMM M={} K={} N={}{}{}", s.shape.m, s.shape.k, s.shape.n, s.trans_a ? " A^T" : "",
@@ -388,120 +391,148 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   const bool sgd_mom = s.momentum != 0.0f;
   const uint64_t sgd_pieces = (sgd_mom ? 2 : 1) * std::max<uint64_t>(1, plan.k_blocks / (sgd_mom ? 2 : 1));
   std::vector<int64_t> a_content(plan.a_slots, -1);
-  uint64_t tile_counter = 0, a_ring = 0, strip = 0, scr_counter = 0;
-  for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
-    const uint64_t rows = plan.rows_of_tile(mt);
-    const uint64_t m0 = mt * plan.m_tile;
-    for (uint64_t nb = 0; nb < plan.n_blocks; ++nb, ++strip) {
-      const uint64_t buf = strip % 2;
-      const uint64_t acc_row = buf * plan.m_tile;
-      const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
-      if (strip == 0) {
-        preload(0, 0, rows);
-        if (epilogue.prefetch) epilogue.prefetch(0);
-      }
-      for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
-        // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
-        const uint64_t wslot = tile_counter % plan.w_slots;
-        const uint64_t tile_addr = s.trans_b ? addrs.b + 2 * (nb * an * plan.kp + kb * an)
-                                             : addrs.b + 2 * (kb * an * plan.np + nb * an);
-        const uint64_t tile_stride = 2 * (s.trans_b ? plan.kp : plan.np);
-        sb.load(spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}, bufs.b);
-        // A block -> UB slot, unless it is already there.
-        const uint64_t aslot = plan.a_resident ? kb : (a_ring++ % plan.a_slots);
-        const uint64_t slot_row = a_row0 + aslot * 2 * plan.m_tile;
-        const auto a_id = static_cast<int64_t>(mt * plan.k_blocks + kb);
-        if (a_content[aslot] != a_id) {
-          if (!s.trans_a) {
-            sb.load(spec::Mem::kUb, Transfer{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp},
-                    bufs.a);
-          } else {
-            // A is stored [K, M]: its tile (kb, m chunk) is LOADed and TRANSPOSEd into the slot.
-            for (uint64_t c = 0; c < rows / an; ++c, ++scr_counter) {
-              const uint64_t sc_row = scr_row0 + (scr_counter % 2) * 2 * an;
-              sb.load(spec::Mem::kUb,
-                      Transfer{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp},
-                      bufs.a);
-              isa::Instr tr = isa::make_instr(spec::Opcode::kTranspose);
-              tr.set("bf16", 1);
-              tr.set("src_addr", sc_row);
-              tr.set("dst_addr", slot_row + c * 2 * an);
-              tr.set("rows", an);
-              sb.compute(std::move(tr), sb.ub(sc_row, 2 * an), sb.ub(slot_row + c * 2 * an, 2 * an));
-            }
-          }
-          a_content[aslot] = a_id;
-        }
-        isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-        lw.set("wb_addr", wslot * 2 * an);
-        lw.set("bf16", 1);
-        lw.set("transpose", s.trans_b ? 1 : 0);
-        sb.compute(std::move(lw), sb.wb(wslot * 2 * an, 2 * an), {});
-        isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-        mm.set("accumulate", (kb > 0 || s.accumulate || s.bias) ? 1 : 0);
-        mm.set("swap", 1);
-        mm.set("bf16", 1);
-        mm.set("ub_addr", slot_row);
-        mm.set("acc_addr", acc_row);
-        mm.set("rows", rows);
-        sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
-        // The next strip's preset, half-way through this one: its buffer's previous STORE is long
-        // done by then, so the NOP that orders the LOAD behind it does not stall the array.
-        if (strip + 1 < total_strips) {
-          const uint64_t next_rows = plan.rows_of_tile((strip + 1) / plan.n_blocks);
-          if (kb == preset_bridge) {
-            if (has_preset) sb.builder().bridge(sb.acc(((strip + 1) % 2) * plan.m_tile, next_rows));
-            if (epilogue.bridge) epilogue.bridge(strip + 1);
-          }
-          if (kb >= preset_first && kb < preset_first + preset_folds) {
-            const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - preset_first;
-            preload(strip + 1, i * piece, (i + 1) * piece);
-          }
-          if (kb == preset_first && epilogue.prefetch) epilogue.prefetch(strip + 1);
-        }
-        // The SGD epilogue's master and momentum: the first strip's during its own folds, every
-        // next strip's during the folds of the one before (NOP at its first fold, pieces after).
-        if (s.sgd) {
-          const uint64_t k = plan.k_blocks;
-          if (strip == 0) {
-            emit_sgd_loads(sb, plan, addrs, 0, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
-          }
-          if (strip + 1 < total_strips) {
-            const uint64_t first = k > 1 ? 1 : 0;
-            if (kb == 0) emit_sgd_loads(sb, plan, addrs, strip + 1, sgd_pieces, 0, 0);  // the NOP only
-            if (kb >= first) {
-              const uint64_t i = kb - first, n = k - first;
-              emit_sgd_loads(sb, plan, addrs, strip + 1, sgd_pieces, i * sgd_pieces / n, (i + 1) * sgd_pieces / n);
-            }
-          }
+  uint64_t tile_counter = 0, a_ring = 0, scr_counter = 0;
+  // One fold (K block kb) of strip st. `next` emits the next strip's preset, bridge and prefetch
+  // hooks; the SGD loads of the next strip start at fold `sgd_from` (their NOP there).
+  const auto fold = [&](uint64_t st, uint64_t kb, bool next, uint64_t sgd_from) {
+    const uint64_t mt = st / plan.n_blocks, nb = st % plan.n_blocks;
+    const uint64_t rows = plan.rows_of_tile(mt), m0 = mt * plan.m_tile;
+    const uint64_t acc_row = (st % 2) * plan.m_tile;
+    // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
+    const uint64_t wslot = tile_counter++ % plan.w_slots;
+    const uint64_t tile_addr = s.trans_b ? addrs.b + 2 * (nb * an * plan.kp + kb * an)
+                                         : addrs.b + 2 * (kb * an * plan.np + nb * an);
+    const uint64_t tile_stride = 2 * (s.trans_b ? plan.kp : plan.np);
+    sb.load(spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}, bufs.b);
+    // A block -> UB slot, unless it is already there.
+    const uint64_t aslot = plan.a_resident ? kb : (a_ring++ % plan.a_slots);
+    const uint64_t slot_row = a_row0 + aslot * 2 * plan.m_tile;
+    const auto a_id = static_cast<int64_t>(mt * plan.k_blocks + kb);
+    if (a_content[aslot] != a_id) {
+      if (!s.trans_a) {
+        sb.load(spec::Mem::kUb, Transfer{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp},
+                bufs.a);
+      } else {
+        // A is stored [K, M]: its tile (kb, m chunk) is LOADed and TRANSPOSEd into the slot.
+        for (uint64_t c = 0; c < rows / an; ++c, ++scr_counter) {
+          const uint64_t sc_row = scr_row0 + (scr_counter % 2) * 2 * an;
+          sb.load(spec::Mem::kUb,
+                  Transfer{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp}, bufs.a);
+          isa::Instr tr = isa::make_instr(spec::Opcode::kTranspose);
+          tr.set("bf16", 1);
+          tr.set("src_addr", sc_row);
+          tr.set("dst_addr", slot_row + c * 2 * an);
+          tr.set("rows", an);
+          sb.compute(std::move(tr), sb.ub(sc_row, 2 * an), sb.ub(slot_row + c * 2 * an, 2 * an));
         }
       }
-      if (s.sgd) {
-        emit_sgd_strip(sb, plan, addrs, acc_row, strip, out_row0);
-        continue;
+      a_content[aslot] = a_id;
+    }
+    isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
+    lw.set("wb_addr", wslot * 2 * an);
+    lw.set("bf16", 1);
+    lw.set("transpose", s.trans_b ? 1 : 0);
+    sb.compute(std::move(lw), sb.wb(wslot * 2 * an, 2 * an), {});
+    isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+    mm.set("accumulate", (kb > 0 || s.accumulate || s.bias) ? 1 : 0);
+    mm.set("swap", 1);
+    mm.set("bf16", 1);
+    mm.set("ub_addr", slot_row);
+    mm.set("acc_addr", acc_row);
+    mm.set("rows", rows);
+    sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), sb.acc(acc_row, rows), /*is_matmul=*/true);
+    // The next strip's preset, from half-way through this one: its buffer's previous STOREs are
+    // long done by then, so the NOP that orders the LOADs behind them does not stall the array.
+    if (next && st + 1 < total_strips) {
+      const uint64_t next_rows = plan.rows_of_tile((st + 1) / plan.n_blocks);
+      if (kb == preset_bridge) {
+        if (has_preset) sb.builder().bridge(sb.acc(((st + 1) % 2) * plan.m_tile, next_rows));
+        if (epilogue.bridge) epilogue.bridge(st + 1);
       }
-      if (epilogue.finish) {
-        epilogue.finish(strip, acc_row);
-        continue;
+      if (kb >= preset_first && kb < preset_first + preset_folds) {
+        const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - preset_first;
+        preload(st + 1, i * piece, (i + 1) * piece);
       }
-      if (!s.bf16_out || s.z_out) {
-        const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
-        sb.store(spec::Mem::kAcc, Transfer{acc_row, base + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
-                 s.bf16_out ? bufs.z : bufs.c);
-      }
-      if (s.bf16_out) {
-        const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
-        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-        act.set("bf16", 1);
-        act.set("relu", s.relu ? 1 : 0);
-        act.set("acc_addr", acc_row);
-        act.set("ub_addr", out_row);
-        act.set("rows", rows);
-        sb.compute(std::move(act), acc_res, sb.ub(out_row, 2 * rows));
-        sb.store(spec::Mem::kUb, Transfer{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np},
-                 bufs.c);
+      if (kb == preset_first && epilogue.prefetch) epilogue.prefetch(st + 1);
+    }
+    // The SGD epilogue's master and momentum: the first strip's during its own folds, every next
+    // strip's during the folds of the one before (NOP at fold sgd_from, pieces on the later ones).
+    if (s.sgd) {
+      const uint64_t k = plan.k_blocks;
+      if (st == 0) emit_sgd_loads(sb, plan, addrs, 0, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
+      if (st + 1 < total_strips && kb >= sgd_from) {
+        const uint64_t first = k - sgd_from > 1 ? sgd_from + 1 : sgd_from;
+        if (kb == sgd_from) emit_sgd_loads(sb, plan, addrs, st + 1, sgd_pieces, 0, 0);  // the NOP only
+        if (kb >= first) {
+          const uint64_t i = kb - first, n = k - first;
+          emit_sgd_loads(sb, plan, addrs, st + 1, sgd_pieces, i * sgd_pieces / n, (i + 1) * sgd_pieces / n);
+        }
       }
     }
+  };
+  // Strip st's product is in its ACC buffer: the epilogue.
+  const auto finish = [&](uint64_t st) {
+    const uint64_t mt = st / plan.n_blocks, nb = st % plan.n_blocks;
+    const uint64_t rows = plan.rows_of_tile(mt), m0 = mt * plan.m_tile;
+    const uint64_t buf = st % 2, acc_row = buf * plan.m_tile;
+    if (s.sgd) {
+      emit_sgd_strip(sb, plan, addrs, acc_row, st, out_row0);
+      return;
+    }
+    if (epilogue.finish) {
+      epilogue.finish(st, acc_row);
+      return;
+    }
+    if (!s.bf16_out || s.z_out) {
+      const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
+      sb.store(spec::Mem::kAcc, Transfer{acc_row, base + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
+               s.bf16_out ? bufs.z : bufs.c);
+    }
+    if (s.bf16_out) {
+      const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("bf16", 1);
+      act.set("relu", s.relu ? 1 : 0);
+      act.set("acc_addr", acc_row);
+      act.set("ub_addr", out_row);
+      act.set("rows", rows);
+      sb.compute(std::move(act), sb.acc(acc_row, rows), sb.ub(out_row, 2 * rows));
+      sb.store(spec::Mem::kUb, Transfer{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np},
+               bufs.c);
+    }
+  };
+  // A strip whose preset and prefetch were not emitted during an earlier strip's folds.
+  const auto start_fresh = [&](uint64_t st) {
+    preload(st, 0, plan.rows_of_tile(st / plan.n_blocks));
+    if (epilogue.prefetch) epilogue.prefetch(st);
+  };
+  // The first strip of an M tile LOADs the tile's resident A block by block, twice as many bytes
+  // per fold as the array streams in bf16; so the first two strips of each M tile run fold by
+  // fold side by side (each A block feeds two folds, in their two ACC buffers), then their
+  // epilogues (with at least kPairMinFolds folds). Each output still sums its K blocks in
+  // increasing order from its preset.
+  const bool pair = plan.a_resident && plan.n_blocks >= 2 && plan.k_blocks >= kPairMinFolds;
+  bool fresh = true;
+  for (uint64_t st = 0; st < total_strips;) {
+    if (pair && st % plan.n_blocks == 0) {
+      const uint64_t s1 = st + 1;
+      if (fresh) start_fresh(st);
+      start_fresh(s1);
+      for (uint64_t kb = 0; kb < plan.k_blocks; ++kb) {
+        fold(st, kb, false, 0);
+        fold(s1, kb, false, plan.k_blocks / 2);
+      }
+      finish(st);
+      finish(s1);
+      st += 2;
+      fresh = true;
+      continue;
+    }
+    if (fresh) start_fresh(st);
+    for (uint64_t kb = 0; kb < plan.k_blocks; ++kb) fold(st, kb, true, 0);
+    finish(st);
+    ++st;
+    fresh = false;
   }
 }
 

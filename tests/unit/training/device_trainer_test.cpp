@@ -218,10 +218,12 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
 
 // Layers wide enough that the dW GEMMs with the SGD epilogue take several M tiles (N = 4: ACC of
 // 1024 rows, 128 per strip buffer) and rotate through all three master/momentum sets, with an odd
-// number of K blocks (batch 12 at N = 4): the loads spread over the folds must not change a bit.
+// number of K blocks (batch 12 at N = 4), and with batch 40 at N = 4 enough K blocks (>= 8) that
+// the first two strips of each M tile run side by side (forward with the bias preset, dX with
+// the dZ epilogue, dW with the SGD epilogue): the schedule must not change a bit.
 TEST(DeviceTrainer, WideLayersEqualTheHostContractModelBitForBit) {
   const MlpDims dims = {{20, 150, true, true}, {150, 140, false, true}, {140, 10, true, false}};
-  for (uint32_t an : {16u, 4u}) {
+  for (const auto& [an, batch] : {std::pair{16u, int64_t{12}}, std::pair{4u, int64_t{12}}, std::pair{4u, int64_t{40}}}) {
     BackendConfig cfg;
     cfg.array_n = an;
     Device dev = Device::open("ref", cfg);
@@ -232,13 +234,13 @@ TEST(DeviceTrainer, WideLayersEqualTheHostContractModelBitForBit) {
       compiler::TrainModel m = small_mlp(5, dims);
       DeviceTrainerSchedule opt;
       opt.fuse_update = fuse;
-      DeviceTrainer t(dev, m, 12, sgd, opt);
+      DeviceTrainer t(dev, m, batch, sgd, opt);
       std::map<std::string, std::vector<float>> mom;
       for (int step = 0; step < 2; ++step) {
-        const int64_t rows = step == 0 ? 12 : 7;
+        const int64_t rows = step == 0 ? batch : 7;
         const Batch b = make_batch(rows, 40 + static_cast<uint32_t>(step));
         const TrainStepReport r = t.step(b.x, b.y, rows);
-        const ModelStep want = contract_step(m, mom, sgd, an, 12, b, rows);
+        const ModelStep want = contract_step(m, mom, sgd, an, batch, b, rows);
         EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
         const TrainState s = t.state();
         for (const auto& [name, w] : want.after.params) {
