@@ -1,7 +1,9 @@
 // tpuw_bench_train: the training figures of issue 11 on one device (ref by default, --backend rtl):
 //   - one training step of an MLP (default 784-512-512-10, PyTorch layout: Gemm transB=1, ReLU
 //     between layers) at batch 256: cycles per step split into forward / backward / update
-//     (PERF_CYCLES of the three device programs), host-side loss seconds and bytes, MXU
+//     (PERF_CYCLES of the device programs; with the fused update, update = the fused program
+//     minus the backward program alone, i.e. the exposed part, and update_busy_cycles = its
+//     VECTOR/ACTIVATE cycles on the compute queue), host-side loss seconds and bytes, MXU
 //     utilization = step MACs / (N^2 * cycles);
 //   - bf16 GEMM 512x512x512 (fp32 out): cycles and utilization, checked bit for bit against the
 //     host contract model.
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
                        {"forward_cycles", r.forward_cycles},
                        {"backward_cycles", r.backward_cycles},
                        {"update_cycles", r.update_cycles},
+                       {"update_busy_cycles", r.update_busy_cycles},
                        {"host_loss_seconds", r.host_loss_seconds},
                        {"host_loss_bytes", r.host_loss_bytes},
                        {"macs", r.macs},
@@ -133,10 +136,12 @@ int main(int argc, char** argv) {
       std::cout << j.dump(2) << "\n";
     } else {
       const auto& t = j["train_step"];
-      fmt::print("train step MLP {} batch {} on {} (N={}): {} cycles (forward {}, backward {}, update {}), "
+      fmt::print("train step MLP {} batch {} on {} (N={}): {} cycles (forward {}, backward {}, update {}{}), "
                  "MXU utilization {:.3f}; host loss {:.3f} ms, {} bytes; loss {:.4f}; wall {:.2f} s\n",
                  fmt::join(dims, "-"), batch, backend, dev.info().params.array_n, r.cycles, r.forward_cycles,
-                 r.backward_cycles, r.update_cycles, r.utilization, r.host_loss_seconds * 1e3, r.host_loss_bytes, r.loss, wall);
+                 r.backward_cycles, r.update_cycles,
+                 fused ? fmt::format(" exposed; its VECTOR/ACTIVATE {}", r.update_busy_cycles) : std::string(),
+                 r.utilization, r.host_loss_seconds * 1e3, r.host_loss_bytes, r.loss, wall);
       for (const char* n : names) fmt::print("  {:8}: {}\n", n, t["perf"][n].dump());
       if (!skip_gemm) {
         const auto& g = j["gemm_bf16"];

@@ -106,7 +106,14 @@ struct DeviceTrainer::Impl {
   uint64_t cp() const { return round_up(static_cast<uint64_t>(model.classes()), an); }
 
   void compile();
+  /// Local rows of one dZ column block: the gradient, Z, the bias rows (gradient, master,
+  /// momentum) and the UB rows of its bf16 copy.
+  struct DzArea {
+    uint64_t dreg, zreg, dbrow, ubrow;
+  };
   void emit_dz(StepBuilder& sb, size_t l, bool fused) const;
+  void emit_dz_loads(StepBuilder& sb, size_t l, uint64_t cb, const DzArea& ar, bool fused) const;
+  void emit_dz_block(StepBuilder& sb, size_t l, uint64_t cb, const DzArea& ar, bool fused) const;
   void emit_backward(StepBuilder& sb, bool fused) const;
   void emit_update(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy, uint64_t bytes,
                    uint64_t& set) const;
@@ -164,19 +171,46 @@ void DeviceTrainer::Impl::compile() {
 
 void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
   const DeviceParams& params = dev.info().params;
+  bool dz_done = false;  // dZ of layer l already made by the epilogue of the dX GEMM above
   for (size_t l = model.layers.size(); l-- > 0;) {
     const compiler::TrainLayer& ly = model.layers[l];
     const LayerBufs& b = lay.layers[l];
     const size_t x = l == 0 ? lay.x0 : lay.layers[l - 1].h;
     const uint64_t in = static_cast<uint64_t>(ly.in), out = static_cast<uint64_t>(ly.out);
-    emit_dz(sb, l, fused);
-    // dX = dZ . W ([out, in]) or dZ . W^T ([in, out]), with the weights before the update.
+    if (!dz_done) emit_dz(sb, l, fused);
+    dz_done = false;
+    // dX = dZ . W ([out, in]) or dZ . W^T ([in, out]), with the weights before the update; its
+    // columns blocks are the column blocks of the layer below's dZ: with the whole batch in one M
+    // tile, each finished strip becomes that block of dZ (emit_dz_block) in its own epilogue.
     if (l > 0) {
       Bf16GemmSpec d;
       d.shape = {bp, out, in};
       d.trans_b = !ly.weight_out_in;
-      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, d), Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
-                             detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt});
+      const Bf16GemmPlan plan = plan_gemm_bf16(params, d);
+      const uint64_t acc0 = detail::gemm_acc_rows(plan), ub0 = detail::gemm_ub_rows(plan);
+      // Per set: Z (bp rows) and the three bias rows, starting on an ACC chunk.
+      const uint64_t stride = bp + an;
+      const bool fuse_dz = plan.m_tiles == 1 && acc0 + 2 * stride <= params.acc_depth && ub0 + 4 * bp <= params.ub_depth;
+      if (fuse_dz) {
+        const auto area = [&, acc0, ub0, stride](uint64_t strip) {
+          const uint64_t set = strip % 2;
+          return DzArea{0, acc0 + set * stride, acc0 + set * stride + bp, ub0 + set * 2 * bp};
+        };
+        detail::Bf16GemmEpilogue ep;
+        ep.bridge = [&, area](uint64_t strip) { sb.builder().bridge(sb.acc(area(strip).dbrow, 3)); };
+        ep.prefetch = [&, l, area](uint64_t strip) { emit_dz_loads(sb, l - 1, strip, area(strip), fused); };
+        ep.finish = [&, l, area](uint64_t strip, uint64_t acc_row) {
+          DzArea ar = area(strip);
+          ar.dreg = acc_row;
+          emit_dz_block(sb, l - 1, strip, ar, fused);
+        };
+        detail::emit_gemm_bf16(sb, plan, Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
+                               detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt}, ep);
+        dz_done = true;
+      } else {
+        detail::emit_gemm_bf16(sb, plan, Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
+                               detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt});
+      }
     }
     // dW in the stored layout (fused: the update instead of storing it).
     Bf16GemmSpec s;
@@ -205,81 +239,107 @@ void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
 }
 
 // dZ of layer l, one column block (ArrayN columns, all Bp rows) at a time in two alternating ACC
-// sets: LOAD the incoming gradient (the host's dZ at the logits, or dX of the layer above),
+// sets: the incoming gradient (the host's dZ at the logits, or dX of the layer above) in `dreg`,
 // SELECT with the pre-activation for a ReLU, COLSUM into the bias gradient, ACTIVATE bf16 into the
-// UB and STORE as the bf16 dZ the GEMMs read.
-void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l, bool fused) const {
+// UB and STORE as the bf16 dZ the GEMMs read. `emit_dz_loads` emits a block's LOADs other than the
+// gradient (Z, and with the fused update the bias master and momentum rows), `emit_dz_block` the
+// rest. `emit_dz` does the whole layer on its own (LOADing the gradient); for the layers below the
+// last, the dX GEMM of the layer above does it in its epilogue, strip by strip while dX is still
+// in the ACC (emit_backward), so dX never goes to device memory.
+void DeviceTrainer::Impl::emit_dz_loads(StepBuilder& sb, size_t l, uint64_t cb, const DzArea& ar, bool fused) const {
   const compiler::TrainLayer& ly = model.layers[l];
   const LayerBufs& b = lay.layers[l];
   const bool last = l + 1 == model.layers.size();
-  const size_t src = last ? lay.dz : lay.layers[l + 1].dx;
+  const uint64_t outp = round_up(static_cast<uint64_t>(ly.out), an);
+  const uint64_t an4 = 4 * uint64_t{an};
+  if (!last && ly.relu) sb.load(spec::Mem::kAcc, Transfer{ar.zreg, addr(b.z) + 4 * cb * an, bp, an4, 4 * outp}, b.z);
+  if (b.bg != kNone && fused) {
+    // The bias update on this block (read and written here only: no host tracking).
+    const uint64_t off = 4 * cb * an;
+    sb.load(spec::Mem::kAcc, Transfer{ar.dbrow + 1, addr(b.bm) + off, 1, an4, an4});
+    if (sgd.momentum != 0.0f) sb.load(spec::Mem::kAcc, Transfer{ar.dbrow + 2, addr(b.bv) + off, 1, an4, an4});
+  }
+}
+
+void DeviceTrainer::Impl::emit_dz_block(StepBuilder& sb, size_t l, uint64_t cb, const DzArea& ar, bool fused) const {
+  const compiler::TrainLayer& ly = model.layers[l];
+  const LayerBufs& b = lay.layers[l];
+  const bool last = l + 1 == model.layers.size();
   const bool select = !last && ly.relu;
   const uint64_t outp = round_up(static_cast<uint64_t>(ly.out), an);
   const uint64_t an4 = 4 * uint64_t{an}, an2 = 2 * uint64_t{an};
+  const uint64_t dreg = ar.dreg, zreg = ar.zreg, dbrow = ar.dbrow, bmrow = dbrow + 1, bvrow = dbrow + 2;
+  if (select) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
+    v.set("dst_addr", dreg);
+    v.set("a_addr", zreg);
+    v.set("b_addr", dreg);
+    v.set("rows", bp);
+    std::vector<size_t> reads = sb.acc(zreg, bp);
+    for (size_t r : sb.acc(dreg, bp)) reads.push_back(r);
+    sb.compute(std::move(v), reads, sb.acc(dreg, bp));
+  }
+  if (b.bg != kNone) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kColsum));
+    v.set("dst_addr", dbrow);
+    v.set("a_addr", dreg);
+    v.set("b_addr", dreg);
+    v.set("rows", bp);
+    sb.compute(std::move(v), sb.acc(dreg, bp), sb.acc(dbrow, 1));
+    if (!fused) {
+      sb.store(spec::Mem::kAcc, Transfer{dbrow, addr(b.bg) + 4 * cb * an, 1, an4, an4}, b.bg);
+    } else {
+      const uint64_t off = 4 * cb * an;
+      const bool mom = sgd.momentum != 0.0f;
+      const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t bb, float scalar) {
+        isa::Instr x = isa::make_instr(spec::Opcode::kVector);
+        x.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
+        x.set("dst_addr", dst);
+        x.set("a_addr", a);
+        x.set("b_addr", bb);
+        x.set("rows", 1);
+        x.set("scalar", num::to_bits(scalar));
+        std::vector<size_t> reads = sb.acc(a, 1);
+        for (size_t r : sb.acc(bb, 1)) reads.push_back(r);
+        sb.compute(std::move(x), reads, sb.acc(dst, 1));
+      };
+      if (sgd.weight_decay != 0.0f) axpy(dbrow, bmrow, dbrow, sgd.weight_decay);
+      if (mom) {
+        axpy(bvrow, bvrow, dbrow, sgd.momentum);
+        axpy(bmrow, bvrow, bmrow, -sgd.lr);
+        sb.store(spec::Mem::kAcc, Transfer{bvrow, addr(b.bv) + off, 1, an4, an4});
+      } else {
+        axpy(bmrow, dbrow, bmrow, -sgd.lr);
+      }
+      sb.store(spec::Mem::kAcc, Transfer{bmrow, addr(b.bm) + off, 1, an4, an4});
+    }
+  }
+  isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+  act.set("bf16", 1);
+  act.set("acc_addr", dreg);
+  act.set("ub_addr", ar.ubrow);
+  act.set("rows", bp);
+  sb.compute(std::move(act), sb.acc(dreg, bp), sb.ub(ar.ubrow, 2 * bp));
+  sb.store(spec::Mem::kUb, Transfer{ar.ubrow, addr(b.dzb) + 2 * cb * an, bp, an2, 2 * outp}, b.dzb);
+}
+
+void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l, bool fused) const {
+  const compiler::TrainLayer& ly = model.layers[l];
+  const bool last = l + 1 == model.layers.size();
+  const size_t src = last ? lay.dz : lay.layers[l + 1].dx;
+  const uint64_t outp = round_up(static_cast<uint64_t>(ly.out), an);
+  // Sets start on an ACC chunk (ArrayN rows, the builder's hazard granularity) where they fit, so
+  // that one block's LOADs do not wait for the other set's instructions.
+  const uint64_t stride = 2 * (2 * bp + an) <= dev.info().params.acc_depth ? 2 * bp + an : 2 * bp + 3;
   for (uint64_t cb = 0; cb < outp / an; ++cb) {
     const uint64_t set = cb % 2;
-    const uint64_t base = set * (2 * bp + 3);
-    const uint64_t zreg = base, dreg = base + bp, dbrow = base + 2 * bp, bmrow = dbrow + 1, bvrow = dbrow + 2;
-    const uint64_t ubrow = set * 2 * bp;
-    sb.load(spec::Mem::kAcc, Transfer{dreg, addr(src) + 4 * cb * an, bp, an4, 4 * outp}, src);
-    if (select) {
-      sb.load(spec::Mem::kAcc, Transfer{zreg, addr(b.z) + 4 * cb * an, bp, an4, 4 * outp}, b.z);
-      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-      v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
-      v.set("dst_addr", dreg);
-      v.set("a_addr", zreg);
-      v.set("b_addr", dreg);
-      v.set("rows", bp);
-      std::vector<size_t> reads = sb.acc(zreg, bp);
-      for (size_t r : sb.acc(dreg, bp)) reads.push_back(r);
-      sb.compute(std::move(v), reads, sb.acc(dreg, bp));
-    }
-    if (b.bg != kNone) {
-      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-      v.set("op", static_cast<uint64_t>(spec::VecOp::kColsum));
-      v.set("dst_addr", dbrow);
-      v.set("a_addr", dreg);
-      v.set("b_addr", dreg);
-      v.set("rows", bp);
-      sb.compute(std::move(v), sb.acc(dreg, bp), sb.acc(dbrow, 1));
-      if (!fused) {
-        sb.store(spec::Mem::kAcc, Transfer{dbrow, addr(b.bg) + 4 * cb * an, 1, an4, an4}, b.bg);
-      } else {
-        // The bias update on this block (read and written here only: no host tracking).
-        const uint64_t off = 4 * cb * an;
-        const bool mom = sgd.momentum != 0.0f;
-        sb.load(spec::Mem::kAcc, Transfer{bmrow, addr(b.bm) + off, 1, an4, an4});
-        if (mom) sb.load(spec::Mem::kAcc, Transfer{bvrow, addr(b.bv) + off, 1, an4, an4});
-        const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t bb, float scalar) {
-          isa::Instr x = isa::make_instr(spec::Opcode::kVector);
-          x.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
-          x.set("dst_addr", dst);
-          x.set("a_addr", a);
-          x.set("b_addr", bb);
-          x.set("rows", 1);
-          x.set("scalar", num::to_bits(scalar));
-          std::vector<size_t> reads = sb.acc(a, 1);
-          for (size_t r : sb.acc(bb, 1)) reads.push_back(r);
-          sb.compute(std::move(x), reads, sb.acc(dst, 1));
-        };
-        if (sgd.weight_decay != 0.0f) axpy(dbrow, bmrow, dbrow, sgd.weight_decay);
-        if (mom) {
-          axpy(bvrow, bvrow, dbrow, sgd.momentum);
-          axpy(bmrow, bvrow, bmrow, -sgd.lr);
-          sb.store(spec::Mem::kAcc, Transfer{bvrow, addr(b.bv) + off, 1, an4, an4});
-        } else {
-          axpy(bmrow, dbrow, bmrow, -sgd.lr);
-        }
-        sb.store(spec::Mem::kAcc, Transfer{bmrow, addr(b.bm) + off, 1, an4, an4});
-      }
-    }
-    isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-    act.set("bf16", 1);
-    act.set("acc_addr", dreg);
-    act.set("ub_addr", ubrow);
-    act.set("rows", bp);
-    sb.compute(std::move(act), sb.acc(dreg, bp), sb.ub(ubrow, 2 * bp));
-    sb.store(spec::Mem::kUb, Transfer{ubrow, addr(b.dzb) + 2 * cb * an, bp, an2, 2 * outp}, b.dzb);
+    const uint64_t base = set * stride;
+    const DzArea ar{base + bp, base, base + 2 * bp, set * 2 * bp};
+    sb.load(spec::Mem::kAcc, Transfer{ar.dreg, addr(src) + 4 * cb * an, bp, 4 * uint64_t{an}, 4 * outp}, src);
+    emit_dz_loads(sb, l, cb, ar, fused);
+    emit_dz_block(sb, l, cb, ar, fused);
   }
 }
 
@@ -292,7 +352,9 @@ void DeviceTrainer::Impl::emit_update(StepBuilder& sb, size_t master, size_t gra
   const DeviceParams& p = dev.info().params;
   const uint64_t an4 = 4 * uint64_t{an};
   const uint64_t total = bytes / an4;
-  const uint64_t cap = std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096});
+  // Whole ACC chunks (ArrayN rows, the hazard unit), so the sets do not share one.
+  const uint64_t cap = std::max<uint64_t>(round_down(std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096}), an),
+                                          std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096, an}));
   const bool wd = sgd.weight_decay != 0.0f, use_mom = sgd.momentum != 0.0f;
   const auto vec = [&](uint64_t dst, uint64_t a, uint64_t b, uint64_t rows, float s, bool reads_b) {
     isa::Instr v = isa::make_instr(spec::Opcode::kVector);
@@ -504,9 +566,11 @@ TrainStepReport DeviceTrainer::step(std::span<const float> inputs, std::span<con
     const uint64_t both = im.run(3);
     r.backward_cycles = std::min(both, im.backward_only_cycles);
     r.update_cycles = both - r.backward_cycles;
+    r.update_busy_cycles = im.perf[3].act_busy - std::min(im.perf[3].act_busy, im.perf[1].act_busy);
   } else {
     r.backward_cycles = im.run(1);
     r.update_cycles = im.run(2);
+    r.update_busy_cycles = im.perf[2].act_busy;
   }
   r.cycles = r.forward_cycles + r.backward_cycles + r.update_cycles;
   r.macs = im.model.step_macs(rows);

@@ -43,6 +43,11 @@ using detail::Transfer;
 
 constexpr uint32_t kMaxWSlots = 64;
 constexpr uint64_t kLookahead = 8;
+// ACC strip buffers of a GEMM with the SGD epilogue (see plan_gemm_bf16).
+constexpr uint64_t kSgdAccSets = 8;
+// Folds per strip from which the first two strips of an M tile run side by side (emit_gemm_bf16):
+// with fewer, the A LOADs they overlap are too short to pay for the later epilogues.
+constexpr uint64_t kPairMinFolds = 8;
 
 std::string spec_name(const Bf16GemmSpec& s) {
   return fmt::format("bf16 GEMM M={} K={} N={}{}{}", s.shape.m, s.shape.k, s.shape.n, s.trans_a ? " A^T" : "",
@@ -99,9 +104,10 @@ Bf16GemmPlan plan_gemm_bf16(const DeviceParams& params, const Bf16GemmSpec& spec
                 fmt::format("{}: the operands exceed the 4 GiB device address space", spec_name(spec)));
   }
 
-  // ACC: two strip buffers of m_tile rows.
-  // ACC: two strip buffers of m_tile rows (six with the SGD epilogue: gradient, master, momentum).
-  const uint64_t acc_sets = spec.sgd ? 6 : 2;
+  // ACC: two strip buffers of m_tile rows (eight with the SGD epilogue: two gradient buffers and
+  // three master and three momentum buffers, so the next strip's master and momentum are loaded
+  // while the current strip computes, into a set whose previous STOREs finished a strip ago).
+  const uint64_t acc_sets = spec.sgd ? kSgdAccSets : 2;
   const uint64_t acc_cap = round_down(std::min<uint64_t>(params.acc_depth / acc_sets, detail::kMaxRowsField / 2), an);
   if (acc_cap == 0) {
     throw Error(ErrorKind::kUnsupported,
@@ -218,18 +224,65 @@ MergedProgram StepBuilder::finish() {
 
 namespace {
 
-// The SGD epilogue on one finished gradient strip (ACC rows g_row.., `rows` rows of ArrayN
-// columns): LOAD the master and momentum strips into the buffer's own ACC sets, the AXPY passes of
-// docs/numerics.md, STORE them back, ACTIVATE bf16 into the UB and STORE the working copy.
-void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t g_row,
-                    uint64_t buf, uint64_t rows, uint64_t m0, uint64_t nb, uint64_t out_row0) {
+// The SGD epilogue's ACC rows: gradient buffers 0 and 1 (the GEMM's strip buffers), then master
+// and momentum buffers in three sets each (strip % 3).
+uint64_t sgd_master_row(const Bf16GemmPlan& plan, uint64_t strip) { return (2 + strip % 3) * plan.m_tile; }
+uint64_t sgd_momentum_row(const Bf16GemmPlan& plan, uint64_t strip) { return (5 + strip % 3) * plan.m_tile; }
+
+// Where strip `strip` starts: M tile and column block.
+struct StripPos {
+  uint64_t m0, nb, rows;
+};
+StripPos strip_pos(const Bf16GemmPlan& plan, uint64_t strip) {
+  const uint64_t mt = strip / plan.n_blocks;
+  return {mt * plan.m_tile, strip % plan.n_blocks, plan.rows_of_tile(mt)};
+}
+
+// The SGD epilogue's loads of strip `strip` (its master and momentum rows into the strip's own ACC
+// set), cut into `pieces` pieces of whole ACC rows; emits pieces [from, to). Emitted one or two
+// per fold while the previous strip computes, they share the read channel with the weight tiles
+// instead of stalling the epilogue. The first piece first takes the whole set over from the STOREs
+// of three strips ago (one COMPUTE NOP, long satisfied).
+void emit_sgd_loads(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t strip,
+                    uint64_t pieces, uint64_t from, uint64_t to) {
   const Bf16GemmSpec& s = plan.spec;
   const uint64_t an = plan.array_n;
-  const uint64_t m_row = (2 + buf) * plan.m_tile, v_row = (4 + buf) * plan.m_tile;
-  const uint64_t off4 = 4 * (m0 * plan.np + nb * an), off2 = 2 * (m0 * plan.np + nb * an);
+  const StripPos sp = strip_pos(plan, strip);
+  const bool mom = s.momentum != 0.0f;
+  const uint64_t m_row = sgd_master_row(plan, strip), v_row = sgd_momentum_row(plan, strip);
+  const uint64_t off4 = 4 * (sp.m0 * plan.np + sp.nb * an);
+  const uint64_t per = mom ? pieces / 2 : pieces;  // pieces per buffer (pieces is even with momentum)
+  const uint64_t piece_rows = (sp.rows + per - 1) / per;
+  if (from == 0) {
+    std::vector<size_t> set = sb.acc(m_row, sp.rows);
+    if (mom) {
+      for (size_t r : sb.acc(v_row, sp.rows)) set.push_back(r);
+    }
+    sb.builder().bridge(set);
+  }
+  for (uint64_t i = from; i < to; ++i) {
+    const bool is_v = i >= per;
+    const uint64_t r0 = (is_v ? i - per : i) * piece_rows;
+    if (r0 >= sp.rows) continue;
+    const uint64_t rows = std::min(piece_rows, sp.rows - r0);
+    const uint64_t base = is_v ? addrs.momentum : addrs.master;
+    sb.load(spec::Mem::kAcc,
+            Transfer{(is_v ? v_row : m_row) + r0, base + off4 + 4 * r0 * plan.np, rows, 4 * an, 4 * plan.np});
+  }
+}
+
+// The SGD epilogue on one finished gradient strip (ACC rows g_row.., `rows` rows of ArrayN
+// columns), its master and momentum already loaded (emit_sgd_loads): the AXPY passes of
+// docs/numerics.md, STORE them back, ACTIVATE bf16 into the UB and STORE the working copy.
+void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs, uint64_t g_row,
+                    uint64_t strip, uint64_t out_row0) {
+  const Bf16GemmSpec& s = plan.spec;
+  const uint64_t an = plan.array_n;
+  const StripPos sp = strip_pos(plan, strip);
+  const uint64_t rows = sp.rows, buf = strip % 2;
+  const uint64_t m_row = sgd_master_row(plan, strip), v_row = sgd_momentum_row(plan, strip);
+  const uint64_t off4 = 4 * (sp.m0 * plan.np + sp.nb * an), off2 = 2 * (sp.m0 * plan.np + sp.nb * an);
   const bool wd = s.weight_decay != 0.0f, mom = s.momentum != 0.0f;
-  sb.load(spec::Mem::kAcc, Transfer{m_row, addrs.master + off4, rows, 4 * an, 4 * plan.np});
-  if (mom) sb.load(spec::Mem::kAcc, Transfer{v_row, addrs.momentum + off4, rows, 4 * an, 4 * plan.np});
   const auto axpy = [&](uint64_t dst, uint64_t a, uint64_t b, float scalar) {
     isa::Instr v = isa::make_instr(spec::Opcode::kVector);
     v.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
@@ -263,9 +316,20 @@ void emit_sgd_strip(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
 
 }  // namespace
 
-void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
-                    const Bf16GemmHostBufs& bufs) {
+uint64_t gemm_ub_rows(const Bf16GemmPlan& plan) {
   const Bf16GemmSpec& s = plan.spec;
+  return uint64_t{plan.a_slots} * 2 * plan.m_tile + (s.trans_a ? 4 * uint64_t{plan.array_n} : 0) +
+         ((s.bf16_out || s.sgd) ? 4 * plan.m_tile : 0);
+}
+
+uint64_t gemm_acc_rows(const Bf16GemmPlan& plan) { return (plan.spec.sgd ? kSgdAccSets : 2) * plan.m_tile; }
+
+void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
+                    const Bf16GemmHostBufs& bufs, const Bf16GemmEpilogue& epilogue) {
+  const Bf16GemmSpec& s = plan.spec;
+  if (epilogue.finish && (s.sgd || s.bf16_out || s.accumulate || s.bias)) {
+    throw Error(ErrorKind::kInternal, "emit_gemm_bf16: a caller's epilogue takes a plain fp32 product");
+  }
   const uint64_t an = plan.array_n;
   const uint64_t beat = plan.beat;
   const auto check_addr = [&](uint64_t addr, uint64_t bytes, const char* what) {
@@ -292,100 +356,183 @@ void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAdd
   const uint64_t scr_row0 = a_row0 + uint64_t{plan.a_slots} * 2 * plan.m_tile;
   const uint64_t out_row0 = scr_row0 + (s.trans_a ? 4 * an : 0);
 
-  // The ACC preset of a strip (C when accumulating, the bias strip in every row with a bias).
+  // The ACC preset of a strip (C when accumulating, the bias strip in every row with a bias), rows
+  // [from, to) of it. After the first strip's, each is LOADed in pieces over the second half of
+  // the previous strip's folds (from its middle on, the buffer's previous STOREs are done, so the
+  // NOP that orders the LOADs behind them does not stall the array), so that the weight tiles
+  // queued behind a piece do not wait long.
   const uint64_t total_strips = plan.m_tiles * plan.n_blocks;
-  const auto preload = [&](uint64_t st) {
+  const bool has_preset = s.accumulate || s.bias;
+  const auto preload = [&](uint64_t st, uint64_t from, uint64_t to) {
     const uint64_t pm = st / plan.n_blocks, pn = st % plan.n_blocks;
     const uint64_t prow = (st % 2) * plan.m_tile, prows = plan.rows_of_tile(pm), pm0 = pm * plan.m_tile;
+    to = std::min(to, prows);
+    if (!has_preset || from >= to) return;
+    if (from == 0) sb.builder().bridge(sb.acc(prow, prows));
     if (s.accumulate) {
-      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.c + 4 * (pm0 * plan.np + pn * an), prows, 4 * an, 4 * plan.np},
+      sb.load(spec::Mem::kAcc,
+              Transfer{prow + from, addrs.c + 4 * ((pm0 + from) * plan.np + pn * an), to - from, 4 * an, 4 * plan.np},
               bufs.c);
-    } else if (s.bias) {
+    } else {
       // The bias strip in every row of the ACC strip: one host row read `rows` times.
-      sb.load(spec::Mem::kAcc, Transfer{prow, addrs.bias + 4 * pn * an, prows, 4 * an, 0}, bufs.bias);
+      sb.load(spec::Mem::kAcc, Transfer{prow + from, addrs.bias + 4 * pn * an, to - from, 4 * an, 0}, bufs.bias);
     }
   };
+  // Taking a buffer over from its STOREs is a COMPUTE NOP, done (in order) only when the MATMUL
+  // before it is: it goes one fold before the LOADs it orders, so that they do not hold up the
+  // weight tiles queued behind them (but not at the strip's first fold, where it would wait for
+  // the STOREs of the strip before). Preset: NOP one fold before the middle, pieces from the
+  // middle fold on; with fewer than 4 folds, NOP and the whole preset at the middle fold.
+  const uint64_t preset_first = plan.k_blocks / 2;
+  const uint64_t preset_bridge = plan.k_blocks >= 4 ? preset_first - 1 : preset_first;
+  const uint64_t preset_folds = plan.k_blocks >= 4 ? plan.k_blocks - preset_first : 1;
+  // Pieces of the SGD loads per strip: about one ACC row block of the master (and one of the
+  // momentum) per fold, at least one per buffer.
+  const bool sgd_mom = s.momentum != 0.0f;
+  const uint64_t sgd_pieces = (sgd_mom ? 2 : 1) * std::max<uint64_t>(1, plan.k_blocks / (sgd_mom ? 2 : 1));
   std::vector<int64_t> a_content(plan.a_slots, -1);
-  uint64_t tile_counter = 0, a_ring = 0, strip = 0, scr_counter = 0;
-  for (uint64_t mt = 0; mt < plan.m_tiles; ++mt) {
-    const uint64_t rows = plan.rows_of_tile(mt);
-    const uint64_t m0 = mt * plan.m_tile;
-    for (uint64_t nb = 0; nb < plan.n_blocks; ++nb, ++strip) {
-      const uint64_t buf = strip % 2;
-      const uint64_t acc_row = buf * plan.m_tile;
-      const std::vector<size_t> acc_res = sb.acc(acc_row, rows);
-      if (strip == 0) preload(0);
-      for (uint64_t kb = 0; kb < plan.k_blocks; ++kb, ++tile_counter) {
-        // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
-        const uint64_t wslot = tile_counter % plan.w_slots;
-        const uint64_t tile_addr = s.trans_b ? addrs.b + 2 * (nb * an * plan.kp + kb * an)
-                                             : addrs.b + 2 * (kb * an * plan.np + nb * an);
-        const uint64_t tile_stride = 2 * (s.trans_b ? plan.kp : plan.np);
-        sb.load(spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}, bufs.b);
-        // A block -> UB slot, unless it is already there.
-        const uint64_t aslot = plan.a_resident ? kb : (a_ring++ % plan.a_slots);
-        const uint64_t slot_row = a_row0 + aslot * 2 * plan.m_tile;
-        const auto a_id = static_cast<int64_t>(mt * plan.k_blocks + kb);
-        if (a_content[aslot] != a_id) {
-          if (!s.trans_a) {
-            sb.load(spec::Mem::kUb, Transfer{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp},
-                    bufs.a);
-          } else {
-            // A is stored [K, M]: its tile (kb, m chunk) is LOADed and TRANSPOSEd into the slot.
-            for (uint64_t c = 0; c < rows / an; ++c, ++scr_counter) {
-              const uint64_t sc_row = scr_row0 + (scr_counter % 2) * 2 * an;
-              sb.load(spec::Mem::kUb,
-                      Transfer{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp},
-                      bufs.a);
-              isa::Instr tr = isa::make_instr(spec::Opcode::kTranspose);
-              tr.set("bf16", 1);
-              tr.set("src_addr", sc_row);
-              tr.set("dst_addr", slot_row + c * 2 * an);
-              tr.set("rows", an);
-              sb.compute(std::move(tr), sb.ub(sc_row, 2 * an), sb.ub(slot_row + c * 2 * an, 2 * an));
-            }
-          }
-          a_content[aslot] = a_id;
+  uint64_t tile_counter = 0, a_ring = 0, scr_counter = 0;
+  // One fold (K block kb) of strip st. `next` emits the next strip's preset, bridge and prefetch
+  // hooks; the SGD loads of the next strip start at fold `sgd_from` (their NOP there).
+  const auto fold = [&](uint64_t st, uint64_t kb, bool next, uint64_t sgd_from) {
+    const uint64_t mt = st / plan.n_blocks, nb = st % plan.n_blocks;
+    const uint64_t rows = plan.rows_of_tile(mt), m0 = mt * plan.m_tile;
+    const uint64_t acc_row = (st % 2) * plan.m_tile;
+    // Weight tile -> WB slot: op(B) rows kb*an.., columns nb*an.. .
+    const uint64_t wslot = tile_counter++ % plan.w_slots;
+    const uint64_t tile_addr = s.trans_b ? addrs.b + 2 * (nb * an * plan.kp + kb * an)
+                                         : addrs.b + 2 * (kb * an * plan.np + nb * an);
+    const uint64_t tile_stride = 2 * (s.trans_b ? plan.kp : plan.np);
+    sb.load(spec::Mem::kWb, Transfer{wslot * 2 * an, tile_addr, an, 2 * an, tile_stride}, bufs.b);
+    // A block -> UB slot, unless it is already there.
+    const uint64_t aslot = plan.a_resident ? kb : (a_ring++ % plan.a_slots);
+    const uint64_t slot_row = a_row0 + aslot * 2 * plan.m_tile;
+    const auto a_id = static_cast<int64_t>(mt * plan.k_blocks + kb);
+    if (a_content[aslot] != a_id) {
+      if (!s.trans_a) {
+        sb.load(spec::Mem::kUb, Transfer{slot_row, addrs.a + 2 * (m0 * plan.kp + kb * an), rows, 2 * an, 2 * plan.kp},
+                bufs.a);
+      } else {
+        // A is stored [K, M]: its tile (kb, m chunk) is LOADed and TRANSPOSEd into the slot.
+        for (uint64_t c = 0; c < rows / an; ++c, ++scr_counter) {
+          const uint64_t sc_row = scr_row0 + (scr_counter % 2) * 2 * an;
+          sb.load(spec::Mem::kUb,
+                  Transfer{sc_row, addrs.a + 2 * (kb * an * plan.mp + m0 + c * an), an, 2 * an, 2 * plan.mp}, bufs.a);
+          isa::Instr tr = isa::make_instr(spec::Opcode::kTranspose);
+          tr.set("bf16", 1);
+          tr.set("src_addr", sc_row);
+          tr.set("dst_addr", slot_row + c * 2 * an);
+          tr.set("rows", an);
+          sb.compute(std::move(tr), sb.ub(sc_row, 2 * an), sb.ub(slot_row + c * 2 * an, 2 * an));
         }
-        isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-        lw.set("wb_addr", wslot * 2 * an);
-        lw.set("bf16", 1);
-        lw.set("transpose", s.trans_b ? 1 : 0);
-        sb.compute(std::move(lw), sb.wb(wslot * 2 * an, 2 * an), {});
-        isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-        mm.set("accumulate", (kb > 0 || s.accumulate || s.bias) ? 1 : 0);
-        mm.set("swap", 1);
-        mm.set("bf16", 1);
-        mm.set("ub_addr", slot_row);
-        mm.set("acc_addr", acc_row);
-        mm.set("rows", rows);
-        sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), acc_res, /*is_matmul=*/true);
-        // The next strip's preset, half-way through this one: its buffer's previous STORE is long
-        // done by then, so the NOP that orders the LOAD behind it does not stall the array.
-        if (kb == plan.k_blocks / 2 && strip + 1 < total_strips) preload(strip + 1);
       }
-      if (s.sgd) {
-        emit_sgd_strip(sb, plan, addrs, acc_row, buf, rows, m0, nb, out_row0);
-        continue;
+      a_content[aslot] = a_id;
+    }
+    isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
+    lw.set("wb_addr", wslot * 2 * an);
+    lw.set("bf16", 1);
+    lw.set("transpose", s.trans_b ? 1 : 0);
+    sb.compute(std::move(lw), sb.wb(wslot * 2 * an, 2 * an), {});
+    isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+    mm.set("accumulate", (kb > 0 || s.accumulate || s.bias) ? 1 : 0);
+    mm.set("swap", 1);
+    mm.set("bf16", 1);
+    mm.set("ub_addr", slot_row);
+    mm.set("acc_addr", acc_row);
+    mm.set("rows", rows);
+    sb.compute(std::move(mm), sb.ub(slot_row, 2 * rows), sb.acc(acc_row, rows), /*is_matmul=*/true);
+    // The next strip's preset, from half-way through this one: its buffer's previous STOREs are
+    // long done by then, so the NOP that orders the LOADs behind them does not stall the array.
+    if (next && st + 1 < total_strips) {
+      const uint64_t next_rows = plan.rows_of_tile((st + 1) / plan.n_blocks);
+      if (kb == preset_bridge) {
+        if (has_preset) sb.builder().bridge(sb.acc(((st + 1) % 2) * plan.m_tile, next_rows));
+        if (epilogue.bridge) epilogue.bridge(st + 1);
       }
-      if (!s.bf16_out || s.z_out) {
-        const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
-        sb.store(spec::Mem::kAcc, Transfer{acc_row, base + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
-                 s.bf16_out ? bufs.z : bufs.c);
+      if (kb >= preset_first && kb < preset_first + preset_folds) {
+        const uint64_t piece = (next_rows + preset_folds - 1) / preset_folds, i = kb - preset_first;
+        preload(st + 1, i * piece, (i + 1) * piece);
       }
-      if (s.bf16_out) {
-        const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
-        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-        act.set("bf16", 1);
-        act.set("relu", s.relu ? 1 : 0);
-        act.set("acc_addr", acc_row);
-        act.set("ub_addr", out_row);
-        act.set("rows", rows);
-        sb.compute(std::move(act), acc_res, sb.ub(out_row, 2 * rows));
-        sb.store(spec::Mem::kUb, Transfer{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np},
-                 bufs.c);
+      if (kb == preset_first && epilogue.prefetch) epilogue.prefetch(st + 1);
+    }
+    // The SGD epilogue's master and momentum: the first strip's during its own folds, every next
+    // strip's during the folds of the one before (NOP at fold sgd_from, pieces on the later ones).
+    if (s.sgd) {
+      const uint64_t k = plan.k_blocks;
+      if (st == 0) emit_sgd_loads(sb, plan, addrs, 0, sgd_pieces, kb * sgd_pieces / k, (kb + 1) * sgd_pieces / k);
+      if (st + 1 < total_strips && kb >= sgd_from) {
+        const uint64_t first = k - sgd_from > 1 ? sgd_from + 1 : sgd_from;
+        if (kb == sgd_from) emit_sgd_loads(sb, plan, addrs, st + 1, sgd_pieces, 0, 0);  // the NOP only
+        if (kb >= first) {
+          const uint64_t i = kb - first, n = k - first;
+          emit_sgd_loads(sb, plan, addrs, st + 1, sgd_pieces, i * sgd_pieces / n, (i + 1) * sgd_pieces / n);
+        }
       }
     }
+  };
+  // Strip st's product is in its ACC buffer: the epilogue.
+  const auto finish = [&](uint64_t st) {
+    const uint64_t mt = st / plan.n_blocks, nb = st % plan.n_blocks;
+    const uint64_t rows = plan.rows_of_tile(mt), m0 = mt * plan.m_tile;
+    const uint64_t buf = st % 2, acc_row = buf * plan.m_tile;
+    if (s.sgd) {
+      emit_sgd_strip(sb, plan, addrs, acc_row, st, out_row0);
+      return;
+    }
+    if (epilogue.finish) {
+      epilogue.finish(st, acc_row);
+      return;
+    }
+    if (!s.bf16_out || s.z_out) {
+      const uint64_t base = s.bf16_out ? addrs.z : addrs.c;
+      sb.store(spec::Mem::kAcc, Transfer{acc_row, base + 4 * (m0 * plan.np + nb * an), rows, 4 * an, 4 * plan.np},
+               s.bf16_out ? bufs.z : bufs.c);
+    }
+    if (s.bf16_out) {
+      const uint64_t out_row = out_row0 + buf * 2 * plan.m_tile;
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("bf16", 1);
+      act.set("relu", s.relu ? 1 : 0);
+      act.set("acc_addr", acc_row);
+      act.set("ub_addr", out_row);
+      act.set("rows", rows);
+      sb.compute(std::move(act), sb.acc(acc_row, rows), sb.ub(out_row, 2 * rows));
+      sb.store(spec::Mem::kUb, Transfer{out_row, addrs.c + 2 * (m0 * plan.np + nb * an), rows, 2 * an, 2 * plan.np},
+               bufs.c);
+    }
+  };
+  // A strip whose preset and prefetch were not emitted during an earlier strip's folds.
+  const auto start_fresh = [&](uint64_t st) {
+    preload(st, 0, plan.rows_of_tile(st / plan.n_blocks));
+    if (epilogue.prefetch) epilogue.prefetch(st);
+  };
+  // The first strip of an M tile LOADs the tile's resident A block by block, twice as many bytes
+  // per fold as the array streams in bf16; so the first two strips of each M tile run fold by
+  // fold side by side (each A block feeds two folds, in their two ACC buffers), then their
+  // epilogues (with at least kPairMinFolds folds). Each output still sums its K blocks in
+  // increasing order from its preset.
+  const bool pair = plan.a_resident && plan.n_blocks >= 2 && plan.k_blocks >= kPairMinFolds;
+  bool fresh = true;
+  for (uint64_t st = 0; st < total_strips;) {
+    if (pair && st % plan.n_blocks == 0) {
+      const uint64_t s1 = st + 1;
+      if (fresh) start_fresh(st);
+      start_fresh(s1);
+      for (uint64_t kb = 0; kb < plan.k_blocks; ++kb) {
+        fold(st, kb, false, 0);
+        fold(s1, kb, false, plan.k_blocks / 2);
+      }
+      finish(st);
+      finish(s1);
+      st += 2;
+      fresh = true;
+      continue;
+    }
+    if (fresh) start_fresh(st);
+    for (uint64_t kb = 0; kb < plan.k_blocks; ++kb) fold(st, kb, true, 0);
+    finish(st);
+    ++st;
+    fresh = false;
   }
 }
 
@@ -400,7 +547,7 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   params.ub_depth = static_cast<uint32_t>(std::min<uint64_t>(
       UINT32_MAX, uint64_t{plan.a_slots} * 2 * plan.m_tile + 4 * plan.array_n + 4 * plan.m_tile));
   params.wb_depth = plan.w_slots * 2 * plan.array_n;
-  params.acc_depth = static_cast<uint32_t>((plan.spec.sgd ? 6 : 2) * plan.m_tile);
+  params.acc_depth = static_cast<uint32_t>(detail::gemm_acc_rows(plan));
   detail::StepBuilder sb(params, 0);
   detail::emit_gemm_bf16(sb, plan, addrs);
   detail::MergedProgram merged = sb.finish();

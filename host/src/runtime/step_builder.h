@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -62,8 +63,28 @@ struct Bf16GemmHostBufs {
 };
 // (With spec.sgd, master/momentum/copy are read and written by their own strip only: no tracking.)
 
-/// Appends the bf16 GEMM of `plan` to `sb` (the program of compile_gemm_bf16).
+/// A caller's epilogue on each finished fp32 strip of a GEMM (one M tile x one column block of
+/// ArrayN columns, strip = m tile * n_blocks + column block), instead of storing C. `prefetch(s)`
+/// is called while an earlier strip computes (just after the middle fold of strip s - 1, or
+/// before the first fold for strip 0) to emit strip s's loads; `finish(s, acc_row)` after strip s's last MATMUL,
+/// with the product in ACC rows [acc_row, acc_row + rows of its M tile). The epilogue may use the
+/// UB rows from gemm_ub_rows(plan) and the ACC rows from gemm_acc_rows(plan) on.
+struct Bf16GemmEpilogue {
+  /// Optional: called one fold before `prefetch(s)` (the place for Builder::bridge of the rows
+  /// prefetch reloads, so that its NOP is done by the time the LOADs are).
+  std::function<void(uint64_t strip)> bridge;
+  std::function<void(uint64_t strip)> prefetch;
+  std::function<void(uint64_t strip, uint64_t acc_row)> finish;
+};
+
+/// Local rows the GEMM of `plan` uses (from row 0).
+uint64_t gemm_ub_rows(const Bf16GemmPlan& plan);
+uint64_t gemm_acc_rows(const Bf16GemmPlan& plan);
+
+/// Appends the bf16 GEMM of `plan` to `sb` (the program of compile_gemm_bf16), or with
+/// `epilogue.finish` set, the fp32 product of a plain GEMM (no bias, accumulate, bf16 or SGD
+/// epilogue) handed to it strip by strip.
 void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
-                    const Bf16GemmHostBufs& bufs = {});
+                    const Bf16GemmHostBufs& bufs = {}, const Bf16GemmEpilogue& epilogue = {});
 
 }  // namespace tpuw::runtime::detail

@@ -318,7 +318,7 @@ int train_command(const TrainOpts& o) {
   const bool show = !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
   std::vector<EpochRecord> epochs;
   int64_t steps_run = 0, last_ck_step = ck ? ck->state.steps : -1;
-  uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, loss_bytes = 0, macs = 0;
+  uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, upd_busy = 0, loss_bytes = 0, macs = 0;
   double util_cycles = 0.0, loss_s = 0.0, train_s = 0.0;
   std::vector<float> xb(static_cast<size_t>(o.batch * features));
   std::vector<int64_t> yb(static_cast<size_t>(o.batch));
@@ -378,6 +378,7 @@ int train_command(const TrainOpts& o) {
       fwd += rep.forward_cycles;
       bwd += rep.backward_cycles;
       upd += rep.update_cycles;
+      upd_busy += rep.update_busy_cycles;
       loss_bytes += rep.host_loss_bytes;
       loss_s += rep.host_loss_seconds;
       macs += rep.macs;
@@ -456,6 +457,7 @@ int train_command(const TrainOpts& o) {
     j["forward_cycles_per_step"] = static_cast<double>(fwd) * per;
     j["backward_cycles_per_step"] = static_cast<double>(bwd) * per;
     j["update_cycles_per_step"] = static_cast<double>(upd) * per;
+    j["update_busy_cycles_per_step"] = static_cast<double>(upd_busy) * per;
     j["host_loss_bytes_per_step"] = static_cast<double>(loss_bytes) * per;
     j["host_loss_seconds_per_step"] = loss_s * per;
     j["macs_per_step"] = static_cast<double>(macs) * per;

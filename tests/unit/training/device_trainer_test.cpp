@@ -23,12 +23,14 @@ namespace {
 
 // 20 -> 24 (ReLU, weight stored [out, in] like PyTorch's Linear) -> 12 (ReLU, stored [in, out],
 // like MatMul + Add) -> 10 logits ([out, in]).
-compiler::TrainModel small_mlp(uint32_t seed) {
+// Layers (in, out, weight stored [out, in], ReLU); the input has 20 features (make_batch).
+using MlpDims = std::vector<std::tuple<int64_t, int64_t, bool, bool>>;
+
+compiler::TrainModel small_mlp(uint32_t seed,
+                               const MlpDims& dims = {{20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}}) {
   compiler::TrainModel m;
   m.source = "small_mlp";
   m.input_features = 20;
-  const std::vector<std::tuple<int64_t, int64_t, bool, bool>> dims = {
-      {20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}};
   std::mt19937 rng(seed);
   int i = 0;
   for (const auto& [in, out, out_in, relu] : dims) {
@@ -212,6 +214,96 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
       }
     }
   }
+}
+
+// Layers wide enough that the dW GEMMs with the SGD epilogue take several M tiles (N = 4: ACC of
+// 1024 rows, 128 per strip buffer) and rotate through all three master/momentum sets, with an odd
+// number of K blocks (batch 12 at N = 4), and with batch 40 at N = 4 enough K blocks (>= 8) that
+// the first two strips of each M tile run side by side (forward with the bias preset, dX with
+// the dZ epilogue, dW with the SGD epilogue): the schedule must not change a bit.
+TEST(DeviceTrainer, WideLayersEqualTheHostContractModelBitForBit) {
+  const MlpDims dims = {{20, 150, true, true}, {150, 140, false, true}, {140, 10, true, false}};
+  for (const auto& [an, batch] : {std::pair{16u, int64_t{12}}, std::pair{4u, int64_t{12}}, std::pair{4u, int64_t{40}}}) {
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("ref", cfg);
+    if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+    for (const auto& [sgd, fuse] : {std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, true},
+                                    std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true},
+                                    std::pair{SgdConfig{0.05f, 0.9f, 0.0f}, false}}) {
+      compiler::TrainModel m = small_mlp(5, dims);
+      DeviceTrainerSchedule opt;
+      opt.fuse_update = fuse;
+      DeviceTrainer t(dev, m, batch, sgd, opt);
+      std::map<std::string, std::vector<float>> mom;
+      for (int step = 0; step < 2; ++step) {
+        const int64_t rows = step == 0 ? batch : 7;
+        const Batch b = make_batch(rows, 40 + static_cast<uint32_t>(step));
+        const TrainStepReport r = t.step(b.x, b.y, rows);
+        const ModelStep want = contract_step(m, mom, sgd, an, batch, b, rows);
+        EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
+        const TrainState s = t.state();
+        for (const auto& [name, w] : want.after.params) {
+          const std::vector<float>& got = s.params.at(name);
+          ASSERT_EQ(got.size(), w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
+                << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
+            ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
+                      std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
+                << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
+          }
+        }
+        m = want.after;
+        mom = want.momentum;
+      }
+    }
+  }
+}
+
+// The step's schedule keeps the issue-11 figure (MLP 784-512-512-10, batch 256, N = 16: MXU
+// utilization >= 0.70 over forward + backward + update) in the ref model's deterministic cycles,
+// and the update's master/momentum traffic hidden behind the products: what the update adds to
+// the step is at most its own VECTOR/ACTIVATE cycles plus a small drain per strip.
+// (tpuw_bench_train prints the figures; docs/perf_model.md.)
+TEST(DeviceTrainer, TrainingStepScheduleKeepsTheUtilizationFigure) {
+  compiler::TrainModel m;
+  m.source = "mlp";
+  m.input_features = 784;
+  const std::vector<int64_t> dims = {784, 512, 512, 10};
+  std::mt19937 rng(3);
+  for (size_t i = 1; i < dims.size(); ++i) {
+    compiler::TrainLayer L;
+    L.node = fmt::format("fc{} (Gemm)", i);
+    L.weight = fmt::format("fc{}.weight", i);
+    L.bias = fmt::format("fc{}.bias", i);
+    L.weight_out_in = true;
+    L.in = dims[i - 1];
+    L.out = dims[i];
+    L.relu = i + 1 < dims.size();
+    std::normal_distribution<float> d(0.0f, 0.05f);
+    std::vector<float> w(static_cast<size_t>(L.in * L.out)), b(static_cast<size_t>(L.out));
+    for (auto& x : w) x = d(rng);
+    for (auto& x : b) x = d(rng);
+    m.params[L.weight] = w;
+    m.params[L.bias] = b;
+    m.layers.push_back(L);
+  }
+  BackendConfig cfg;
+  cfg.memory.size = std::max<uint64_t>(cfg.memory.size, DeviceTrainer::memory_bytes(m, 256, 16) + (16ull << 20));
+  Device dev = Device::open("ref", cfg);
+  if (!has_features(dev)) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  DeviceTrainer t(dev, m, 256, SgdConfig{0.01f, 0.9f, 0.0f});
+  std::vector<float> x(256 * 784);
+  std::uniform_real_distribution<float> ux(0.0f, 1.0f);
+  for (auto& v : x) v = ux(rng);
+  std::vector<int64_t> y(256);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
+  const TrainStepReport r = t.step(x, y, 256);
+  EXPECT_GE(r.utilization, 0.70) << r.cycles << " cycles";
+  EXPECT_EQ(r.cycles, r.forward_cycles + r.backward_cycles + r.update_cycles);
+  EXPECT_GT(r.update_busy_cycles, 0u);
+  EXPECT_LE(r.update_cycles, r.update_busy_cycles + r.update_busy_cycles / 4) << "the update's DMA is exposed";
 }
 
 TEST(DeviceTrainer, ArgumentErrors) {

@@ -34,7 +34,12 @@ struct TrainStepReport {
   uint64_t cycles = 0;             ///< device cycles of the whole step (PERF_CYCLES)
   uint64_t forward_cycles = 0;     ///< of which forward pass
   uint64_t backward_cycles = 0;    ///< of which backward pass
-  uint64_t update_cycles = 0;      ///< of which SGD update
+  uint64_t update_cycles = 0;      ///< of which SGD update (the exposed part: see below)
+  /// The update's own VECTOR/ACTIVATE cycles on the compute queue (ACT_BUSY), exposed or not. With
+  /// the update fused into the backward program, update_cycles is what the update adds to the step
+  /// (the fused program's cycles minus the backward pass alone); its loads and stores overlap the
+  /// matrix products, these compute cycles cannot (docs/training.md).
+  uint64_t update_busy_cycles = 0;
   double host_loss_seconds = 0.0;  ///< host time in the softmax cross-entropy at the logits
   uint64_t host_loss_bytes = 0;    ///< bytes moved between device memory and host for the loss
   uint64_t macs = 0;               ///< multiply-accumulates the step needs (forward + backward)
