@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -57,8 +58,9 @@ struct StepCtx {
   std::condition_variable cv;
   // nodes[l][k][i]: node i of level k of layer l's tree; ready: computed; claimed: being computed.
   std::vector<std::vector<std::vector<std::vector<float>>>> nodes;
-  std::vector<std::vector<std::vector<char>>> ready, claimed;
+  std::vector<std::vector<std::vector<char>>> ready, claimed, consumed;
   size_t roots = 0;  // layers whose root is ready
+  size_t in_flight = 0;  // nodes being computed
   bool abort = false;
   std::vector<double> row_loss;  // per row of the step, written by the device that owns the row
   Clock::time_point t0;
@@ -69,13 +71,66 @@ struct StepCtx {
     nodes.resize(L);
     ready.resize(L);
     claimed.resize(L);
+    consumed.resize(L);
     for (size_t l = 0; l < L; ++l) {
       for (size_t n : levels) {
         nodes[l].emplace_back(n);
         ready[l].emplace_back(n, 0);
         claimed[l].emplace_back(n, 0);
+        consumed[l].emplace_back(n, 0);
       }
     }
+  }
+
+  // A node whose children are ready and that nobody computes yet, latest layer first (mu held).
+  bool find_op(size_t& fl, size_t& fk, size_t& fi) const {
+    for (size_t l = layers; l-- > 0;) {
+      for (size_t k = 1; k < levels.size(); ++k) {
+        for (size_t i = 0; i < levels[k]; ++i) {
+          if (claimed[l][k][i] != 0) continue;
+          const size_t a = 2 * i, b = 2 * i + 1;
+          if (ready[l][k - 1][a] != 0 && (b >= levels[k - 1] || ready[l][k - 1][b] != 0)) {
+            fl = l;
+            fk = k;
+            fi = i;
+            return true;
+          }
+        }
+      }
+    }
+    return false;
+  }
+
+  // Node (k, i) of layer l computed elsewhere (another rank). Ignored if already here.
+  void deposit_node(size_t l, size_t k, size_t i, std::vector<float> g) {
+    std::lock_guard lk(mu);
+    if (ready[l][k][i] != 0) return;
+    nodes[l][k][i] = std::move(g);
+    ready[l][k][i] = 1;
+    claimed[l][k][i] = 1;
+    if (k + 1 == levels.size()) ++roots;
+    cv.notify_all();
+  }
+
+  // Blocks until the reducer can do nothing more with what is here; returns the maximal nodes
+  // (ready, not yet summed into a parent) as (layer, level, index) with their data copied.
+  struct Node {
+    size_t l, k, i;
+    std::vector<float> data;
+  };
+  std::vector<Node> frontier() {
+    std::unique_lock lk(mu);
+    size_t a = 0, b = 0, c = 0;
+    cv.wait(lk, [&] { return in_flight == 0 && !find_op(a, b, c); });
+    std::vector<Node> out;
+    for (size_t l = 0; l < layers; ++l) {
+      for (size_t k = 0; k < levels.size(); ++k) {
+        for (size_t i = 0; i < levels[k]; ++i) {
+          if (ready[l][k][i] != 0 && consumed[l][k][i] == 0) out.push_back(Node{l, k, i, nodes[l][k][i]});
+        }
+      }
+    }
+    return out;
   }
 
   // Chunk c's gradient of layer l. A redone chunk delivers the same bits again: ignored.
@@ -95,32 +150,21 @@ struct StepCtx {
     std::unique_lock lk(mu);
     for (;;) {
       if (abort || roots == layers) return;
-      bool found = false;
       size_t fl = 0, fk = 0, fi = 0;
-      for (size_t l = layers; l-- > 0 && !found;) {
-        for (size_t k = 1; k < levels.size() && !found; ++k) {
-          for (size_t i = 0; i < levels[k] && !found; ++i) {
-            if (claimed[l][k][i] != 0) continue;
-            const size_t a = 2 * i, b = 2 * i + 1;
-            const bool has_b = b < levels[k - 1];
-            if (ready[l][k - 1][a] != 0 && (!has_b || ready[l][k - 1][b] != 0)) {
-              found = true;
-              fl = l;
-              fk = k;
-              fi = i;
-            }
-          }
-        }
-      }
-      if (!found) {
+      if (!find_op(fl, fk, fi)) {
         cv.wait(lk);
         continue;
       }
       claimed[fl][fk][fi] = 1;
+      ++in_flight;
       std::vector<float> a = std::move(nodes[fl][fk - 1][2 * fi]);
+      consumed[fl][fk - 1][2 * fi] = 1;
       std::vector<float> b;
       const bool has_b = 2 * fi + 1 < levels[fk - 1];
-      if (has_b) b = std::move(nodes[fl][fk - 1][2 * fi + 1]);
+      if (has_b) {
+        b = std::move(nodes[fl][fk - 1][2 * fi + 1]);
+        consumed[fl][fk - 1][2 * fi + 1] = 1;
+      }
       lk.unlock();
       const auto s = Clock::now();
       std::vector<float> out = combine(std::move(a), has_b ? &b : nullptr);
@@ -128,6 +172,7 @@ struct StepCtx {
       lk.lock();
       nodes[fl][fk][fi] = std::move(out);
       ready[fl][fk][fi] = 1;
+      --in_flight;
       ops.emplace_back(seconds(t0, s), seconds(t0, e));
       reduce_s += seconds(s, e);
       if (fk + 1 == levels.size()) ++roots;
@@ -166,6 +211,59 @@ double row_loss(const float* z, int64_t y, int64_t classes, int64_t step_rows, f
   }
   return std::log(sum) - (static_cast<double>(z[y]) - mx);
 }
+
+// The ranks' exchange: a status byte (0 ok, 1 error), then either the error (kind, message) or the
+// rank's rows' losses and its maximal local tree nodes.
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  template <class T>
+  void put_array(const T* p, size_t n) {
+    put<uint64_t>(n);
+    const auto* b = reinterpret_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + n * sizeof(T));
+  }
+  std::vector<uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& b, int rank) : bytes_(b), rank_(rank) {}
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_array() {
+    const auto n = get<uint64_t>();
+    if (n > (bytes_.size() - pos_) / sizeof(T)) need(bytes_.size() + 1);
+    std::vector<T> v(n);
+    std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return v;
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  void need(size_t n) const {
+    if (pos_ + n > bytes_.size()) {
+      throw Error(ErrorKind::kInternal,
+                  fmt::format("mirrored training: the exchange from rank {} is truncated ({} bytes)", rank_,
+                              bytes_.size()));
+    }
+  }
+  const std::vector<uint8_t>& bytes_;
+  int rank_;
+  size_t pos_ = 0;
+};
 
 // Waits for every future (results and errors dropped): tasks may reference the caller's data.
 template <class T>
@@ -377,7 +475,10 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   } reducer{ctx, std::thread([ctx] { ctx->reduce(); })};
   const auto stop_reducer = [&] { reducer.stop(); };
 
-  // Compute phase: device d takes chunks [d*nc/K, (d+1)*nc/K).
+  // Compute phase: replica g = rank*K + d of the P*K takes chunks [g*nc/(P*K), (g+1)*nc/(P*K)).
+  const size_t P = im.opts.collective != nullptr ? static_cast<size_t>(im.opts.collective->size()) : 1;
+  const size_t R = im.opts.collective != nullptr ? static_cast<size_t>(im.opts.collective->rank()) : 0;
+
   std::vector<std::pair<size_t, size_t>> range(im.K);
   std::vector<std::optional<std::future<ComputeOut>>> fs(im.K);
   std::vector<ComputeOut> outs(im.K);
@@ -389,10 +490,23 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   const auto fail_step = [&](const std::string& what, ErrorKind kind) {
     stop_reducer();
     drain(fs);
-    throw Error(kind, what);
+    if (P > 1) {
+      // The other ranks wait for this rank's part in the exchange: tell them, then stop.
+      Writer w;
+      w.put<uint8_t>(1);
+      w.put<uint32_t>(static_cast<uint32_t>(kind));
+      w.put_array(what.data(), what.size());
+      try {
+        (void)im.opts.collective->allgather(w.bytes);
+      } catch (const Error&) {  // they are gone too: the local error is the one to report
+      }
+    }
+    throw Error(kind, P > 1 ? fmt::format("rank {}: {}", R, what) : what);
   };
+  const size_t replicas = P * im.K;
   for (unsigned d = 0; d < im.K; ++d) {
-    range[d] = {d * nc / im.K, (d + 1) * nc / im.K};
+    const size_t g = R * im.K + d;
+    range[d] = {g * nc / replicas, (g + 1) * nc / replicas};
     if (range[d].first < range[d].second) submit_compute(d);
   }
   for (unsigned d = 0; d < im.K; ++d) {
@@ -426,6 +540,64 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
       ++st.recoveries;
       submit_compute(d);
     }
+  }
+  if (P > 1) {
+    // The ranks' exchange: this rank's rows' losses and maximal local tree nodes to every rank.
+    const auto x0 = Clock::now();
+    Writer w;
+    w.put<uint8_t>(0);
+    for (unsigned d = 0; d < im.K; ++d) {
+      if (range[d].first >= range[d].second) continue;
+      const auto r0 = static_cast<size_t>(range[d].first * static_cast<size_t>(im.chunk_rows));
+      const auto r1 = std::min(static_cast<size_t>(rows), range[d].second * static_cast<size_t>(im.chunk_rows));
+      w.put<uint64_t>(r0);
+      w.put_array(ctx->row_loss.data() + r0, r1 - r0);
+    }
+    w.put<uint64_t>(UINT64_MAX);
+    for (const StepCtx::Node& n : ctx->frontier()) {
+      w.put<uint64_t>(n.l);
+      w.put<uint64_t>(n.k);
+      w.put<uint64_t>(n.i);
+      w.put_array(n.data.data(), n.data.size());
+    }
+    w.put<uint64_t>(UINT64_MAX);
+    std::vector<std::vector<uint8_t>> all;
+    try {
+      all = im.opts.collective->allgather(w.bytes);
+    } catch (const Error& e) {
+      stop_reducer();
+      throw Error(e.kind(), fmt::format("rank {}: mirrored training, step {}: {}", R, im.steps + 1, e.what()));
+    }
+    // Errors first: every rank stops the same way.
+    for (size_t q = 0; q < all.size(); ++q) {
+      Reader rd(all[q], static_cast<int>(q));
+      if (rd.get<uint8_t>() != 0) {
+        const auto kind = static_cast<ErrorKind>(rd.get<uint32_t>());
+        const std::vector<char> msg = rd.get_array<char>();
+        stop_reducer();
+        throw Error(kind, fmt::format("rank {}: {}", q, std::string(msg.begin(), msg.end())));
+      }
+    }
+    for (size_t q = 0; q < all.size(); ++q) {
+      if (q == R) continue;
+      st.exchange_bytes += all[q].size();
+      Reader rd(all[q], static_cast<int>(q));
+      (void)rd.get<uint8_t>();
+      for (auto r0 = rd.get<uint64_t>(); r0 != UINT64_MAX; r0 = rd.get<uint64_t>()) {
+        const std::vector<double> v = rd.get_array<double>();
+        if (r0 + v.size() > ctx->row_loss.size()) throw Error(ErrorKind::kInternal, "mirrored: rows out of range");
+        std::copy(v.begin(), v.end(), ctx->row_loss.begin() + static_cast<std::ptrdiff_t>(r0));
+      }
+      for (auto l = rd.get<uint64_t>(); l != UINT64_MAX; l = rd.get<uint64_t>()) {
+        const auto k = rd.get<uint64_t>(), i = rd.get<uint64_t>();
+        std::vector<float> data = rd.get_array<float>();
+        if (l >= L || k >= ctx->levels.size() || i >= ctx->levels[k]) {
+          throw Error(ErrorKind::kInternal, fmt::format("mirrored: rank {} sent node ({}, {}, {})", q, l, k, i));
+        }
+        ctx->deposit_node(l, k, i, std::move(data));
+      }
+    }
+    st.exchange_seconds = seconds(x0, Clock::now());
   }
   reducer.thread.join();
   const auto t_compute = Clock::now();
@@ -524,6 +696,8 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   tot.compute_seconds += st.compute_seconds;
   tot.update_seconds += st.update_seconds;
   tot.recoveries += st.recoveries;
+  tot.exchange_bytes += st.exchange_bytes;
+  tot.exchange_seconds += st.exchange_seconds;
   return r;
 }
 

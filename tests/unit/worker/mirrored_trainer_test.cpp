@@ -2,7 +2,9 @@
 // chunk on one device is the unfused DeviceTrainer step bit for bit; K = 1, 2, 4 devices give the
 // same bits for the same chunks (momentum and weight decay, a partial last batch); a device that
 // faults during the compute or the update phase is reset, reloaded from another replica, its part
-// redone, and the weights stay bit-identical; with no other replica the step fails clearly.
+// redone, and the weights stay bit-identical; with no other replica the step fails clearly. Several
+// ranks (an in-process Collective standing in for MPI): P x K replicas give the same bits, and an
+// error on one rank stops every rank with that rank's message.
 #include "tpuw/worker/mirrored_trainer.h"
 
 #include <fmt/format.h>
@@ -10,8 +12,12 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
@@ -260,6 +266,105 @@ TEST(MirroredTrainer, ArgumentErrors) {
   std::vector<int64_t> bad = b.y;
   bad[3] = 10;
   EXPECT_THROW((void)m.step(b.x, bad, 8), Error);
+}
+
+
+// P ranks in one process: allgather meets all P threads, or times out.
+class LocalHub {
+ public:
+  explicit LocalHub(int p) : p_(p), slots_(static_cast<size_t>(p)) {}
+  std::vector<std::vector<uint8_t>> allgather(int rank, std::span<const uint8_t> mine) {
+    std::unique_lock lk(mu_);
+    const uint64_t round = round_;
+    slots_[static_cast<size_t>(rank)].assign(mine.begin(), mine.end());
+    if (++arrived_ == p_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lk, std::chrono::seconds(60), [&] { return round_ != round; })) {
+      throw Error(ErrorKind::kTimeout, "LocalHub: a rank did not answer");
+    }
+    return result_;
+  }
+
+ private:
+  int p_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::vector<uint8_t>> slots_, result_;
+  int arrived_ = 0;
+  uint64_t round_ = 0;
+};
+
+class LocalCollective final : public Collective {
+ public:
+  LocalCollective(LocalHub& hub, int rank, int size) : hub_(hub), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::vector<std::vector<uint8_t>> allgather(std::span<const uint8_t> mine) override {
+    return hub_.allgather(rank_, mine);
+  }
+
+ private:
+  LocalHub& hub_;
+  int rank_, size_;
+};
+
+// P ranks of K devices each train three steps; every rank's run (or its error message).
+struct RankResult {
+  TrainRun run;
+  std::string error;
+};
+
+std::vector<RankResult> train_ranks(int p, unsigned k, const std::function<void(MirroredOptions&, int)>& tweak = {}) {
+  LocalHub hub(p);
+  std::vector<RankResult> out(static_cast<size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        LocalCollective c(hub, r, p);
+        Worker w(worker_options(k));
+        MirroredOptions o = chunks(4);
+        o.collective = &c;
+        if (tweak) tweak(o, r);
+        MirroredTrainer m(w, small_mlp(17), kBatch, kSgd, o);
+        out[static_cast<size_t>(r)].run = train(m);
+      } catch (const Error& e) {
+        out[static_cast<size_t>(r)].error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(MirroredTrainer, RanksTimesDevicesBitIdentical) {
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  const std::vector<RankResult> one = train_ranks(1, 1);
+  ASSERT_EQ(one[0].error, "");
+  for (const auto& [p, k] : {std::pair{2, 1u}, std::pair{2, 2u}, std::pair{4, 1u}}) {
+    const std::vector<RankResult> got = train_ranks(p, k);
+    for (int r = 0; r < p; ++r) {
+      ASSERT_EQ(got[static_cast<size_t>(r)].error, "") << "P=" << p << " K=" << k << " rank " << r;
+      expect_same_bits(one[0].run, got[static_cast<size_t>(r)].run, fmt::format("P={} K={} rank {}", p, k, r));
+    }
+  }
+}
+
+TEST(MirroredTrainer, AnErrorOnOneRankStopsEveryRank) {
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  // Rank 1 has one device: a fault there cannot be reloaded locally, so its step fails.
+  const std::vector<RankResult> got = train_ranks(2, 1, [](MirroredOptions& o, int rank) {
+    if (rank != 1) return;
+    auto inj = std::make_shared<Injector>(0, 2, "backward chunk 3 layer 0");
+    o.fault_hook = [inj](DeviceSlot& s, int64_t st, const std::string& ph) { (*inj)(s, st, ph); };
+  });
+  for (const RankResult& r : got) {
+    EXPECT_NE(r.error.find("rank 1: "), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("no other device holds a replica"), std::string::npos) << r.error;
+  }
 }
 
 }  // namespace

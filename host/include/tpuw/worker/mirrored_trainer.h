@@ -25,6 +25,15 @@
 // redone; the gradients it delivered are the same bits again. The weights stay bit-identical to a
 // fault-free run; events() says what happened. With no other healthy replica (K = 1) the step
 // fails with Error(kDeviceFault).
+//
+// Several processes (MirroredOptions::collective, e.g. MPI ranks, each with its own worker of K
+// devices): replica g = rank·K + d of the P·K replicas takes chunks [g·n/(P·K), (g+1)·n/(P·K)).
+// Each rank reduces what it can locally (the tree nodes all of whose chunks it computed), then the
+// ranks exchange those maximal local nodes and the rows' losses in one allgather, and every rank
+// completes the same tree: the weights are bit-identical for every P·K. An error on a rank during
+// the compute phase travels in that exchange, so every rank stops with "rank r: ..." instead of
+// waiting; a rank that never answers is the collective's timeout. Faults are recovered within a
+// rank (from one of its own replicas).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +46,7 @@
 
 #include "tpuw/compiler/training.h"
 #include "tpuw/runtime/trainer.h"
+#include "tpuw/worker/collective.h"
 #include "tpuw/worker/worker.h"
 
 namespace tpuw::worker {
@@ -51,6 +61,9 @@ struct MirroredOptions {
   /// (from 1) and a phase name: "forward chunk C", "backward chunk C layer L", "update layer L".
   /// Tests inject faults here (SimControl).
   std::function<void(DeviceSlot& slot, int64_t step, const std::string& phase)> fault_hook;
+  /// Other processes training the same model on the same data (nullptr: this process alone). Must
+  /// outlive the trainer.
+  Collective* collective = nullptr;
 };
 
 /// Communication and fault figures, per step and summed over the trainer's life.
@@ -65,8 +78,10 @@ struct MirroredStats {
   double compute_seconds = 0;    ///< wall time of the compute phases (forward + backward)
   double update_seconds = 0;     ///< wall time of the update phases
   uint64_t recoveries = 0;       ///< device parts redone after a fault
-  /// gather + reduce + broadcast.
-  double comm_seconds() const { return gather_seconds + reduce_seconds + broadcast_seconds; }
+  uint64_t exchange_bytes = 0;   ///< bytes received from other ranks (tree nodes, losses)
+  double exchange_seconds = 0;   ///< in the ranks' allgather (packing and unpacking included)
+  /// gather + reduce + broadcast + exchange.
+  double comm_seconds() const { return gather_seconds + reduce_seconds + broadcast_seconds + exchange_seconds; }
   /// hidden / comm (0 without communication).
   double hidden_fraction() const { return comm_seconds() > 0 ? hidden_seconds / comm_seconds() : 0.0; }
 };
