@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "mpi_collective.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/onnx_writer.h"
 #include "tpuw/error.h"
@@ -63,6 +64,7 @@ struct TrainOpts {
   std::string strategy = "mirrored";
   int64_t chunks = 4;               // gradient chunks per batch (mirrored)
   std::string inject_fault;         // testing: "DEVICE:STEP:PHASE", a memory fault before that program
+  double mpi_timeout = 120.0;       // seconds a rank waits for the others in the gradient exchange
 };
 
 namespace {
@@ -285,6 +287,13 @@ int train_command(const TrainOpts& o) {
   } else if (!o.inject_fault.empty()) {
     throw Error(ErrorKind::kInvalidArgument, "--inject-fault needs --devices");
   }
+  if (launched_by_mpirun() && o.devices == 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "started by mpirun with several ranks: use --devices K --strategy mirrored (K devices per rank)");
+  }
+  if (!(o.mpi_timeout > 0)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
+  }
   check_output_path("--output", o.output);
   if (!o.checkpoint.empty()) {
     std::error_code ec;
@@ -317,7 +326,12 @@ int train_command(const TrainOpts& o) {
   }
 
   // ---- the trainer ------------------------------------------------------------------------------
-  std::unique_ptr<worker::Worker> workers;  // outlives the trainer (declared first)
+  // Under mpirun: every rank reads the model, the data and a --resume checkpoint itself and trains
+  // its chunks; rank 0 alone writes the output and checkpoints and prints the report.
+  std::unique_ptr<worker::Collective> mpi;  // outlives the worker and the trainer (declared first)
+  if (o.devices > 0 && launched_by_mpirun()) mpi = open_mpi(o.mpi_timeout);
+  const int rank = mpi ? mpi->rank() : 0;
+  std::unique_ptr<worker::Worker> workers;  // outlives the trainer
   std::unique_ptr<runtime::Trainer> trainer;
   worker::MirroredTrainer* mirrored = nullptr;
   if (o.devices > 0) {
@@ -332,6 +346,7 @@ int train_command(const TrainOpts& o) {
         std::max<uint64_t>(wo.config.memory.size, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
     worker::MirroredOptions mo;
     mo.chunks = o.chunks;
+    mo.collective = mpi.get();
     if (!o.inject_fault.empty()) {
       const size_t a = o.inject_fault.find(':'), b = o.inject_fault.find(':', a == std::string::npos ? a : a + 1);
       if (a == std::string::npos || b == std::string::npos) {
@@ -341,9 +356,13 @@ int train_command(const TrainOpts& o) {
       const unsigned dev = static_cast<unsigned>(std::stoul(o.inject_fault.substr(0, a)));
       const int64_t step = std::stoll(o.inject_fault.substr(a + 1, b - a - 1));
       auto fired = std::make_shared<std::atomic<bool>>(false);
-      mo.fault_hook = [dev, step, phase = o.inject_fault.substr(b + 1), fired](worker::DeviceSlot& slot, int64_t st,
-                                                                                const std::string& ph) {
+      // PHASE "exit:P": the process exits (status 1) before P, as a crashed rank would.
+      std::string phase = o.inject_fault.substr(b + 1);
+      const bool exit = phase.rfind("exit:", 0) == 0;
+      if (exit) phase = phase.substr(5);
+      mo.fault_hook = [dev, step, phase, exit, fired](worker::DeviceSlot& slot, int64_t st, const std::string& ph) {
         if (slot.index != dev || st != step || ph != phase || fired->exchange(true)) return;
+        if (exit) std::_Exit(1);
         if (SimControl* sim = slot.device.backend().sim_control()) sim->inject_memory_fault(true);
       };
     }
@@ -372,7 +391,7 @@ int train_command(const TrainOpts& o) {
 
   // ---- training ---------------------------------------------------------------------------------
   const int64_t steps_per_epoch = (train.rows + o.batch - 1) / o.batch;
-  const bool show = !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
+  const bool show = rank == 0 && !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
   std::vector<EpochRecord> epochs;
   int64_t steps_run = 0, last_ck_step = ck ? ck->state.steps : -1;
   uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, loss_bytes = 0, macs = 0;
@@ -389,7 +408,7 @@ int train_command(const TrainOpts& o) {
     c.rng = hex64(rng_state);
     c.trainer = trainer->name();
     c.options = options_json(o, train.rows);
-    runtime::save_checkpoint(o.checkpoint, c, shapes);
+    if (rank == 0) runtime::save_checkpoint(o.checkpoint, c, shapes);  // the replicas are identical
     last_ck_step = c.state.steps;
   };
   bool stopped = false;  // --max-steps reached
@@ -461,7 +480,7 @@ int train_command(const TrainOpts& o) {
     rec.loss = lrows > 0 ? lsum / static_cast<double>(lrows) : 0.0;
     if (val) rec.accuracy = accuracy(*trainer, *val, features);
     epochs.push_back(rec);
-    if (!o.json) {
+    if (!o.json && rank == 0) {
       fmt::print("epoch {}/{}: loss {:.6f}{}, {:.2f} s, {:.1f} steps/s\n", rec.epoch, o.epochs, rec.loss,
                  rec.accuracy ? fmt::format(", validation accuracy {:.2f}% ({} rows)", 100.0 * *rec.accuracy, val->rows) : "",
                  rec.seconds, rec.seconds > 0 ? static_cast<double>(rec.steps) / rec.seconds : 0.0);
@@ -479,11 +498,20 @@ int train_command(const TrainOpts& o) {
 
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
-  write_file_atomic(o.output, out, "the trained model");
+  if (rank == 0) write_file_atomic(o.output, out, "the trained model");
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
   const double steps_per_s = train_s > 0 ? static_cast<double>(steps_run) / train_s : 0.0;
+  if (rank != 0) {  // every rank reports, on stderr (rank 0's report is the output)
+    const worker::MirroredStats& ms = mirrored->totals();
+    fmt::print(stderr, "rank {} of {}: {} steps, {:.1f} steps/s, {} devices, communication {:.3f} ms/step ({:.0f} bytes "
+                       "from other ranks per step), {} recoveries\n",
+               rank, mpi->size(), steps_run, steps_per_s, o.devices, 1e3 * ms.comm_seconds() * per,
+               static_cast<double>(ms.exchange_bytes) * per, ms.recoveries);
+    for (const std::string& ev : mirrored->events()) fmt::print(stderr, "rank {}:   {}\n", rank, ev);
+    return kOk;
+  }
   if (o.json) {
     json j;
     j["backend"] = o.backend;
@@ -532,6 +560,9 @@ int train_command(const TrainOpts& o) {
       j["hidden_seconds_per_step"] = ms.hidden_seconds * per;
       j["hidden_fraction"] = ms.hidden_fraction();
       j["recoveries"] = ms.recoveries;
+      j["ranks"] = mpi ? mpi->size() : 1;
+      j["exchange_bytes_per_step"] = static_cast<double>(ms.exchange_bytes) * per;
+      j["exchange_seconds_per_step"] = ms.exchange_seconds * per;
       j["events"] = mirrored->events();
     }
     std::cout << j.dump(2) << "\n";
@@ -548,6 +579,10 @@ int train_command(const TrainOpts& o) {
   }
   if (mirrored != nullptr) {
     const worker::MirroredStats& ms = mirrored->totals();
+    if (mpi) {
+      fmt::print("{} MPI ranks x {} devices: per step {:.0f} bytes from the other ranks, {:.3f} ms in the exchange\n",
+                 mpi->size(), o.devices, static_cast<double>(ms.exchange_bytes) * per, 1e3 * ms.exchange_seconds * per);
+    }
     fmt::print("mirrored on {} devices, {} chunks of {} rows: per step gradients {:.0f} bytes gathered, {:.0f} bytes "
                "broadcast; communication {:.3f} ms, {:.3f} ms of it hidden behind the backward pass ({:.0f}%); {} "
                "recoveries\n",
@@ -611,7 +646,10 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
                   "gradient chunks per batch with --devices (a multiple of K): the fixed reduction order, the same "
                   "weights for every K")
       ->capture_default_str();
-  sub->add_option("--inject-fault", o->inject_fault, "")->group("");  // testing: DEVICE:STEP:PHASE
+  sub->add_option("--mpi-timeout", o->mpi_timeout,
+                  "under mpirun: seconds a rank waits for the others in the gradient exchange before it ends the job")
+      ->capture_default_str();
+  sub->add_option("--inject-fault", o->inject_fault, "")->group("");  // testing: DEVICE:STEP:[exit:]PHASE
 }
 
 bool TrainCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }

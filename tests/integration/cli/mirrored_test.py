@@ -2,14 +2,19 @@
 """tpuw train --devices K --strategy mirrored (docs/scaling.md), driven as a user would: the trained
 file is byte-identical for K = 1, 2, 4 with the same --chunks; an injected device fault is recovered
 (reported in --json, same bytes); a checkpoint written with K = 2 resumes with K = 4 to the same
-bytes; bad options exit 2.
+bytes; bad options exit 2. Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
+MPI or mpirun is missing): 2 ranks x 1 and x 2 devices give the same bytes as one device, a rank whose
+device fails ends every rank with that rank's error (exit 4), a rank that exits ends the job.
 
     mirrored_test.py TPUW CASE EXAMPLES_DIR
 """
 import filecmp
 import json
 import os
+import shutil
+import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -81,6 +86,47 @@ elif CASE == "mirrored_bad_options":
     rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("bad.onnx"), "--backend",
                          "host", "--devices", "2")
     expect(rc == 2 and "--devices needs a device backend" in se, f"host: exit {rc}, stderr {se}")
+
+elif CASE.startswith("mpi_"):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("SKIP: no mpirun")
+        sys.exit(77)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+    def mpi(np_, out_, *extra):
+        t0 = time.monotonic()
+        p = subprocess.run([mpirun, "-np", str(np_), "--oversubscribe", TPUW, "train", MODEL, "--input", X, "--labels",
+                            Y, "--output", out_, "--backend", "ref", "-q", *HYPER, "--epochs", "2", "--chunks", "4",
+                            *extra], capture_output=True, text=True, timeout=280, env=env)
+        if "built without MPI" in p.stderr:
+            print("SKIP: tpuw is built without MPI")
+            sys.exit(77)
+        return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+    train_ok(out("one.onnx"), "--epochs", "2", "--devices", "1", "--chunks", "4")
+    if CASE == "mpi_bits":
+        for k in (1, 2):
+            rc, so, se, _ = mpi(2, out(f"p2k{k}.onnx"), "--devices", str(k), "--json")
+            expect(rc == 0, f"K={k}: exit {rc}; stderr: {se}")
+            j = json.loads(so)
+            expect(j["ranks"] == 2 and j["devices"] == k and j["exchange_bytes_per_step"] > 0, f"{j}")
+            expect("rank 1 of 2: 10 steps" in se, f"rank 1 did not report: {se}")
+            expect(filecmp.cmp(out("one.onnx"), out(f"p2k{k}.onnx"), shallow=False), f"2 ranks x {k} != one device")
+    elif CASE == "mpi_rank_error":
+        rc, so, se, _ = mpi(2, out("err.onnx"), "--devices", "1", "--inject-fault", "0:3:backward chunk 3 layer 0")
+        expect(rc == 4, f"exit {rc}; stderr: {se}")
+        expect(se.count("tpuw: error: rank 1: mirrored training, step 3: device 0 failed") == 2,
+               f"every rank names rank 1's failure: {se}")
+        expect(not os.path.exists(out("err.onnx")), "output written")
+    elif CASE == "mpi_rank_exit":
+        rc, so, se, dt = mpi(2, out("exit.onnx"), "--devices", "1", "--mpi-timeout", "20", "--inject-fault",
+                             "0:3:exit:backward chunk 3 layer 0")
+        expect(rc != 0 and dt < 60, f"exit {rc} after {dt:.1f} s; stderr: {se}")
+        expect(not os.path.exists(out("exit.onnx")), "output written")
+    else:
+        sys.exit(f"unknown case {CASE}")
 
 else:
     sys.exit(f"unknown case {CASE}")
