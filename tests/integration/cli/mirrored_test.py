@@ -2,7 +2,7 @@
 """tpuw train --devices K --strategy mirrored (docs/scaling.md), driven as a user would: the trained
 file is byte-identical for K = 1, 2, 4 with the same --chunks; an injected device fault is recovered
 (reported in --json, same bytes); a checkpoint written with K = 2 resumes with K = 4 to the same
-bytes; bad options exit 2. Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
+bytes; bad options exit 2; 2 rtl devices == 1 ref device (skipped without rtl). Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
 MPI or mpirun is missing): 2 ranks x 1 and x 2 devices give the same bytes as one device, a rank whose
 device fails ends every rank with that rank's error (exit 4), a rank that exits ends the job.
 
@@ -86,6 +86,17 @@ elif CASE == "mirrored_bad_options":
     rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("bad.onnx"), "--backend",
                          "host", "--devices", "2")
     expect(rc == 2 and "--devices needs a device backend" in se, f"host: exit {rc}, stderr {se}")
+
+elif CASE == "mirrored_rtl":
+    # One short check on the verilated device: 3 steps on 2 rtl devices == 1 ref device, byte for byte.
+    train_ok(out("ref.onnx"), "--max-steps", "3", "--devices", "1", "--chunks", "4")
+    rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("rtl.onnx"), "--backend", "rtl",
+                         "-q", *HYPER, "--max-steps", "3", "--devices", "2", "--chunks", "4")
+    if rc == 2 and "not available in this build" in se:
+        print("SKIP: the rtl backend is not built")
+        sys.exit(77)
+    expect(rc == 0, f"exit {rc}; stderr: {se}")
+    expect(filecmp.cmp(out("ref.onnx"), out("rtl.onnx"), shallow=False), "2 rtl devices != 1 ref device")
 
 elif CASE.startswith("mpi_"):
     mpirun = shutil.which("mpirun")
