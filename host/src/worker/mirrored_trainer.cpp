@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -65,6 +66,7 @@ struct StepCtx {
   std::vector<double> row_loss;  // per row of the step, written by the device that owns the row
   Clock::time_point t0;
   std::vector<std::pair<double, double>> ops;  // reduction intervals, seconds from t0
+  std::function<void(const std::string&, const std::string&, Clock::time_point, Clock::time_point)> trace;
   double reduce_s = 0;
 
   StepCtx(size_t L, size_t chunks, size_t rows) : layers(L), levels(tree_levels(chunks)), row_loss(rows, 0.0) {
@@ -174,6 +176,7 @@ struct StepCtx {
       ready[fl][fk][fi] = 1;
       --in_flight;
       ops.emplace_back(seconds(t0, s), seconds(t0, e));
+      if (trace) trace("reducer", fmt::format("sum layer {} level {} node {}", fl, fk, fi), s, e);
       reduce_s += seconds(s, e);
       if (fk + 1 == levels.size()) ++roots;
       cv.notify_all();
@@ -310,6 +313,9 @@ struct MirroredTrainer::Impl {
   void hook(DeviceSlot& s, const std::string& phase) const {
     if (opts.fault_hook) opts.fault_hook(s, steps + 1, phase);
   }
+  void span(unsigned device, const std::string& name, Clock::time_point a, Clock::time_point b) const {
+    if (opts.trace) opts.trace(fmt::format("device {}", device), name, a, b);
+  }
 
   std::unique_ptr<runtime::DeviceTrainer> make_replica(Device& dev) const {
     return std::make_unique<runtime::DeviceTrainer>(dev, model, chunk_rows, sgd);
@@ -420,6 +426,7 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   const auto nc = static_cast<size_t>((rows + im.chunk_rows - 1) / im.chunk_rows);
   auto ctx = std::make_shared<StepCtx>(L, nc, static_cast<size_t>(rows));
   ctx->t0 = Clock::now();
+  ctx->trace = im.opts.trace;
   MirroredStats st;
 
   const auto compute = [&im, ctx, inputs, labels, rows, in, classes, L](size_t c0, size_t c1) {
@@ -433,10 +440,13 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
       for (size_t c = c0; c < c1; ++c) {
         const int64_t r0 = static_cast<int64_t>(c) * im.chunk_rows;
         const int64_t n = std::min(im.chunk_rows, rows - r0);
-        im.hook(s, fmt::format("forward chunk {}", c));
+        const std::string fwd = fmt::format("forward chunk {}", c);
+        im.hook(s, fwd);
+        const auto f0 = Clock::now();
         const std::vector<float> z =
             t->forward_chunk(inputs.subspan(static_cast<size_t>(r0 * in), static_cast<size_t>(n * in)), n);
         o.forward_cycles += t->last_perf()[0].cycles;
+        im.span(s.index, fwd, f0, Clock::now());
         std::vector<float> dz(static_cast<size_t>(n * classes));
         for (int64_t i = 0; i < n; ++i) {
           ctx->row_loss[static_cast<size_t>(r0 + i)] =
@@ -445,11 +455,16 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
         }
         t->set_logit_grad(dz, n);
         for (size_t l = L; l-- > 0;) {
-          im.hook(s, fmt::format("backward chunk {} layer {}", c, l));
+          const std::string bwd = fmt::format("backward chunk {} layer {}", c, l);
+          im.hook(s, bwd);
+          const auto b0 = Clock::now();
           o.backward_cycles += t->backward_layer(l);
           const auto g0 = Clock::now();
+          im.span(s.index, bwd, b0, g0);
           std::vector<float> g = t->read_gradient(l);
-          o.gather_s += seconds(g0, Clock::now());
+          const auto g1 = Clock::now();
+          o.gather_s += seconds(g0, g1);
+          im.span(s.index, fmt::format("gather chunk {} layer {}", c, l), g0, g1);
           o.gather_bytes += 4 * g.size();
           ctx->deposit(l, c, std::move(g));
         }
@@ -597,7 +612,9 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
         ctx->deposit_node(l, k, i, std::move(data));
       }
     }
-    st.exchange_seconds = seconds(x0, Clock::now());
+    const auto x1 = Clock::now();
+    st.exchange_seconds = seconds(x0, x1);
+    if (im.opts.trace) im.opts.trace(fmt::format("rank {}", R), "exchange", x0, x1);
   }
   reducer.thread.join();
   const auto t_compute = Clock::now();
@@ -624,9 +641,12 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
       im.hook(s, fmt::format("update layer {}", l));
       const auto w0 = Clock::now();
       t->write_gradient(l, ctx->root(l));
-      o.broadcast_s += seconds(w0, Clock::now());
+      const auto w1 = Clock::now();
+      o.broadcast_s += seconds(w0, w1);
       o.broadcast_bytes += 4 * ctx->root(l).size();
+      im.span(s.index, fmt::format("broadcast layer {}", l), w0, w1);
       o.cycles += t->apply_update(l);
+      im.span(s.index, fmt::format("update layer {}", l), w1, Clock::now());
     }
     return o;
   };

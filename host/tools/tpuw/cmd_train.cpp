@@ -559,6 +559,8 @@ int train_command(const TrainOpts& o) {
       j["comm_seconds_per_step"] = ms.comm_seconds() * per;
       j["hidden_seconds_per_step"] = ms.hidden_seconds * per;
       j["hidden_fraction"] = ms.hidden_fraction();
+      j["reduce_seconds_per_step"] = ms.reduce_seconds * per;
+      j["reduce_hidden_fraction"] = ms.reduce_hidden_fraction();
       j["recoveries"] = ms.recoveries;
       j["ranks"] = mpi ? mpi->size() : 1;
       j["exchange_bytes_per_step"] = static_cast<double>(ms.exchange_bytes) * per;
@@ -584,11 +586,12 @@ int train_command(const TrainOpts& o) {
                  mpi->size(), o.devices, static_cast<double>(ms.exchange_bytes) * per, 1e3 * ms.exchange_seconds * per);
     }
     fmt::print("mirrored on {} devices, {} chunks of {} rows: per step gradients {:.0f} bytes gathered, {:.0f} bytes "
-               "broadcast; communication {:.3f} ms, {:.3f} ms of it hidden behind the backward pass ({:.0f}%); {} "
-               "recoveries\n",
+               "broadcast; communication {:.3f} ms, {:.3f} ms of it hidden behind the backward pass ({:.0f}%; of the "
+               "{:.3f} ms reduction {:.0f}%); {} recoveries\n",
                o.devices, o.chunks, mirrored->chunk_rows(), static_cast<double>(ms.gather_bytes) * per,
                static_cast<double>(ms.broadcast_bytes) * per, 1e3 * ms.comm_seconds() * per,
-               1e3 * ms.hidden_seconds * per, 100.0 * ms.hidden_fraction(), ms.recoveries);
+               1e3 * ms.hidden_seconds * per, 100.0 * ms.hidden_fraction(), 1e3 * ms.reduce_seconds * per,
+               100.0 * ms.reduce_hidden_fraction(), ms.recoveries);
     for (const std::string& ev : mirrored->events()) fmt::print("  {}\n", ev);
   }
   if (!o.checkpoint.empty()) fmt::print("checkpoint: {} (step {})\n", o.checkpoint, st.steps);

@@ -52,7 +52,7 @@ if CASE == "mirrored_bits":
         j = json.loads(train_ok(out(f"k{k}.onnx"), "--epochs", "2", "--devices", str(k), "--chunks", "4", "--json"))
         expect(j["devices"] == k and j["chunks"] == 4 and j["chunk_rows"] == 16 and j["steps"] == 10, f"{j}")
         expect(j["gather_bytes_per_step"] > 0 and j["broadcast_bytes_per_step"] > 0 and j["recoveries"] == 0, f"{j}")
-        expect(0 <= j["hidden_fraction"] <= 1 and j["events"] == [], f"{j}")
+        expect(0 <= j["hidden_fraction"] <= 1 and 0 <= j["reduce_hidden_fraction"] <= 1 and j["events"] == [], f"{j}")
     expect(filecmp.cmp(out("k1.onnx"), out("k2.onnx"), shallow=False), "K=1 and K=2 differ")
     expect(filecmp.cmp(out("k1.onnx"), out("k4.onnx"), shallow=False), "K=1 and K=4 differ")
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -268,6 +269,48 @@ TEST(MirroredTrainer, ArgumentErrors) {
   EXPECT_THROW((void)m.step(b.x, bad, 8), Error);
 }
 
+
+TEST(MirroredTrainer, TraceSpansPerTrackInOrder) {
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  using TP = std::chrono::steady_clock::time_point;
+  struct Span {
+    std::string name;
+    TP a, b;
+  };
+  std::mutex mu;
+  std::map<std::string, std::vector<Span>> tracks;
+  MirroredOptions o = chunks(4);
+  o.trace = [&](const std::string& track, const std::string& name, TP a, TP b) {
+    std::lock_guard lk(mu);
+    tracks[track].push_back({name, a, b});
+  };
+  Worker w(worker_options(2));
+  MirroredTrainer m(w, small_mlp(3), kBatch, kSgd, o);
+  const Batch b = make_batch(kBatch, 5);
+  (void)m.step(b.x, b.y, kBatch);
+  ASSERT_EQ(tracks.count("device 0") + tracks.count("device 1") + tracks.count("reducer"), 3u);
+  for (const auto& [track, spans] : tracks) {
+    for (size_t i = 0; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i].a, spans[i].b) << track << " " << spans[i].name;
+      if (i > 0) {
+        EXPECT_LE(spans[i - 1].b, spans[i].a) << track << ": " << spans[i - 1].name << " / " << spans[i].name;
+      }
+    }
+  }
+  // Device 0 computes chunks 0 and 1: per chunk a forward, 3 backward and 3 gather spans; then
+  // 3 broadcast and 3 update spans. The reducer sums 3 nodes per layer (4 chunks).
+  const auto count = [&](const std::string& track, const std::string& prefix) {
+    size_t n = 0;
+    for (const Span& sp : tracks[track]) n += sp.name.rfind(prefix, 0) == 0 ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(tracks["device 0"].front().name, "forward chunk 0");
+  EXPECT_EQ(count("device 0", "forward chunk"), 2u);
+  EXPECT_EQ(count("device 1", "backward chunk 3"), 3u);
+  EXPECT_EQ(count("device 1", "gather chunk"), 6u);
+  EXPECT_EQ(count("device 1", "update layer"), 3u);
+  EXPECT_EQ(count("reducer", "sum layer"), 9u);
+}
 
 // P ranks in one process: allgather meets all P threads, or times out.
 class LocalHub {

@@ -36,6 +36,7 @@
 // rank (from one of its own replicas).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,14 @@ struct MirroredOptions {
   /// Other processes training the same model on the same data (nullptr: this process alone). Must
   /// outlive the trainer.
   Collective* collective = nullptr;
+  /// Timeline hook for a trace writer (e.g. Chrome trace events): called with a track ("device D",
+  /// "reducer", "rank R"), a span name ("forward chunk C", "backward chunk C layer L", "gather
+  /// chunk C layer L", "sum layer L level K node I", "broadcast layer L", "update layer L",
+  /// "exchange") and its host-time interval. Called from the device threads and the reducer thread
+  /// at once: must be thread-safe. Empty: no spans.
+  std::function<void(const std::string& track, const std::string& name, std::chrono::steady_clock::time_point begin,
+                     std::chrono::steady_clock::time_point end)>
+      trace;
 };
 
 /// Communication and fault figures, per step and summed over the trainer's life.
@@ -84,6 +93,8 @@ struct MirroredStats {
   double comm_seconds() const { return gather_seconds + reduce_seconds + broadcast_seconds + exchange_seconds; }
   /// hidden / comm (0 without communication).
   double hidden_fraction() const { return comm_seconds() > 0 ? hidden_seconds / comm_seconds() : 0.0; }
+  /// hidden / reduce: how much of the host reduction itself ran behind the devices' compute.
+  double reduce_hidden_fraction() const { return reduce_seconds > 0 ? hidden_seconds / reduce_seconds : 0.0; }
 };
 
 /// The fixed reduction: sums `parts` (equal sizes) elementwise in the tree described at the top of
