@@ -97,6 +97,9 @@ struct DeviceTrainer::Impl {
 
   DeviceTrainerSchedule opts;
   uint64_t backward_only_cycles = 0;  // fused: measured once, for the attribution
+  // The split step (mirrored training): per layer the unfused backward and update, compiled on
+  // first use.
+  std::vector<std::vector<isa::Word>> layer_backward, layer_update;
 
   Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerSchedule& o)
       : dev(d), model(std::move(m)), batch(b), sgd(s), opts(o) {}
@@ -118,6 +121,8 @@ struct DeviceTrainer::Impl {
   void emit_update(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy, uint64_t bytes,
                    uint64_t& set) const;
   uint64_t run(size_t prog);
+  uint64_t run_code(const std::vector<isa::Word>& code);
+  void compile_split();
   void write_params(const std::map<std::string, std::vector<float>>& params,
                     const std::map<std::string, std::vector<float>>* momentum);
   void write_input(std::span<const float> inputs, int64_t rows);
@@ -639,6 +644,167 @@ const std::array<PerfCounters, 4>& DeviceTrainer::last_perf() const { return imp
 std::array<uint64_t, 4> DeviceTrainer::program_sizes() const {
   return {impl_->progs[0].size() + 1, impl_->progs[1].size() + 1, impl_->progs[2].size() + 1,
           impl_->progs[3].size() + 1};
+}
+
+// --- The split step (mirrored training) ---
+
+uint64_t DeviceTrainer::Impl::run_code(const std::vector<isa::Word>& code) {
+  dev.clear_perf();
+  const uint32_t fence = dev.submit(code);
+  dev.wait(fence);
+  return dev.perf().cycles;
+}
+
+void DeviceTrainer::Impl::compile_split() {
+  if (!layer_backward.empty()) return;
+  const DeviceParams& params = dev.info().params;
+  const size_t L = model.layers.size();
+  std::vector<std::vector<isa::Word>> bwd(L), upd(L);
+  for (size_t l = 0; l < L; ++l) {
+    const compiler::TrainLayer& ly = model.layers[l];
+    const LayerBufs& b = lay.layers[l];
+    const uint64_t in = static_cast<uint64_t>(ly.in), out = static_cast<uint64_t>(ly.out);
+    const size_t x = l == 0 ? lay.x0 : lay.layers[l - 1].h;
+    {
+      // emit_backward(sb, false) restricted to layer l.
+      StepBuilder sb(params, bufs.size());
+      emit_dz(sb, l, false);
+      if (l > 0) {
+        Bf16GemmSpec d;
+        d.shape = {bp, out, in};
+        d.trans_b = !ly.weight_out_in;
+        detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, d), Bf16GemmAddrs{addr(b.dzb), addr(b.wb), addr(b.dx)},
+                               detail::Bf16GemmHostBufs{b.dzb, b.wb, b.dx, std::nullopt, std::nullopt});
+      }
+      Bf16GemmSpec s;
+      s.trans_a = true;
+      size_t a = b.dzb, bb = x;
+      if (ly.weight_out_in) {
+        s.shape = {out, bp, in};
+      } else {
+        s.shape = {in, bp, out};
+        std::swap(a, bb);
+      }
+      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, s), Bf16GemmAddrs{addr(a), addr(bb), addr(b.g)},
+                             detail::Bf16GemmHostBufs{a, bb, b.g, std::nullopt, std::nullopt});
+      bwd[l] = sb.finish().code;
+    }
+    {
+      // The update program restricted to layer l.
+      StepBuilder sb(params, bufs.size());
+      uint64_t set = 0;
+      emit_update(sb, b.wm, b.g, b.v, b.wb, lay.sizes[b.wm], set);
+      if (b.bm != kNone) emit_update(sb, b.bm, b.bg, b.bv, kNone, lay.sizes[b.bm], set);
+      upd[l] = sb.finish().code;
+    }
+  }
+  layer_backward = std::move(bwd);
+  layer_update = std::move(upd);
+}
+
+size_t DeviceTrainer::layers() const { return impl_->model.layers.size(); }
+
+std::vector<float> DeviceTrainer::forward_chunk(std::span<const float> inputs, int64_t rows) {
+  Impl& im = *impl_;
+  im.write_input(inputs, rows);
+  (void)im.run(0);
+  return im.read_logits(rows);
+}
+
+void DeviceTrainer::set_logit_grad(std::span<const float> dz, int64_t rows) {
+  Impl& im = *impl_;
+  const auto classes = static_cast<uint64_t>(im.model.classes());
+  if (rows < 1 || rows > im.batch || dz.size() != static_cast<uint64_t>(rows) * classes) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("device trainer: {} logit gradients for {} rows of {} classes (batch {})", dz.size(), rows,
+                            classes, im.batch));
+  }
+  std::vector<float> p(im.bp * im.cp(), 0.0f);
+  for (uint64_t i = 0; i < static_cast<uint64_t>(rows); ++i) {
+    std::copy_n(dz.data() + i * classes, classes, p.data() + i * im.cp());
+  }
+  im.dev.write(im.bufs[im.lay.dz], 0, p.data(), p.size() * 4);
+}
+
+uint64_t DeviceTrainer::backward_layer(size_t l) {
+  Impl& im = *impl_;
+  im.compile_split();
+  return im.run_code(im.layer_backward.at(l));
+}
+
+uint64_t DeviceTrainer::gradient_elems(size_t l) const {
+  const Impl& im = *impl_;
+  const LayerBufs& b = im.lay.layers.at(l);
+  return (im.lay.sizes[b.wm] + (b.bm != kNone ? im.lay.sizes[b.bm] : 0)) / 4;
+}
+
+std::vector<float> DeviceTrainer::read_gradient(size_t l) const {
+  const Impl& im = *impl_;
+  const LayerBufs& b = im.lay.layers.at(l);
+  std::vector<float> g(gradient_elems(l));
+  const uint64_t wbytes = im.lay.sizes[b.wm];
+  im.dev.read(im.bufs[b.g], 0, g.data(), wbytes);
+  if (b.bm != kNone) im.dev.read(im.bufs[b.bg], 0, g.data() + wbytes / 4, im.lay.sizes[b.bm]);
+  return g;
+}
+
+void DeviceTrainer::write_gradient(size_t l, std::span<const float> grad) {
+  Impl& im = *impl_;
+  const LayerBufs& b = im.lay.layers.at(l);
+  if (grad.size() != gradient_elems(l)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: layer {} gradient has {} values, expected {}",
+                                                         l, grad.size(), gradient_elems(l)));
+  }
+  const uint64_t wbytes = im.lay.sizes[b.wm];
+  im.dev.write(im.bufs[b.g], 0, grad.data(), wbytes);
+  if (b.bm != kNone) im.dev.write(im.bufs[b.bg], 0, grad.data() + wbytes / 4, im.lay.sizes[b.bm]);
+}
+
+uint64_t DeviceTrainer::apply_update(size_t l) {
+  Impl& im = *impl_;
+  im.compile_split();
+  return im.run_code(im.layer_update.at(l));
+}
+
+namespace {
+// The buffers that make up a replica's variables, in a fixed order.
+std::vector<size_t> replica_buffers(const Layout& lay) {
+  std::vector<size_t> v;
+  for (const LayerBufs& b : lay.layers) {
+    for (size_t i : {b.wm, b.wb, b.v, b.bm, b.bv}) {
+      if (i != kNone) v.push_back(i);
+    }
+  }
+  return v;
+}
+}  // namespace
+
+std::vector<uint8_t> DeviceTrainer::replica_bytes() const {
+  const Impl& im = *impl_;
+  uint64_t total = 0;
+  for (size_t i : replica_buffers(im.lay)) total += im.lay.sizes[i];
+  std::vector<uint8_t> out(total);
+  uint64_t off = 0;
+  for (size_t i : replica_buffers(im.lay)) {
+    im.dev.read(im.bufs[i], 0, out.data() + off, im.lay.sizes[i]);
+    off += im.lay.sizes[i];
+  }
+  return out;
+}
+
+void DeviceTrainer::load_replica_bytes(std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  uint64_t total = 0;
+  for (size_t i : replica_buffers(im.lay)) total += im.lay.sizes[i];
+  if (bytes.size() != total) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("device trainer: replica state of {} bytes, expected {}", bytes.size(), total));
+  }
+  uint64_t off = 0;
+  for (size_t i : replica_buffers(im.lay)) {
+    im.dev.write(im.bufs[i], 0, bytes.data() + off, im.lay.sizes[i]);
+    off += im.lay.sizes[i];
+  }
 }
 
 }  // namespace tpuw::runtime

@@ -2,11 +2,13 @@
 //            [--weight-decay WD] --output TRAINED.onnx [--backend rtl|ref|host] [--validate XV.npy
 //            --validate-labels YV.npy] [--checkpoint DIR [--checkpoint-every STEPS]] [--resume DIR]
 //            [--shuffle --seed S] [--limit N] [--json] [--progress]
+//            [--devices K --strategy mirrored [--chunks C]]
 //
 //   1. check every option and input before anything runs (exit 2, nothing written): the model is
 //      trainable (runtime::describe_trainable names the node otherwise), inputs float32 with the
 //      model's input shape and finite, labels integer classes of the model, the same row count
-//   2. build the trainer: HostFloatTrainer (host) or runtime::make_device_trainer (rtl, ref)
+//   2. build the trainer: HostFloatTrainer (host) or runtime::make_device_trainer (rtl, ref), or
+//      with --devices K a worker::MirroredTrainer on a K-device worker::Worker (docs/scaling.md)
 //   3. --resume: the checkpoint's state and position (tpuw/runtime/train_checkpoint.h)
 //   4. epochs of steps of --batch rows (the last one partial) in file order or, with --shuffle, in
 //      the order of a seeded Fisher-Yates shuffle per epoch; checkpoints as asked; a loss that is
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "mpi_collective.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/onnx_writer.h"
 #include "tpuw/error.h"
@@ -37,6 +41,9 @@
 #include "tpuw/runtime/host_float_trainer.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/runtime/train_checkpoint.h"
+#include "tpuw/sim_control.h"
+#include "tpuw/worker/mirrored_trainer.h"
+#include "tpuw/worker/worker.h"
 
 namespace tpuw::cli {
 
@@ -53,6 +60,11 @@ struct TrainOpts {
   int64_t limit = 0;
   int64_t max_steps = 0;
   bool json = false, progress = false, quiet = false;
+  unsigned devices = 0;             // 0: one device, the fused step; K: mirrored on K devices
+  std::string strategy = "mirrored";
+  int64_t chunks = 4;               // gradient chunks per batch (mirrored)
+  std::string inject_fault;         // testing: "DEVICE:STEP:PHASE", a memory fault before that program
+  double mpi_timeout = 120.0;       // seconds a rank waits for the others in the gradient exchange
 };
 
 namespace {
@@ -235,7 +247,8 @@ json options_json(const TrainOpts& o, int64_t rows) {
   return {{"model", o.model}, {"input", o.input}, {"labels", o.labels}, {"rows", rows}, {"batch", o.batch},
           {"epochs", o.epochs}, {"lr", short_float(o.lr)}, {"momentum", short_float(o.momentum)},
           {"weight_decay", short_float(o.weight_decay)},
-          {"shuffle", o.shuffle}, {"seed", o.seed}, {"limit", o.limit}, {"backend", o.backend}};
+          {"shuffle", o.shuffle}, {"seed", o.seed}, {"limit", o.limit}, {"backend", o.backend},
+          {"devices", o.devices}, {"chunks", o.devices > 0 ? json(o.chunks) : json(nullptr)}};
 }
 
 void check_output_path(const std::string& opt, const std::string& p) {
@@ -261,6 +274,26 @@ int train_command(const TrainOpts& o) {
   }
   const runtime::SgdConfig sgd{o.lr, o.momentum, o.weight_decay};
   runtime::check_sgd_config(sgd);
+  if (o.devices > 0) {
+    if (o.strategy != "mirrored") {
+      throw Error(ErrorKind::kUnsupported, fmt::format("--strategy {}: not implemented yet (mirrored is)", o.strategy));
+    }
+    if (o.backend == "host") throw Error(ErrorKind::kInvalidArgument, "--devices needs a device backend (rtl or ref)");
+    if (o.chunks < 1 || o.chunks > o.batch || o.chunks % o.devices != 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("--chunks {}: must be in [1, --batch {}] and a multiple of --devices {}", o.chunks,
+                              o.batch, o.devices));
+    }
+  } else if (!o.inject_fault.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--inject-fault needs --devices");
+  }
+  if (launched_by_mpirun() && o.devices == 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "started by mpirun with several ranks: use --devices K --strategy mirrored (K devices per rank)");
+  }
+  if (!(o.mpi_timeout > 0)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
+  }
   check_output_path("--output", o.output);
   if (!o.checkpoint.empty()) {
     std::error_code ec;
@@ -293,8 +326,51 @@ int train_command(const TrainOpts& o) {
   }
 
   // ---- the trainer ------------------------------------------------------------------------------
+  // Under mpirun: every rank reads the model, the data and a --resume checkpoint itself and trains
+  // its chunks; rank 0 alone writes the output and checkpoints and prints the report.
+  std::unique_ptr<worker::Collective> mpi;  // outlives the worker and the trainer (declared first)
+  if (o.devices > 0 && launched_by_mpirun()) mpi = open_mpi(o.mpi_timeout);
+  const int rank = mpi ? mpi->rank() : 0;
+  std::unique_ptr<worker::Worker> workers;  // outlives the trainer
   std::unique_ptr<runtime::Trainer> trainer;
-  if (o.backend == "host") {
+  worker::MirroredTrainer* mirrored = nullptr;
+  if (o.devices > 0) {
+    compiler::TrainModel model = compiler::build_training_model(compiler::import_onnx_graph(model_bytes, o.model));
+    worker::WorkerOptions wo;
+    wo.backend = o.backend;
+    wo.devices = o.devices;
+    wo.max_attempts = 1;  // the mirrored trainer reloads and redoes a failed part itself
+    wo.config.array_n = o.array_n;
+    const uint64_t need = worker::MirroredTrainer::memory_bytes(model, o.batch, o.chunks, o.array_n) + (16ull << 20);
+    wo.config.memory.size =
+        std::max<uint64_t>(wo.config.memory.size, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+    worker::MirroredOptions mo;
+    mo.chunks = o.chunks;
+    mo.collective = mpi.get();
+    if (!o.inject_fault.empty()) {
+      const size_t a = o.inject_fault.find(':'), b = o.inject_fault.find(':', a == std::string::npos ? a : a + 1);
+      if (a == std::string::npos || b == std::string::npos) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--inject-fault {}: expected DEVICE:STEP:PHASE", o.inject_fault));
+      }
+      const unsigned dev = static_cast<unsigned>(std::stoul(o.inject_fault.substr(0, a)));
+      const int64_t step = std::stoll(o.inject_fault.substr(a + 1, b - a - 1));
+      auto fired = std::make_shared<std::atomic<bool>>(false);
+      // PHASE "exit:P": the process exits (status 1) before P, as a crashed rank would.
+      std::string phase = o.inject_fault.substr(b + 1);
+      const bool exit = phase.rfind("exit:", 0) == 0;
+      if (exit) phase = phase.substr(5);
+      mo.fault_hook = [dev, step, phase, exit, fired](worker::DeviceSlot& slot, int64_t st, const std::string& ph) {
+        if (slot.index != dev || st != step || ph != phase || fired->exchange(true)) return;
+        if (exit) std::_Exit(1);
+        if (SimControl* sim = slot.device.backend().sim_control()) sim->inject_memory_fault(true);
+      };
+    }
+    workers = std::make_unique<worker::Worker>(wo);
+    auto mt = std::make_unique<worker::MirroredTrainer>(*workers, std::move(model), o.batch, sgd, mo);
+    mirrored = mt.get();
+    trainer = std::move(mt);
+  } else if (o.backend == "host") {
     trainer = std::make_unique<runtime::HostFloatTrainer>(std::move(tm), o.batch, sgd);
   } else {
     runtime::DeviceTrainerOptions dto;
@@ -315,7 +391,7 @@ int train_command(const TrainOpts& o) {
 
   // ---- training ---------------------------------------------------------------------------------
   const int64_t steps_per_epoch = (train.rows + o.batch - 1) / o.batch;
-  const bool show = !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
+  const bool show = rank == 0 && !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
   std::vector<EpochRecord> epochs;
   int64_t steps_run = 0, last_ck_step = ck ? ck->state.steps : -1;
   uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, upd_busy = 0, loss_bytes = 0, macs = 0;
@@ -332,7 +408,7 @@ int train_command(const TrainOpts& o) {
     c.rng = hex64(rng_state);
     c.trainer = trainer->name();
     c.options = options_json(o, train.rows);
-    runtime::save_checkpoint(o.checkpoint, c, shapes);
+    if (rank == 0) runtime::save_checkpoint(o.checkpoint, c, shapes);  // the replicas are identical
     last_ck_step = c.state.steps;
   };
   bool stopped = false;  // --max-steps reached
@@ -405,7 +481,7 @@ int train_command(const TrainOpts& o) {
     rec.loss = lrows > 0 ? lsum / static_cast<double>(lrows) : 0.0;
     if (val) rec.accuracy = accuracy(*trainer, *val, features);
     epochs.push_back(rec);
-    if (!o.json) {
+    if (!o.json && rank == 0) {
       fmt::print("epoch {}/{}: loss {:.6f}{}, {:.2f} s, {:.1f} steps/s\n", rec.epoch, o.epochs, rec.loss,
                  rec.accuracy ? fmt::format(", validation accuracy {:.2f}% ({} rows)", 100.0 * *rec.accuracy, val->rows) : "",
                  rec.seconds, rec.seconds > 0 ? static_cast<double>(rec.steps) / rec.seconds : 0.0);
@@ -423,11 +499,20 @@ int train_command(const TrainOpts& o) {
 
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
-  write_file_atomic(o.output, out, "the trained model");
+  if (rank == 0) write_file_atomic(o.output, out, "the trained model");
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
   const double steps_per_s = train_s > 0 ? static_cast<double>(steps_run) / train_s : 0.0;
+  if (rank != 0) {  // every rank reports, on stderr (rank 0's report is the output)
+    const worker::MirroredStats& ms = mirrored->totals();
+    fmt::print(stderr, "rank {} of {}: {} steps, {:.1f} steps/s, {} devices, communication {:.3f} ms/step ({:.0f} bytes "
+                       "from other ranks per step), {} recoveries\n",
+               rank, mpi->size(), steps_run, steps_per_s, o.devices, 1e3 * ms.comm_seconds() * per,
+               static_cast<double>(ms.exchange_bytes) * per, ms.recoveries);
+    for (const std::string& ev : mirrored->events()) fmt::print(stderr, "rank {}:   {}\n", rank, ev);
+    return kOk;
+  }
   if (o.json) {
     json j;
     j["backend"] = o.backend;
@@ -465,6 +550,25 @@ int train_command(const TrainOpts& o) {
     j["steps_per_s"] = steps_per_s;
     j["seconds"] = train_s;
     j["checkpoint"] = o.checkpoint.empty() ? json(nullptr) : json(o.checkpoint);
+    if (mirrored != nullptr) {
+      const worker::MirroredStats& ms = mirrored->totals();
+      j["devices"] = o.devices;
+      j["strategy"] = o.strategy;
+      j["chunks"] = o.chunks;
+      j["chunk_rows"] = mirrored->chunk_rows();
+      j["gather_bytes_per_step"] = static_cast<double>(ms.gather_bytes) * per;
+      j["broadcast_bytes_per_step"] = static_cast<double>(ms.broadcast_bytes) * per;
+      j["comm_seconds_per_step"] = ms.comm_seconds() * per;
+      j["hidden_seconds_per_step"] = ms.hidden_seconds * per;
+      j["hidden_fraction"] = ms.hidden_fraction();
+      j["reduce_seconds_per_step"] = ms.reduce_seconds * per;
+      j["reduce_hidden_fraction"] = ms.reduce_hidden_fraction();
+      j["recoveries"] = ms.recoveries;
+      j["ranks"] = mpi ? mpi->size() : 1;
+      j["exchange_bytes_per_step"] = static_cast<double>(ms.exchange_bytes) * per;
+      j["exchange_seconds_per_step"] = ms.exchange_seconds * per;
+      j["events"] = mirrored->events();
+    }
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
@@ -476,6 +580,21 @@ int train_command(const TrainOpts& o) {
                static_cast<double>(loss_bytes) * per, 1e3 * loss_s * per);
   } else {
     fmt::print(" (no device cycles: fp32 on the CPU)\n");
+  }
+  if (mirrored != nullptr) {
+    const worker::MirroredStats& ms = mirrored->totals();
+    if (mpi) {
+      fmt::print("{} MPI ranks x {} devices: per step {:.0f} bytes from the other ranks, {:.3f} ms in the exchange\n",
+                 mpi->size(), o.devices, static_cast<double>(ms.exchange_bytes) * per, 1e3 * ms.exchange_seconds * per);
+    }
+    fmt::print("mirrored on {} devices, {} chunks of {} rows: per step gradients {:.0f} bytes gathered, {:.0f} bytes "
+               "broadcast; communication {:.3f} ms, {:.3f} ms of it hidden behind the backward pass ({:.0f}%; of the "
+               "{:.3f} ms reduction {:.0f}%); {} recoveries\n",
+               o.devices, o.chunks, mirrored->chunk_rows(), static_cast<double>(ms.gather_bytes) * per,
+               static_cast<double>(ms.broadcast_bytes) * per, 1e3 * ms.comm_seconds() * per,
+               1e3 * ms.hidden_seconds * per, 100.0 * ms.hidden_fraction(), 1e3 * ms.reduce_seconds * per,
+               100.0 * ms.reduce_hidden_fraction(), ms.recoveries);
+    for (const std::string& ev : mirrored->events()) fmt::print("  {}\n", ev);
   }
   if (!o.checkpoint.empty()) fmt::print("checkpoint: {} (step {})\n", o.checkpoint, st.steps);
   fmt::print("trained model -> {} ({} initializers updated)\n", o.output, st.params.size());
@@ -523,6 +642,19 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("--progress", o->progress, "show the progress bar on stderr even when it is not a terminal");
   sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
+  sub->add_option("--devices", o->devices,
+                  "train on K devices with mirrored variables (rtl, ref; docs/scaling.md); 0: one device, the fused "
+                  "step")
+      ->capture_default_str();
+  sub->add_option("--strategy", o->strategy, "multi-device strategy: mirrored")->capture_default_str();
+  sub->add_option("--chunks", o->chunks,
+                  "gradient chunks per batch with --devices (a multiple of K): the fixed reduction order, the same "
+                  "weights for every K")
+      ->capture_default_str();
+  sub->add_option("--mpi-timeout", o->mpi_timeout,
+                  "under mpirun: seconds a rank waits for the others in the gradient exchange before it ends the job")
+      ->capture_default_str();
+  sub->add_option("--inject-fault", o->inject_fault, "")->group("");  // testing: DEVICE:STEP:[exit:]PHASE
 }
 
 bool TrainCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }

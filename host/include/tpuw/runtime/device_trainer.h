@@ -68,6 +68,38 @@ class DeviceTrainer final : public Trainer {
   /// last run (zero if it never ran).
   const std::array<PerfCounters, 4>& last_perf() const;
 
+  // --- The step split for mirrored training (tpuw/worker/mirrored_trainer.h, docs/scaling.md) ---
+  // The fused step above never lets the gradient leave the device. These entry points run the same
+  // computation in pieces so that each layer's gradient can be read out, summed with the other
+  // chunks' on the host, and written back before the update: forward_chunk(), set_logit_grad(),
+  // backward_layer(l) for l = layers()-1 .. 0 (the unfused backward program cut per layer) with
+  // read_gradient(l) after each, then per layer write_gradient(l) of the reduced gradient and
+  // apply_update(l) (the unfused update program cut per layer). Compiled on first use; per layer
+  // the same instructions as the unfused step, so the same bits for the same rows.
+
+  /// Number of dense layers.
+  size_t layers() const;
+  /// Forward program on `rows` (<= batch) rows: the fp32 logits, [rows, classes].
+  std::vector<float> forward_chunk(std::span<const float> inputs, int64_t rows);
+  /// Writes the loss gradient at the logits, [rows, classes] fp32 (rows of the last forward_chunk).
+  void set_logit_grad(std::span<const float> dz, int64_t rows);
+  /// Backward program of layer l (dZ, db, dX for l > 0, dW into device memory); returns its cycles.
+  uint64_t backward_layer(size_t l);
+  /// Elements of layer l's gradient as read_gradient returns it: the padded stored-layout dW, then
+  /// the padded db (if the layer has a bias).
+  uint64_t gradient_elems(size_t l) const;
+  /// Layer l's gradient from device memory (gradient_elems(l) fp32 values).
+  std::vector<float> read_gradient(size_t l) const;
+  /// Writes `grad` (gradient_elems(l) values) as layer l's gradient.
+  void write_gradient(size_t l, std::span<const float> grad);
+  /// Runs layer l's SGD update program on the gradient in device memory (masters, momentum, bf16
+  /// copy); returns its cycles.
+  uint64_t apply_update(size_t l);
+  /// The replica's variables as raw device bytes (every layer's fp32 masters, bf16 copies, fp32
+  /// momentum, padding included), and the way back: what a reset replica reloads from a healthy one.
+  std::vector<uint8_t> replica_bytes() const;
+  void load_replica_bytes(std::span<const uint8_t> bytes);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""tpuw train --devices K --strategy mirrored (docs/scaling.md), driven as a user would: the trained
+file is byte-identical for K = 1, 2, 4 with the same --chunks; an injected device fault is recovered
+(reported in --json, same bytes); a checkpoint written with K = 2 resumes with K = 4 to the same
+bytes; bad options exit 2; 2 rtl devices == 1 ref device (skipped without rtl). Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
+MPI or mpirun is missing): 2 ranks x 1 and x 2 devices give the same bytes as one device, a rank whose
+device fails ends every rank with that rank's error (exit 4), a rank that exits ends the job.
+
+    mirrored_test.py TPUW CASE EXAMPLES_DIR
+"""
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+
+TPUW, CASE, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3]
+MODEL = os.path.join(EXAMPLES, "fashion_mnist", "reference", "digits_mlp_untrained.onnx")
+cli = CliHarness(TPUW, "tpuw_mirrored_")
+
+x_all = np.load(os.path.join(EXAMPLES, "digits", "digits_x.npy")).astype(np.float32) / np.float32(16)
+y_all = np.load(os.path.join(EXAMPLES, "digits", "digits_y.npy")).astype(np.int64)
+X = cli.save("x.npy", x_all[:300])  # 300 rows at batch 64: the last step takes 44 rows
+Y = cli.save("y.npy", y_all[:300])
+HYPER = ["--batch", "64", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4", "--shuffle", "--seed", "3"]
+
+
+def train(out, *extra):
+    return cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out, "--backend", "ref", "-q",
+                   *HYPER, *extra)
+
+
+def train_ok(out, *extra):
+    rc, so, se = train(out, *extra)
+    expect(rc == 0, f"{extra}: exit {rc}; stderr: {se}")
+    return so
+
+
+def out(name):
+    return os.path.join(cli.tmp, name)
+
+
+if CASE == "mirrored_bits":
+    for k in (1, 2, 4):
+        j = json.loads(train_ok(out(f"k{k}.onnx"), "--epochs", "2", "--devices", str(k), "--chunks", "4", "--json"))
+        expect(j["devices"] == k and j["chunks"] == 4 and j["chunk_rows"] == 16 and j["steps"] == 10, f"{j}")
+        expect(j["gather_bytes_per_step"] > 0 and j["broadcast_bytes_per_step"] > 0 and j["recoveries"] == 0, f"{j}")
+        expect(0 <= j["hidden_fraction"] <= 1 and 0 <= j["reduce_hidden_fraction"] <= 1 and j["events"] == [], f"{j}")
+    expect(filecmp.cmp(out("k1.onnx"), out("k2.onnx"), shallow=False), "K=1 and K=2 differ")
+    expect(filecmp.cmp(out("k1.onnx"), out("k4.onnx"), shallow=False), "K=1 and K=4 differ")
+
+elif CASE == "mirrored_fault":
+    train_ok(out("clean.onnx"), "--epochs", "2", "--devices", "2", "--chunks", "4")
+    for spec in ("1:3:backward chunk 3 layer 0", "0:7:update layer 1"):
+        j = json.loads(train_ok(out("fault.onnx"), "--epochs", "2", "--devices", "2", "--chunks", "4", "--json",
+                                "--inject-fault", spec))
+        dev, step = spec.split(":")[:2]
+        expect(j["recoveries"] == 1, f"{spec}: {j}")
+        expect(any(f"step {step}: device {dev} failed" in e and "reloaded from device" in e for e in j["events"]),
+               f"{spec}: {j['events']}")
+        expect(filecmp.cmp(out("clean.onnx"), out("fault.onnx"), shallow=False), f"{spec}: weights differ")
+
+elif CASE == "mirrored_resume":
+    train_ok(out("full.onnx"), "--epochs", "2", "--devices", "2", "--chunks", "4")
+    ck = out("ck")
+    train_ok(out("half.onnx"), "--epochs", "2", "--devices", "2", "--chunks", "4", "--checkpoint", ck,
+             "--max-steps", "7")
+    train_ok(out("resumed.onnx"), "--epochs", "2", "--devices", "4", "--chunks", "4", "--resume", ck)
+    expect(filecmp.cmp(out("full.onnx"), out("resumed.onnx"), shallow=False), "resumed on K=4 != K=2 throughout")
+
+elif CASE == "mirrored_bad_options":
+    for extra, want in ((["--devices", "4", "--chunks", "2"], "a multiple of --devices 4"),
+                        (["--devices", "2", "--chunks", "128"], "--chunks 128"),
+                        (["--devices", "2", "--strategy", "pipeline"], "--strategy pipeline: not implemented"),
+                        (["--inject-fault", "0:1:forward chunk 0"], "--inject-fault needs --devices")):
+        rc, so, se = train(out("bad.onnx"), *extra)
+        expect(rc == 2 and want in se, f"{extra}: exit {rc}, stderr {se}")
+        expect(not os.path.exists(out("bad.onnx")), f"{extra}: output written")
+    rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("bad.onnx"), "--backend",
+                         "host", "--devices", "2")
+    expect(rc == 2 and "--devices needs a device backend" in se, f"host: exit {rc}, stderr {se}")
+
+elif CASE == "mirrored_rtl":
+    # One short check on the verilated device: 3 steps on 2 rtl devices == 1 ref device, byte for byte.
+    train_ok(out("ref.onnx"), "--max-steps", "3", "--devices", "1", "--chunks", "4")
+    rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("rtl.onnx"), "--backend", "rtl",
+                         "-q", *HYPER, "--max-steps", "3", "--devices", "2", "--chunks", "4")
+    if rc == 2 and "not available in this build" in se:
+        print("SKIP: the rtl backend is not built")
+        sys.exit(77)
+    expect(rc == 0, f"exit {rc}; stderr: {se}")
+    expect(filecmp.cmp(out("ref.onnx"), out("rtl.onnx"), shallow=False), "2 rtl devices != 1 ref device")
+
+elif CASE.startswith("mpi_"):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("SKIP: no mpirun")
+        sys.exit(77)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+    def mpi(np_, out_, *extra):
+        t0 = time.monotonic()
+        p = subprocess.run([mpirun, "-np", str(np_), "--oversubscribe", TPUW, "train", MODEL, "--input", X, "--labels",
+                            Y, "--output", out_, "--backend", "ref", "-q", *HYPER, "--epochs", "2", "--chunks", "4",
+                            *extra], capture_output=True, text=True, timeout=280, env=env)
+        if "built without MPI" in p.stderr:
+            print("SKIP: tpuw is built without MPI")
+            sys.exit(77)
+        return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+    train_ok(out("one.onnx"), "--epochs", "2", "--devices", "1", "--chunks", "4")
+    if CASE == "mpi_bits":
+        for k in (1, 2):
+            rc, so, se, _ = mpi(2, out(f"p2k{k}.onnx"), "--devices", str(k), "--json")
+            expect(rc == 0, f"K={k}: exit {rc}; stderr: {se}")
+            j = json.loads(so)
+            expect(j["ranks"] == 2 and j["devices"] == k and j["exchange_bytes_per_step"] > 0, f"{j}")
+            expect("rank 1 of 2: 10 steps" in se, f"rank 1 did not report: {se}")
+            expect(filecmp.cmp(out("one.onnx"), out(f"p2k{k}.onnx"), shallow=False), f"2 ranks x {k} != one device")
+    elif CASE == "mpi_rank_error":
+        rc, so, se, _ = mpi(2, out("err.onnx"), "--devices", "1", "--inject-fault", "0:3:backward chunk 3 layer 0")
+        expect(rc == 4, f"exit {rc}; stderr: {se}")
+        expect(se.count("tpuw: error: rank 1: mirrored training, step 3: device 0 failed") == 2,
+               f"every rank names rank 1's failure: {se}")
+        expect(not os.path.exists(out("err.onnx")), "output written")
+    elif CASE == "mpi_rank_exit":
+        rc, so, se, dt = mpi(2, out("exit.onnx"), "--devices", "1", "--mpi-timeout", "20", "--inject-fault",
+                             "0:3:exit:backward chunk 3 layer 0")
+        expect(rc != 0 and dt < 60, f"exit {rc} after {dt:.1f} s; stderr: {se}")
+        expect(not os.path.exists(out("exit.onnx")), "output written")
+    else:
+        sys.exit(f"unknown case {CASE}")
+
+else:
+    sys.exit(f"unknown case {CASE}")
