@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "pass_util.h"
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -61,6 +62,13 @@ class Inference {
       case Op::kFlatten: return flatten(n);
       case Op::kReshape: return reshape(n);
       case Op::kShape: return shape_op(n);
+      case Op::kConv: {
+        const ValueId x = n.inputs[0], w = n.inputs[1];
+        if (!known(x) || !known(w) || (!g_.is_constant(w) && !strict_)) return;
+        const nn::ConvGeometry geo = conv_geometry(g_, n);
+        set(n.outputs[0], g_.value(x).dtype, {kBatch, geo.out_c, geo.out_h(), geo.out_w()});
+        return;
+      }
       case Op::kDense: {
         if (!known(n.inputs[0]) || !known(n.inputs[1])) return;
         set(n.outputs[0], g_.value(n.inputs[0]).dtype, {shape(n.inputs[0])->at(0), shape(n.inputs[1])->at(1)});

@@ -1,0 +1,47 @@
+// ONNX Conv in the graph compiler: attribute rules (legalize), shape inference, Relu fusion, the
+// float reference (interpret_float) and int8 quantization to nn::QConv2d (tpuw/nn/qconv.h), which
+// the device runs as an implicit GEMM (tpuw/runtime/conv.h; docs/network_compiler.md).
+//
+// Supported: 2-D Conv (x [batch, C, H, W], constant weight [O, C, KH, KW], optional constant bias
+// [O]), any kernel size, strides, dilations, explicit pads (asymmetric too) or auto_pad
+// (NOTSET, VALID, SAME_UPPER, SAME_LOWER), group = 1. group > 1 (grouped / depthwise) and 1-D or
+// 3-D convolutions are refused naming the node and the attribute.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tpuw/compiler/ir.h"
+#include "tpuw/nn/qconv.h"
+
+namespace tpuw::compiler {
+
+/// Legalize's Conv rule: attribute types and values that need no shapes (group, lengths of
+/// kernel_shape / strides / dilations / pads, positive strides and dilations, non-negative pads,
+/// auto_pad's value, auto_pad together with pads). kBadFile for an invalid model, kUnsupported
+/// for a valid one we do not run.
+void check_conv_attributes(const Graph& g, const Node& n);
+
+/// The geometry of a Conv node whose input and weight shapes are known: channels, kernel from the
+/// weight (checked against kernel_shape), pads resolved from auto_pad. Error(kBadFile) for
+/// mismatches (channels, kernel_shape, a dilated kernel larger than the padded input),
+/// Error(kUnsupported) for an input that is not [batch, C, H, W] or a weight that is not a constant.
+nn::ConvGeometry conv_geometry(const Graph& g, const Node& n);
+
+/// Fusion: a Relu whose input is a Conv's output and the Conv's only reader becomes the Conv's
+/// attribute relu = 1 (the device's ACTIVATE applies it). Returns the number of Relus fused.
+size_t fuse_conv_relu(Graph& g);
+
+/// The float reference of a Conv node: x NCHW [batch, C, H, W] float32; weights and bias as
+/// float32, double accumulation, ReLU (attribute relu) in double, float32 result NCHW.
+std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const float> x, uint64_t batch);
+
+/// Int8 quantization of a Conv node (the rules of qnetwork.h, per output channel):
+/// w_scale[o] = max|W[o]| / 127, w_q = sat(round(W / w_scale[o]), -127, 127),
+/// bias_q[o] = sat32(round(b[o] / (in_scale * w_scale[o]))), mult[o] / 2^shift[o] ~=
+/// in_scale * w_scale[o] / out_scale. Error(kUnsupported) naming the node for a non-finite weight
+/// or a factor the device cannot express.
+nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale);
+
+}  // namespace tpuw::compiler

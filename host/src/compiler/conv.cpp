@@ -1,0 +1,286 @@
+// ONNX Conv in the graph compiler (tpuw/compiler/conv.h).
+#include "tpuw/compiler/conv.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pass_util.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::input;
+
+/// An ints attribute with `len` values, or `def` when absent; kBadFile for another type or length.
+std::vector<int64_t> attr_ints(const Graph& g, const Node& n, std::string_view key, size_t len, int64_t def) {
+  const Attribute* a = n.attr(key);
+  if (a == nullptr) return std::vector<int64_t>(len, def);
+  if (a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' is not a list of ints", key));
+  if (a->ints.size() != len) {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("attribute '{}' has {} values; a 2-D Conv needs {}{}", key, a->ints.size(), len,
+                       key == "pads" ? " (top, left, bottom, right)" : " (height, width)"));
+  }
+  return a->ints;
+}
+
+std::string auto_pad(const Graph& g, const Node& n) {
+  const Attribute* a = n.attr("auto_pad");
+  if (a == nullptr) return "NOTSET";
+  if (a->kind != Attribute::Kind::kString) g.fail(ErrorKind::kBadFile, n, "attribute 'auto_pad' is not a string");
+  return a->s;
+}
+
+int32_t sat32(double v) {
+  return static_cast<int32_t>(std::clamp(v, static_cast<double>(std::numeric_limits<int32_t>::min()),
+                                         static_cast<double>(std::numeric_limits<int32_t>::max())));
+}
+
+}  // namespace
+
+void check_conv_attributes(const Graph& g, const Node& n) {
+  const int64_t group = attr_int(g, n, "group", 1);
+  if (group < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'group' is {}; it must be >= 1", group));
+  if (group != 1) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("attribute 'group' = {} (grouped or depthwise convolution) is not supported yet; only group = 1",
+                       group));
+  }
+  if (const Attribute* k = n.attr("kernel_shape"); k != nullptr && k->kind == Attribute::Kind::kInts && k->ints.size() != 2) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("attribute 'kernel_shape' has {} values: a {}-D convolution; only 2-D Conv is supported",
+                       k->ints.size(), k->ints.size()));
+  }
+  for (const int64_t v : attr_ints(g, n, "kernel_shape", 2, 1)) {
+    if (v < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'kernel_shape' holds {}; kernel sizes are >= 1", v));
+  }
+  for (const char* key : {"strides", "dilations"}) {
+    for (const int64_t v : attr_ints(g, n, key, 2, 1)) {
+      if (v < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' holds {}; it must be >= 1", key, v));
+      if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute '{}' holds {}, above 65536", key, v));
+    }
+  }
+  for (const int64_t v : attr_ints(g, n, "pads", 4, 0)) {
+    if (v < 0) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'pads' holds {}; pads are >= 0", v));
+    if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute 'pads' holds {}, above 65536", v));
+  }
+  const std::string ap = auto_pad(g, n);
+  if (ap != "NOTSET" && ap != "VALID" && ap != "SAME_UPPER" && ap != "SAME_LOWER") {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("attribute 'auto_pad' is '{}' (NOTSET, VALID, SAME_UPPER or SAME_LOWER)", ap));
+  }
+  if (ap != "NOTSET" && n.attr("pads") != nullptr) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("has both auto_pad '{}' and explicit pads", ap));
+  }
+}
+
+nn::ConvGeometry conv_geometry(const Graph& g, const Node& n) {
+  check_conv_attributes(g, n);
+  const ValueId x = n.inputs[0], w = n.inputs[1];
+  const Value& xv = g.value(x);
+  const Value& wv = g.value(w);
+  if (g.is_constant(x)) {
+    g.fail(ErrorKind::kUnsupported, n, fmt::format("input 0 '{}' must be the activation, not a constant", xv.name));
+  }
+  if (!g.is_constant(w)) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("weight '{}' is computed from the input; it must be an initializer or Constant", wv.name));
+  }
+  const Dims& dx = *xv.shape;
+  const Dims& dw = *wv.shape;
+  if (dx.size() != 4 || !detail::batch_led(dx)) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("input '{}' has shape {}; a 2-D Conv needs [batch, channels, height, width]", xv.name,
+                       dims_string(dx)));
+  }
+  if (dw.size() != 4) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}; a 2-D Conv needs [out_channels, "
+                                               "in_channels, kernel_h, kernel_w]", wv.name, dims_string(dw)));
+  }
+  if (dw[1] != dx[1]) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {} ({} input channels) but the input '{}' has {} "
+                                               "channels", wv.name, dims_string(dw), dw[1], xv.name, dx[1]));
+  }
+  for (const int64_t d : dw) {
+    if (d < 1 || d > 65536) g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}", wv.name, dims_string(dw)));
+  }
+  for (size_t i = 1; i < 4; ++i) {
+    if (dx[i] > 65536) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}; sizes above 65536 are not supported",
+                                                     xv.name, dims_string(dx)));
+    }
+  }
+  const std::vector<int64_t> ks = attr_ints(g, n, "kernel_shape", 2, 0);
+  if (n.attr("kernel_shape") != nullptr && (ks[0] != dw[2] || ks[1] != dw[3])) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'kernel_shape' is [{}, {}] but weight '{}' has shape {}",
+                                               ks[0], ks[1], wv.name, dims_string(dw)));
+  }
+  const ValueId b = input(n, 2);
+  if (b != kNoValue) {
+    if (!g.is_constant(b)) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("bias '{}' must be an initializer or Constant", g.value(b).name));
+    }
+    const Dims& db = *g.value(b).shape;
+    if (db.size() != 1 || db[0] != dw[0]) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("bias '{}' has shape {}; it must be [{}] (one per output channel)",
+                                                 g.value(b).name, dims_string(db), dw[0]));
+    }
+  }
+  const std::vector<int64_t> st = attr_ints(g, n, "strides", 2, 1);
+  const std::vector<int64_t> dl = attr_ints(g, n, "dilations", 2, 1);
+  std::vector<int64_t> pads = attr_ints(g, n, "pads", 4, 0);
+  const std::string ap = auto_pad(g, n);
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t in = dx[2 + i];
+      const int64_t out = (in + st[i] - 1) / st[i];
+      const int64_t total = std::max<int64_t>((out - 1) * st[i] + (dw[2 + i] - 1) * dl[i] + 1 - in, 0);
+      const int64_t small = total / 2;
+      pads[i] = ap == "SAME_UPPER" ? small : total - small;
+      pads[i + 2] = total - pads[i];
+    }
+  }
+  nn::ConvGeometry geo;
+  geo.in_c = static_cast<uint32_t>(dx[1]);
+  geo.in_h = static_cast<uint32_t>(dx[2]);
+  geo.in_w = static_cast<uint32_t>(dx[3]);
+  geo.out_c = static_cast<uint32_t>(dw[0]);
+  geo.kernel_h = static_cast<uint32_t>(dw[2]);
+  geo.kernel_w = static_cast<uint32_t>(dw[3]);
+  geo.stride_h = static_cast<uint32_t>(st[0]);
+  geo.stride_w = static_cast<uint32_t>(st[1]);
+  geo.dilation_h = static_cast<uint32_t>(dl[0]);
+  geo.dilation_w = static_cast<uint32_t>(dl[1]);
+  geo.pad_top = static_cast<uint32_t>(pads[0]);
+  geo.pad_left = static_cast<uint32_t>(pads[1]);
+  geo.pad_bottom = static_cast<uint32_t>(pads[2]);
+  geo.pad_right = static_cast<uint32_t>(pads[3]);
+  if (geo.out_h() == 0 || geo.out_w() == 0) {
+    const bool h = geo.out_h() == 0;
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("the dilated kernel {} {} is larger than the padded input {} {}", h ? "height" : "width",
+                       h ? uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1 : uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1,
+                       h ? "height" : "width",
+                       h ? uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom : uint64_t{geo.in_w} + geo.pad_left + geo.pad_right));
+  }
+  return geo;
+}
+
+size_t fuse_conv_relu(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<bool> drop(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& c = g.nodes[i];
+    if (c.op != Op::kConv || attr_int(g, c, "relu", 0) != 0) continue;
+    const ValueId y = c.outputs[0];
+    const auto& rd = readers[static_cast<size_t>(y)];
+    if (rd.size() != 1 || g.is_graph_output(y)) continue;
+    Node& r = g.nodes[rd[0]];
+    if (r.op != Op::kRelu) continue;
+    Attribute a;
+    a.kind = Attribute::Kind::kInt;
+    a.i = 1;
+    c.set_attr("relu", a);
+    c.origin.push_back(r.label());
+    g.replace_uses(r.outputs[0], y);  // graph outputs keep their names
+    drop[rd[0]] = true;
+    ++fused;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  return fused;
+}
+
+std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const float> x, uint64_t batch) {
+  const nn::ConvGeometry geo = conv_geometry(g, n);
+  const uint64_t C = geo.in_c, H = geo.in_h, W = geo.in_w, O = geo.out_c, KH = geo.kernel_h, KW = geo.kernel_w;
+  const uint64_t Ho = geo.out_h(), Wo = geo.out_w();
+  if (x.size() != batch * C * H * W) {
+    g.fail(ErrorKind::kInvalidArgument, n, fmt::format("input has {} values, expected {}", x.size(), batch * C * H * W));
+  }
+  const TensorData& wd = *g.value(n.inputs[1]).data;
+  std::vector<float> w(wd.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(wd.as_double(i));
+  std::vector<float> bias(O, 0.0f);
+  if (const ValueId b = input(n, 2); b != kNoValue) {
+    for (size_t o = 0; o < O; ++o) bias[o] = static_cast<float>(g.value(b).data->as_double(o));
+  }
+  const bool relu = attr_int(g, n, "relu", 0) != 0;
+  std::vector<float> y(batch * O * Ho * Wo);
+  for (uint64_t bi = 0; bi < batch; ++bi) {
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          double acc = bias[o];
+          for (uint64_t c = 0; c < C; ++c) {
+            for (uint64_t dy = 0; dy < KH; ++dy) {
+              const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
+              if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+              for (uint64_t dx = 0; dx < KW; ++dx) {
+                const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
+                if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+                acc += static_cast<double>(x[((bi * C + c) * H + static_cast<uint64_t>(iy)) * W + static_cast<uint64_t>(ix)]) *
+                       w[((o * C + c) * KH + dy) * KW + dx];
+              }
+            }
+          }
+          y[((bi * O + o) * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(acc, 0.0) : acc);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale) {
+  nn::QConv2d q;
+  q.geom = conv_geometry(g, n);
+  q.name = n.origin.empty() ? n.label() : fmt::format("{}", n.origin.front());
+  for (size_t i = 1; i < n.origin.size(); ++i) q.name += " + " + n.origin[i];
+  q.relu = attr_int(g, n, "relu", 0) != 0;
+  q.out_scale = out_scale;
+  const uint64_t O = q.geom.out_c;
+  const uint64_t per = uint64_t{q.geom.in_c} * q.geom.kernel_h * q.geom.kernel_w;
+  const TensorData& wd = *g.value(n.inputs[1]).data;
+  q.w_q.resize(O * per);
+  const ValueId b = input(n, 2);
+  for (uint64_t o = 0; o < O; ++o) {
+    float m = 0;
+    for (uint64_t k = 0; k < per; ++k) {
+      const auto v = static_cast<float>(wd.as_double(o * per + k));
+      if (!std::isfinite(v)) {
+        g.fail(ErrorKind::kUnsupported, n, fmt::format("weight '{}' element {} is not finite", g.value(n.inputs[1]).name,
+                                                       o * per + k));
+      }
+      m = std::max(m, std::fabs(v));
+    }
+    const float ws = m > 0 ? m / 127.0f : 1.0f;
+    for (uint64_t k = 0; k < per; ++k) {
+      const double v = std::round(static_cast<double>(static_cast<float>(wd.as_double(o * per + k))) / ws);
+      q.w_q[o * per + k] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+    }
+    const double bf = b == kNoValue ? 0.0 : static_cast<double>(static_cast<float>(g.value(b).data->as_double(o)));
+    if (!std::isfinite(bf)) g.fail(ErrorKind::kUnsupported, n, fmt::format("bias element {} is not finite", o));
+    q.bias_q.push_back(sat32(std::round(bf / (static_cast<double>(in_scale) * ws))));
+    const double real = static_cast<double>(in_scale) * ws / static_cast<double>(out_scale);
+    try {
+      const nn::Requant rq = nn::quantize_multiplier(real);
+      q.mult.push_back(rq.mult);
+      q.shift.push_back(rq.shift);
+    } catch (const Error& e) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("output channel {}: {}", o, e.what()));
+    }
+  }
+  return q;
+}
+
+}  // namespace tpuw::compiler
