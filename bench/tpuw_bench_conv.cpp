@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
                    {"tiles", pl.tiles},
                    {"rows_per_matmul", pl.acc_rows},
                    {"weights_resident", pl.weights_resident},
+                   {"pinned_weight_tiles", pl.pinned_tiles},
                    {"wall_s", r.wall_s}};
     if (!json) {
       fmt::print("conv {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
@@ -122,7 +123,9 @@ int main(int argc, char** argv) {
       fmt::print("  plan: {} tiles of {} images, {} rows per MATMUL ({} output pixels per image), {} instructions, "
                  "weights {}\n",
                  pl.tiles, pl.images_per_tile, pl.acc_rows, pl.ho * pl.wo, r.instructions,
-                 pl.weights_resident ? "loaded once (resident in the WB)" : "streamed per tile");
+                 pl.weights_resident ? "loaded once (resident in the WB)"
+                                     : fmt::format("{} of {} tiles pinned in the WB, the rest streamed per tile",
+                                                   pl.pinned_tiles, pl.weight_tiles));
     }
   } catch (const tpuw::Error& e) {
     std::cerr << "tpuw_bench_conv: " << e.what() << "\n";

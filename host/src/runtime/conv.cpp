@@ -39,6 +39,7 @@ using detail::split_transfer;
 using detail::Transfer;
 
 constexpr uint32_t kMaxWSlots = 1024;  // WB tile slots (all of them when the weights fit)
+constexpr uint64_t kRingSlots = 32;    // WB slots streaming the weights that are not pinned
 // Loads are placed this many compute instructions ahead of their first use: one strip of a 3x3
 // layer is 9 * c_blocks LOADWs + 9 * c_blocks * images MATMULs, and the next tile's input must
 // stream in while the last strip of the current one computes.
@@ -125,6 +126,10 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t b
   p.w_slots = static_cast<uint32_t>(std::min<uint64_t>(params.wb_depth / an, kMaxWSlots));
   if (p.w_slots == 0) throw Error(ErrorKind::kUnsupported, fmt::format("conv: WB depth {} holds no tile", params.wb_depth));
   p.weights_resident = p.weight_tiles <= p.w_slots;
+  // Otherwise the first tiles are pinned in the WB (loaded once) and the rest stream through a
+  // ring of kRingSlots slots, once per tile of images.
+  p.pinned_tiles = p.weights_resident ? p.weight_tiles : p.w_slots - std::min<uint64_t>(p.w_slots, kRingSlots);
+  if (!p.weights_resident && p.pinned_tiles == p.w_slots) p.pinned_tiles = 0;
   const std::string what = "conv: packed image bytes";
   (void)checked_add(checked_add(checked_product({batch, p.c_blocks, p.img_rows, an}, what),
                                 checked_product({batch, p.o_blocks, p.ho, p.wo_stored, an}, what), what),
@@ -254,7 +259,8 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
       for (uint64_t tap = 0; tap < p.taps; ++tap) {
         for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
           const uint64_t wt = (ob * p.taps + tap) * p.c_blocks + cb;
-          const uint64_t slot = p.weights_resident ? wt : ring++ % p.w_slots;
+          const uint64_t slot =
+              wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
           if (slot_holds[slot] != static_cast<int64_t>(wt)) {
             for (const Transfer& t : split_transfer(slot * an, w_addr + wt * an * an, an * an, an, beat)) {
               b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});

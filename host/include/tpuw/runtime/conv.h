@@ -54,10 +54,13 @@ struct ConvPlan {
   uint64_t weight_tiles = 0;       // o_blocks * taps * c_blocks N x N tiles
   uint32_t w_slots = 0;            // WB tile slots
   bool weights_resident = false;   // every weight tile stays in the WB for the whole run
+  uint64_t pinned_tiles = 0;       // tiles loaded once (all when resident); the rest once per tile
   std::vector<uint64_t> tap_offset;  // per tap (dy * kernel_w + dx): UB row offset in an image
 
   uint64_t in_bytes() const { return batch * c_blocks * img_rows * array_n; }
   uint64_t w_bytes() const { return weight_tiles * array_n * array_n; }
+  /// Weight bytes the program loads: the pinned tiles once, the others once per tile of images.
+  uint64_t w_bytes_moved() const { return (pinned_tiles + (weight_tiles - pinned_tiles) * tiles) * array_n * array_n; }
   uint64_t param_bytes() const { return o_blocks * 3 * 4 * uint64_t{array_n}; }
   uint64_t out_bytes() const { return batch * o_blocks * ho * wo_stored * array_n; }
   /// MXU rows streamed (every MATMUL row, wasted border rows included).
