@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "pass_util.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/compiler/quantize.h"
 #include "tpuw/nn/quantize.h"
 
 namespace tpuw::compiler {
@@ -281,6 +283,101 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
     }
   }
   return q;
+}
+
+nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
+  const Graph g = optimize(std::move(graph));
+  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
+                                                g.outputs.size()));
+  }
+  const ValueId input = g.inputs[0].value;
+  const Dims& din = *g.value(input).shape;
+  if (din.size() != 4) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("input '{}' has shape {}; a CNN's input is [batch, channels, height, "
+                                                "width]", g.value(input).name, dims_string(din)));
+  }
+  if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
+  const auto feat = static_cast<uint64_t>(din[1] * din[2] * din[3]);
+  if (calib.size() != rows * feat) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: calibration data has {} values, expected {} rows x {}",
+                                                         g.source, calib.size(), rows, feat));
+  }
+  const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
+  nn::QCnn net;
+  net.in_c = static_cast<uint32_t>(din[1]);
+  net.in_h = static_cast<uint32_t>(din[2]);
+  net.in_w = static_cast<uint32_t>(din[3]);
+  net.input_scale = nn::symmetric_scale(calib);
+
+  // The chain: Convs reading the previous activation, then one Flatten/Reshape, then the head.
+  ValueId act = input;
+  size_t i = 0;
+  std::vector<const Node*> convs;
+  for (; i < g.nodes.size() && g.nodes[i].op == Op::kConv; ++i) {
+    if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
+    convs.push_back(&g.nodes[i]);
+    act = g.nodes[i].outputs[0];
+  }
+  if (convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through compile_quantized)");
+  if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
+    if (i < g.nodes.size()) {
+      g.fail(ErrorKind::kUnsupported, g.nodes[i],
+             "follows the convolutions; a CNN runs Conv (+Relu) layers, then Flatten/Reshape and dense layers "
+             "(pooling is not lowered to the device yet)");
+    }
+    g.fail(ErrorKind::kUnsupported, "the model ends with a Conv; a CNN needs a Flatten and a dense head");
+  }
+  const Node& flat = g.nodes[i++];
+  if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
+    g.fail(ErrorKind::kUnsupported, flat, "must flatten the last convolution's output to [batch, features]");
+  }
+  act = flat.outputs[0];
+  nn::FloatNetwork head;
+  head.source = g.source;
+  head.input_name = g.value(act).name;
+  head.output_name = g.outputs[0].name;
+  head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
+  for (; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
+      g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
+    }
+    if (n.op == Op::kDense) {
+      nn::DenseLayer l;
+      l.name = n.origin.empty() ? n.label() : n.origin.front();
+      for (size_t k = 1; k < n.origin.size(); ++k) l.name += " + " + n.origin[k];
+      const Value& w = g.value(n.inputs[1]);
+      l.k = static_cast<uint32_t>((*w.shape)[0]);
+      l.n = static_cast<uint32_t>((*w.shape)[1]);
+      l.w.assign(w.data->f.begin(), w.data->f.end());
+      const Value& b = g.value(n.inputs[2]);
+      l.b.assign(b.data->f.begin(), b.data->f.end());
+      l.relu = attr_int(g, n, "relu", 0) != 0;
+      head.layers.push_back(std::move(l));
+    } else if (n.op == Op::kSoftmax) {
+      head.host_op = nn::HostOp::kSoftmax;
+    } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
+      g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
+    }
+    act = n.outputs[0];
+  }
+  if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
+  const std::vector<float>& flat_calib = acts[static_cast<size_t>(flat.outputs[0])];
+  Graph hg = graph_of_float_network(head);
+  quantize(hg, flat_calib, rows);
+  net.head = lower_to_qnetwork(hg);
+
+  float scale = net.input_scale;
+  for (size_t c = 0; c < convs.size(); ++c) {
+    const Node& n = *convs[c];
+    const float out_scale = c + 1 == convs.size() ? net.head.input_scale
+                                                  : nn::symmetric_scale(acts[static_cast<size_t>(n.outputs[0])]);
+    net.convs.push_back(quantize_conv(g, n, scale, out_scale));
+    scale = out_scale;
+  }
+  net.check();
+  return net;
 }
 
 }  // namespace tpuw::compiler

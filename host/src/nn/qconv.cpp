@@ -102,4 +102,36 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
   return y;
 }
 
+void QCnn::check() const {
+  uint32_t c = in_c, h = in_h, w = in_w;
+  float scale = input_scale;
+  for (const QConv2d& l : convs) {
+    l.check();
+    if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("cnn: conv '{}' expects {}x{}x{} but its input is {}x{}x{}", l.name, l.geom.in_c,
+                              l.geom.in_h, l.geom.in_w, c, h, w));
+    }
+    c = l.geom.out_c, h = l.geom.out_h(), w = l.geom.out_w();
+    scale = l.out_scale;
+  }
+  if (head.layers.empty() || uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: the dense head reads {} features, the last convolution gives {}x{}x{}",
+                            head.input_features, c, h, w));
+  }
+  if (head.input_scale != scale) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: the dense head's input scale {:g} is not the last convolution's output scale {:g}",
+                            head.input_scale, scale));
+  }
+}
+
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  net.check();
+  std::vector<int8_t> a(x_q.begin(), x_q.end());
+  for (const QConv2d& l : net.convs) a = conv2d_int(l, a, batch);
+  return forward_int_raw(net.head, a, batch);
+}
+
 }  // namespace tpuw::nn

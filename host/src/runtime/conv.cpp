@@ -350,4 +350,28 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
   return r;
 }
 
+CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  net.check();
+  CnnRunResult r;
+  std::vector<int8_t> a(x_q.begin(), x_q.end());
+  for (const QConv2d& l : net.convs) {
+    r.convs.push_back(run_conv2d(device, l, a, batch));
+    const ConvRunResult& c = r.convs.back();
+    a = c.y;
+    r.cycles += c.cycles;
+    r.macs += c.plan.macs();
+    r.moved_bytes += c.moved_bytes;
+    r.min_bytes += c.min_bytes;
+  }
+  r.head = run_network(device, net.head, a, batch);
+  r.output_i32 = r.head.output_i32;
+  r.cycles += r.head.cycles;
+  r.macs += r.head.macs;
+  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
+  r.min_bytes += r.head.min_bytes;
+  const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
+  r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  return r;
+}
+
 }  // namespace tpuw::runtime

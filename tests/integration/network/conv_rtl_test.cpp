@@ -82,5 +82,39 @@ TEST(ConvRtl, MatchesCpuAndRef) {
   }
 }
 
+TEST(ConvRtl, SmallCnnMatchesCpuAndRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  std::mt19937 rng(5);
+  nn::QCnn net;
+  net.in_c = 3, net.in_h = 10, net.in_w = 10;
+  net.convs.push_back(random_layer(geom(3, 10, 10, 12, 3, 1, 1, 1), rng, true));
+  net.convs.push_back(random_layer(geom(12, 10, 10, 20, 3, 2, 1, 1), rng, true));  // -> 20 x 5 x 5
+  net.convs[0].out_scale = 0.5f;
+  net.convs[1].out_scale = 0.25f;
+  // Head 500 -> 10, int32 output.
+  nn::QLayer fc;
+  fc.name = "fc";
+  fc.k = 500, fc.n = 10;
+  std::uniform_int_distribution<int> w8(-127, 127);
+  for (uint32_t i = 0; i < fc.k * fc.n; ++i) fc.w_q.push_back(static_cast<int8_t>(w8(rng)));
+  fc.bias_q.assign(10, 100);
+  fc.int32_output = true;
+  fc.out_scale.assign(10, 0.001f);
+  net.head.input_features = 500;
+  net.head.input_scale = 0.25f;
+  net.head.layers.push_back(fc);
+  std::uniform_int_distribution<int> d(-128, 127);
+  const uint64_t batch = 6;
+  std::vector<int8_t> x(batch * 300);
+  for (auto& v : x) v = static_cast<int8_t>(d(rng));
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  const CnnRunResult a = run_cnn(rtl, net, x, batch);
+  const CnnRunResult b = run_cnn(ref, net, x, batch);
+  EXPECT_EQ(a.output_i32, nn::forward_cnn_int_raw(net, x, batch));
+  EXPECT_EQ(a.output_i32, b.output_i32);
+  EXPECT_EQ(a.moved_bytes, b.moved_bytes);
+}
+
 }  // namespace
 }  // namespace tpuw::runtime

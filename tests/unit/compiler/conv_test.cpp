@@ -282,5 +282,78 @@ TEST(ConvCompiler, QuantizedConvOnTheDeviceMatchesFloat) {
   }
 }
 
+// A small CNN (strided convs, no pooling) end to end: compile_quantized_cnn -> run_cnn on the ref
+// device == the integer CPU pass bit for bit, and the dequantized softmax close to the float model.
+ModelBuilder cnn_model(uint32_t seed) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 1, 12, 12});
+  auto conv = [&](const std::string& name, const std::string& in, const std::string& out, int64_t o, int64_t c) {
+    const auto r = static_cast<float>(1.5 / std::sqrt(static_cast<double>(c * 9)));
+    mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
+    mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
+    auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
+    attr_ints(n, "strides", {2, 2});
+    attr_ints(n, "pads", {1, 1, 1, 1});
+    mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
+  };
+  conv("conv1", "x", "a1", 8, 1);    // [8, 6, 6]
+  conv("conv2", "a1", "a2", 20, 8);  // [20, 3, 3]
+  auto& f = mb.node("Flatten", {"a2"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {180, 10}, random_floats(1800, -0.2f, 0.2f, seed++));
+  mb.init("fc.b", {10}, random_floats(10, -0.1f, 0.1f, seed++));
+  mb.node("MatMul", {"f", "fc.w"}, {"m"}, "fc");
+  mb.node("Add", {"m", "fc.b"}, {"logits"}, "fc_bias");
+  mb.node("Softmax", {"logits"}, {"y"}, "softmax");
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, SmallCnnOnTheDeviceMatchesIntegerAndFloat) {
+  const uint64_t batch = 16;
+  const std::vector<float> x = random_floats(batch * 144, 0.0f, 1.0f, 99);
+  const Graph g = graph_of(cnn_model(5));
+  const nn::QCnn q = compile_quantized_cnn(g, x, batch);
+  ASSERT_EQ(q.convs.size(), 2u);
+  EXPECT_TRUE(q.convs[0].relu);
+  EXPECT_EQ(q.convs[1].geom.out_h(), 3u);
+  EXPECT_EQ(q.head.input_features, 180u);
+  EXPECT_EQ(q.head.input_scale, q.convs[1].out_scale);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  EXPECT_EQ(r.convs.size(), 2u);
+  EXPECT_GT(r.cycles, 0u);
+  const std::vector<float> y = nn::dequantize_output(q.head, r.output_i32, batch);
+  const Graph og = optimize(graph_of(cnn_model(5)));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(y.size(), yf.size());
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  EXPECT_LT(worst, 0.03) << "largest probability error";
+}
+
+TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
+  {
+    ModelBuilder mb = conv_model(ConvSpec{});  // ends with the Conv's Relu: no dense head
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(300, 0.5f), 1); },
+                 ErrorKind::kUnsupported, {"the model ends with a Conv"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 4, 4});
+    mb.init("w", {2, 1, 3, 3}, std::vector<float>(18, 0.1f));
+    mb.node("Conv", {"x", "w"}, {"c"}, "conv");
+    auto& p = mb.node("MaxPool", {"c"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {2, 2});
+    mb.output("p");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(16, 0.5f), 1); },
+                 ErrorKind::kUnsupported, {"node 'pool' (MaxPool)", "operator is not supported"});
+  }
+}
+
 }  // namespace
 }  // namespace tpuw::compiler

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tpuw/compiler/ir.h"
+#include "tpuw/nn/float_network.h"
 #include "tpuw/nn/qconv.h"
 
 namespace tpuw::compiler {
@@ -43,5 +44,13 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
 /// in_scale * w_scale[o] / out_scale. Error(kUnsupported) naming the node for a non-finite weight
 /// or a factor the device cannot express.
 nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale);
+
+/// A CNN straight from its imported graph: optimize(), then the chain input [batch, C, H, W] ->
+/// Conv (+Relu) ... -> Flatten / Reshape to [batch, features] -> the dense head (Gemm/MatMul
+/// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
+/// interpret_float: per-tensor activation scales max|x| / 127 (symmetric_scale), every Conv through
+/// quantize_conv, the head through the quantize pass (its input scale is the last conv's output
+/// scale). Anything else is Error(kUnsupported) naming the node (pooling is not lowered yet).
+nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tpuw/nn/qnetwork.h"
+
 namespace tpuw::nn {
 
 /// The geometry of one 2-D convolution (the batch is a run-time argument). ONNX Conv's
@@ -49,6 +51,23 @@ struct QConv2d {
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;
 };
+
+/// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
+/// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
+/// and whose input_features is its C*H*W).
+struct QCnn {
+  uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
+  float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
+  std::vector<QConv2d> convs;
+  QNetwork head;
+
+  /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales).
+  void check() const;
+};
+
+/// The bit-exact integer forward pass on the CPU: the convolutions (conv2d_int), then
+/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer).
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 /// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.
 /// Throws Error(kInvalidArgument) for a bad layer or an input of the wrong size.

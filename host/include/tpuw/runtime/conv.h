@@ -26,6 +26,7 @@
 #include "tpuw/device.h"
 #include "tpuw/device_configs.h"
 #include "tpuw/nn/qconv.h"
+#include "tpuw/runtime/network.h"
 
 namespace tpuw::runtime {
 
@@ -106,5 +107,22 @@ struct ConvRunResult {
 /// Runs the layer on `device`. Throws Error(kInvalidArgument) for a layer whose arrays do not match
 /// its geometry or an input of the wrong size, and whatever plan_conv and the driver throw.
 ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const int8_t> x, uint64_t batch);
+
+/// A whole quantized CNN (nn::QCnn, from compiler::compile_quantized_cnn): every convolution is
+/// one device program (run_conv2d), the dense head one more (run_network); the int8 activations
+/// pass through host memory between them (NCHW, flattened in that order for the head).
+struct CnnRunResult {
+  std::vector<int32_t> output_i32;     // [batch][n_last]: acc + bias_q of the last layer
+  std::vector<ConvRunResult> convs;    // per convolution (its y is the next layer's input)
+  NetworkRunResult head;
+  uint64_t cycles = 0;                 // sum of the programs' PERF_CYCLES
+  uint64_t macs = 0;                   // convolutions + dense layers
+  double utilization = 0;              // macs / (N^2 * cycles)
+  uint64_t moved_bytes = 0;            // sum of PERF_RD_BYTES + PERF_WR_BYTES
+  uint64_t min_bytes = 0;              // sum of the layers' minimums (each layer's input, weights, output once)
+};
+
+/// Runs `net` on `device`: x_q is [batch][in_c][in_h][in_w] int8 (quantized with net.input_scale).
+CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 }  // namespace tpuw::runtime
