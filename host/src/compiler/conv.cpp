@@ -46,6 +46,15 @@ int32_t sat32(double v) {
 }  // namespace
 
 void check_conv_attributes(const Graph& g, const Node& n) {
+  if (n.op == Op::kGlobalAveragePool) return;
+  if (n.op == Op::kAveragePool) {
+    if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "AveragePool needs attribute 'kernel_shape'");
+    const int64_t ceil_mode = attr_int(g, n, "ceil_mode", 0);
+    const int64_t cip = attr_int(g, n, "count_include_pad", 0);
+    if ((ceil_mode != 0 && ceil_mode != 1) || (cip != 0 && cip != 1)) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("ceil_mode {} / count_include_pad {}: each must be 0 or 1", ceil_mode, cip));
+    }
+  }
   const int64_t group = attr_int(g, n, "group", 1);
   if (group < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'group' is {}; it must be >= 1", group));
   if (group != 1) {
@@ -81,13 +90,83 @@ void check_conv_attributes(const Graph& g, const Node& n) {
   }
 }
 
+namespace {
+
+// An average pool as a convolution: channels in = out, the kernel from kernel_shape (the whole
+// image for GlobalAveragePool); the identity weights are implied.
+nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
+  nn::ConvGeometry geo;
+  geo.in_c = geo.out_c = static_cast<uint32_t>(dx[1]);
+  geo.in_h = static_cast<uint32_t>(dx[2]);
+  geo.in_w = static_cast<uint32_t>(dx[3]);
+  if (n.op == Op::kGlobalAveragePool) {
+    geo.kernel_h = geo.in_h;
+    geo.kernel_w = geo.in_w;
+    return geo;
+  }
+  const std::vector<int64_t> ks = attr_ints(g, n, "kernel_shape", 2, 1);
+  const std::vector<int64_t> st = attr_ints(g, n, "strides", 2, 1);
+  const std::vector<int64_t> dl = attr_ints(g, n, "dilations", 2, 1);
+  std::vector<int64_t> pads = attr_ints(g, n, "pads", 4, 0);
+  const std::string ap = auto_pad(g, n);
+  for (size_t i = 0; i < 2 && (ap == "SAME_UPPER" || ap == "SAME_LOWER"); ++i) {
+    const int64_t in = dx[2 + i];
+    const int64_t out = (in + st[i] - 1) / st[i];
+    const int64_t total = std::max<int64_t>((out - 1) * st[i] + (ks[i] - 1) * dl[i] + 1 - in, 0);
+    pads[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+    pads[i + 2] = total - pads[i];
+  }
+  const bool padded = std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; });
+  if (padded && attr_int(g, n, "count_include_pad", 0) == 0) {
+    g.fail(ErrorKind::kUnsupported, n,
+           "count_include_pad=0 with pads is not supported yet (the device divides every window by its full size, "
+           "count_include_pad=1)");
+  }
+  geo.kernel_h = static_cast<uint32_t>(ks[0]);
+  geo.kernel_w = static_cast<uint32_t>(ks[1]);
+  geo.stride_h = static_cast<uint32_t>(st[0]);
+  geo.stride_w = static_cast<uint32_t>(st[1]);
+  geo.dilation_h = static_cast<uint32_t>(dl[0]);
+  geo.dilation_w = static_cast<uint32_t>(dl[1]);
+  geo.pad_top = static_cast<uint32_t>(pads[0]);
+  geo.pad_left = static_cast<uint32_t>(pads[1]);
+  geo.pad_bottom = static_cast<uint32_t>(pads[2]);
+  geo.pad_right = static_cast<uint32_t>(pads[3]);
+  if (attr_int(g, n, "ceil_mode", 0) != 0 && geo.out_h() > 0 && geo.out_w() > 0) {
+    const uint64_t rh = (uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom - (uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1)) % geo.stride_h;
+    const uint64_t rw = (uint64_t{geo.in_w} + geo.pad_left + geo.pad_right - (uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1)) % geo.stride_w;
+    if (rh != 0 || rw != 0) {
+      g.fail(ErrorKind::kUnsupported, n, "ceil_mode=1 with a partial last window is not supported yet");
+    }
+  }
+  return geo;
+}
+
+}  // namespace
+
 nn::ConvGeometry conv_geometry(const Graph& g, const Node& n) {
   check_conv_attributes(g, n);
-  const ValueId x = n.inputs[0], w = n.inputs[1];
+  const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : n.inputs[0];
   const Value& xv = g.value(x);
   const Value& wv = g.value(w);
   if (g.is_constant(x)) {
     g.fail(ErrorKind::kUnsupported, n, fmt::format("input 0 '{}' must be the activation, not a constant", xv.name));
+  }
+  if (n.op != Op::kConv) {
+    const Dims& dx = *xv.shape;
+    if (dx.size() != 4 || !detail::batch_led(dx)) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}; 2-D pooling needs [batch, channels, "
+                                                     "height, width]", xv.name, dims_string(dx)));
+    }
+    for (size_t i = 1; i < 4; ++i) {
+      if (dx[i] > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}", xv.name, dims_string(dx)));
+    }
+    const nn::ConvGeometry geo = pool_geometry(g, n, dx);
+    if (geo.out_h() == 0 || geo.out_w() == 0) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("the pooling window {}x{} is larger than the padded input", geo.kernel_h,
+                                                 geo.kernel_w));
+    }
+    return geo;
   }
   if (!g.is_constant(w)) {
     g.fail(ErrorKind::kUnsupported, n,
@@ -209,6 +288,29 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
   if (x.size() != batch * C * H * W) {
     g.fail(ErrorKind::kInvalidArgument, n, fmt::format("input has {} values, expected {}", x.size(), batch * C * H * W));
   }
+  if (n.op != Op::kConv) {
+    // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
+    std::vector<float> y(batch * O * Ho * Wo);
+    const double inv = 1.0 / static_cast<double>(KH * KW);
+    for (uint64_t bc = 0; bc < batch * C; ++bc) {
+      const float* img = x.data() + bc * H * W;
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          double s = 0;
+          for (uint64_t dy = 0; dy < KH; ++dy) {
+            const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
+            if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+            for (uint64_t dx = 0; dx < KW; ++dx) {
+              const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
+              if (ix >= 0 && ix < static_cast<int64_t>(W)) s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
+            }
+          }
+          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(s * inv);
+        }
+      }
+    }
+    return y;
+  }
   const TensorData& wd = *g.value(n.inputs[1]).data;
   std::vector<float> w(wd.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(wd.as_double(i));
@@ -251,6 +353,25 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
   q.relu = attr_int(g, n, "relu", 0) != 0;
   q.out_scale = out_scale;
   const uint64_t O = q.geom.out_c;
+  if (n.op != Op::kConv) {
+    // Identity weights (1 on the channel diagonal of every tap) and the window size in the
+    // requantization: y = round(sum * in_scale / (KH * KW * out_scale)).
+    const uint64_t taps = uint64_t{q.geom.kernel_h} * q.geom.kernel_w;
+    q.w_q.assign(O * O * taps, 0);
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t t = 0; t < taps; ++t) q.w_q[(o * O + o) * taps + t] = 1;
+    }
+    const double real = static_cast<double>(in_scale) / (static_cast<double>(taps) * static_cast<double>(out_scale));
+    try {
+      const nn::Requant rq = nn::quantize_multiplier(real);
+      q.bias_q.assign(O, 0);
+      q.mult.assign(O, rq.mult);
+      q.shift.assign(O, rq.shift);
+    } catch (const Error& e) {
+      g.fail(ErrorKind::kUnsupported, n, e.what());
+    }
+    return q;
+  }
   const uint64_t per = uint64_t{q.geom.in_c} * q.geom.kernel_h * q.geom.kernel_w;
   const TensorData& wd = *g.value(n.inputs[1]).data;
   q.w_q.resize(O * per);
@@ -314,7 +435,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   ValueId act = input;
   size_t i = 0;
   std::vector<const Node*> convs;
-  for (; i < g.nodes.size() && g.nodes[i].op == Op::kConv; ++i) {
+  auto is_conv_like = [](Op op) { return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool; };
+  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
     if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
     convs.push_back(&g.nodes[i]);
     act = g.nodes[i].outputs[0];
@@ -323,8 +445,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
     if (i < g.nodes.size()) {
       g.fail(ErrorKind::kUnsupported, g.nodes[i],
-             "follows the convolutions; a CNN runs Conv (+Relu) layers, then Flatten/Reshape and dense layers "
-             "(pooling is not lowered to the device yet)");
+             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool and GlobalAveragePool layers, "
+             "then Flatten/Reshape and dense layers");
     }
     g.fail(ErrorKind::kUnsupported, "the model ends with a Conv; a CNN needs a Flatten and a dense head");
   }

@@ -55,7 +55,9 @@ class Interpreter {
   void node(const Node& n) {
     switch (n.op) {
       case Op::kDense: return dense(n);
-      case Op::kConv: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
+      case Op::kConv:
+      case Op::kAveragePool:
+      case Op::kGlobalAveragePool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
       case Op::kFlatten:
       case Op::kReshape: out(n) = in(n, 0); return;
       case Op::kSoftmax: {

@@ -62,9 +62,11 @@ class Inference {
       case Op::kFlatten: return flatten(n);
       case Op::kReshape: return reshape(n);
       case Op::kShape: return shape_op(n);
+      case Op::kAveragePool:
+      case Op::kGlobalAveragePool:
       case Op::kConv: {
-        const ValueId x = n.inputs[0], w = n.inputs[1];
-        if (!known(x) || !known(w) || (!g_.is_constant(w) && !strict_)) return;
+        const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : x;
+        if (!known(x) || !known(w) || (!g_.is_constant(w) && n.op == Op::kConv && !strict_)) return;
         const nn::ConvGeometry geo = conv_geometry(g_, n);
         set(n.outputs[0], g_.value(x).dtype, {kBatch, geo.out_c, geo.out_h(), geo.out_w()});
         return;

@@ -60,6 +60,40 @@ uint64_t ConvPlan::min_bytes() const {
   return in + w + 4 * uint64_t{geom.out_c} + out;
 }
 
+bool ConvPlan::skipped(uint64_t tile) const {
+  if (zero_tile.empty() || !zero_tile[tile]) return false;
+  const uint64_t per_ob = taps * c_blocks;
+  const uint64_t first = tile / per_ob * per_ob;
+  if (tile != first) return true;
+  for (uint64_t t = first; t < first + per_ob; ++t) {
+    if (!zero_tile[t]) return true;
+  }
+  return false;  // every tile of the block is zero: the first one still runs
+}
+
+uint64_t ConvPlan::executed_tiles() const {
+  uint64_t n = 0;
+  for (uint64_t t = 0; t < weight_tiles; ++t) n += skipped(t) ? 0 : 1;
+  return n;
+}
+
+uint64_t ConvPlan::w_bytes_moved() const {
+  uint64_t loads = 0;
+  for (uint64_t t = 0; t < weight_tiles; ++t) {
+    if (!skipped(t)) loads += t < pinned_tiles ? 1 : tiles;
+  }
+  return loads * array_n * array_n;
+}
+
+void mark_zero_tiles(ConvPlan& p, std::span<const int8_t> packed) {
+  const uint64_t tile_bytes = uint64_t{p.array_n} * p.array_n;
+  p.zero_tile.assign(p.weight_tiles, 0);
+  for (uint64_t t = 0; t < p.weight_tiles; ++t) {
+    const auto* b = packed.data() + t * tile_bytes;
+    p.zero_tile[t] = std::all_of(b, b + tile_bytes, [](int8_t v) { return v == 0; }) ? 1 : 0;
+  }
+}
+
 ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t batch) {
   g.check("conv");
   if (batch == 0 || batch > (uint64_t{1} << 24)) {
@@ -259,6 +293,7 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
       for (uint64_t tap = 0; tap < p.taps; ++tap) {
         for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
           const uint64_t wt = (ob * p.taps + tap) * p.c_blocks + cb;
+          if (p.skipped(wt)) continue;
           const uint64_t slot =
               wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
           if (slot_holds[slot] != static_cast<int64_t>(wt)) {
@@ -328,6 +363,7 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
   device.write(ibuf, 0, xin.data(), xin.size());
   device.write(wbuf, 0, wp.data(), wp.size());
   device.write(pbuf, 0, pp.data(), pp.size() * sizeof(int32_t));
+  mark_zero_tiles(r.plan, wp);
   const ConvProgram prog = compile_conv(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
   r.instructions = prog.code.size() + 1;
 
@@ -345,7 +381,7 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
   r.utilization = r.cycles > 0 ? static_cast<double>(p.macs()) / (peak * static_cast<double>(r.cycles)) : 0.0;
-  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.taps * p.c_blocks * p.o_blocks) /
+  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.executed_tiles()) /
                      static_cast<double>(p.mxu_rows());
   return r;
 }

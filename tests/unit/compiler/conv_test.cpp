@@ -355,5 +355,84 @@ TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
   }
 }
 
+// Conv -> AveragePool -> Conv -> GlobalAveragePool -> Flatten -> Gemm: the pools run on the device
+// as identity-weight convolutions (only the diagonal channel tiles execute).
+ModelBuilder pooled_cnn(uint32_t seed, int64_t cip, std::vector<int64_t> pool_pads) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 12, 12});
+  auto conv = [&](const std::string& name, const std::string& in, const std::string& out, int64_t o, int64_t c) {
+    const auto r = static_cast<float>(1.5 / std::sqrt(static_cast<double>(c * 9)));
+    mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
+    mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
+    auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
+    attr_ints(n, "pads", {1, 1, 1, 1});
+    mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
+  };
+  conv("conv1", "x", "a1", 20, 3);  // [20, 12, 12]
+  auto& p = mb.node("AveragePool", {"a1"}, {"p1"}, "pool1");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  if (!pool_pads.empty()) attr_ints(p, "pads", pool_pads);
+  ModelBuilder::attr_i(p, "count_include_pad", cip);
+  conv("conv2", "p1", "a2", 24, 20);  // [24, 6, 6]
+  mb.node("GlobalAveragePool", {"a2"}, {"g"}, "gap");
+  auto& f = mb.node("Flatten", {"g"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {10, 24}, random_floats(240, -0.5f, 0.5f, seed++));
+  mb.init("fc.b", {10}, random_floats(10, -0.1f, 0.1f, seed++));
+  auto& gm = mb.node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  ModelBuilder::attr_i(gm, "transB", 1);
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, AveragePoolsRunAsConvolutions) {
+  const uint64_t batch = 8;
+  const std::vector<float> x = random_floats(batch * 432, 0.0f, 1.0f, 7);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(pooled_cnn(3, 1, {})), x, batch);
+  ASSERT_EQ(q.convs.size(), 4u);
+  EXPECT_EQ(q.convs[1].geom.out_h(), 6u);   // 2x2 pool, stride 2
+  EXPECT_EQ(q.convs[3].geom.kernel_h, 6u);  // global pool: the whole 6x6 map
+  EXPECT_EQ(q.convs[3].geom.out_h(), 1u);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  // 20 channels = 2 blocks of 16: the pool runs 2 of its 2 x 4 taps x 2 blocks... only diagonal tiles.
+  const runtime::ConvPlan& pool = r.convs[1].plan;
+  EXPECT_EQ(pool.weight_tiles, 2u * 4 * 2);
+  EXPECT_EQ(pool.executed_tiles(), 2u * 4);
+  const std::vector<float> y = nn::dequantize_output(q.head, r.output_i32, batch);
+  const Graph og = optimize(graph_of(pooled_cnn(3, 1, {})));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  float ymax = 0;
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(yf[i]));
+    worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  }
+  EXPECT_LT(worst, 0.06 * ymax) << "largest error " << worst << " of " << ymax;
+}
+
+TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
+  const std::vector<float> x(432, 0.5f);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(pooled_cnn(3, 0, {1, 1, 1, 1})), x, 1); },
+               ErrorKind::kUnsupported, {"node 'pool1' (AveragePool)", "count_include_pad=0 with pads"});
+  ModelBuilder mb = pooled_cnn(3, 1, {});
+  ModelBuilder::attr_i(*mb.graph().mutable_node(2), "ceil_mode", 1);
+  (void)compile_quantized_cnn(graph_of(mb), x, 1);  // 12x12, 2x2 stride 2: no partial window, same as floor
+  ModelBuilder odd;
+  odd.input("x", {-1, 2, 5, 5});
+  auto& p = odd.node("AveragePool", {"x"}, {"y"}, "pool");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_i(p, "ceil_mode", 1);
+  odd.output("y");
+  expect_error([&] { (void)optimize(graph_of(odd)); }, ErrorKind::kUnsupported,
+               {"node 'pool' (AveragePool)", "ceil_mode=1 with a partial last window"});
+}
+
 }  // namespace
 }  // namespace tpuw::compiler

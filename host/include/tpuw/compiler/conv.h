@@ -50,7 +50,8 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
 /// interpret_float: per-tensor activation scales max|x| / 127 (symmetric_scale), every Conv through
 /// quantize_conv, the head through the quantize pass (its input scale is the last conv's output
-/// scale). Anything else is Error(kUnsupported) naming the node (pooling is not lowered yet).
+/// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights. Anything
+/// else (MaxPool, branches) is Error(kUnsupported) naming the node.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

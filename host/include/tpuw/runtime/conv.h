@@ -61,11 +61,17 @@ struct ConvPlan {
   uint64_t in_bytes() const { return batch * c_blocks * img_rows * array_n; }
   uint64_t w_bytes() const { return weight_tiles * array_n * array_n; }
   /// Weight bytes the program loads: the pinned tiles once, the others once per tile of images.
-  uint64_t w_bytes_moved() const { return (pinned_tiles + (weight_tiles - pinned_tiles) * tiles) * array_n * array_n; }
+  uint64_t w_bytes_moved() const;
   uint64_t param_bytes() const { return o_blocks * 3 * 4 * uint64_t{array_n}; }
   uint64_t out_bytes() const { return batch * o_blocks * ho * wo_stored * array_n; }
   /// MXU rows streamed (every MATMUL row, wasted border rows included).
-  uint64_t mxu_rows() const { return batch * o_blocks * taps * c_blocks * acc_rows; }
+  uint64_t mxu_rows() const { return batch * executed_tiles() * acc_rows; }
+  /// Weight tiles that are all zero (set by mark_zero_tiles; empty: none). Their LOADW and
+  /// MATMULs are skipped (an average pool's off-diagonal channel blocks), except the first tile of
+  /// an output block whose tiles are all zero (it still clears the ACC).
+  std::vector<uint8_t> zero_tile;
+  bool skipped(uint64_t tile) const;
+  uint64_t executed_tiles() const;
   /// Multiply-accumulates of the convolution itself.
   uint64_t macs() const;
   /// Input, weights and output once (int8), the bias as int32: the least any device can move.
@@ -79,6 +85,8 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& geom, uint64_
 /// The host images (x is NCHW int8 [batch][in_c][in_h][in_w]; y likewise [batch][out_c][ho][wo]).
 std::vector<int8_t> pack_conv_input(const ConvPlan& plan, std::span<const int8_t> x);
 std::vector<int8_t> pack_conv_weights(const ConvPlan& plan, std::span<const int8_t> w_q);
+/// Fills plan.zero_tile from the packed weights.
+void mark_zero_tiles(ConvPlan& plan, std::span<const int8_t> packed_weights);
 std::vector<int32_t> pack_conv_params(const ConvPlan& plan, const QConv2d& layer);
 std::vector<int8_t> unpack_conv_output(const ConvPlan& plan, std::span<const int8_t> packed);
 
