@@ -252,6 +252,95 @@ nn::ConvGeometry conv_geometry(const Graph& g, const Node& n) {
   return geo;
 }
 
+std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, size_t rank, bool strict) {
+  const Attribute* mode = n.attr("mode");
+  if (mode != nullptr && (mode->kind != Attribute::Kind::kString || mode->s != "constant")) {
+    g.fail(ErrorKind::kUnsupported, n, fmt::format("mode '{}' is not supported (only constant zero padding)",
+                                                   mode->kind == Attribute::Kind::kString ? mode->s : "?"));
+  }
+  if (const Attribute* v = n.attr("value"); v != nullptr && (v->kind != Attribute::Kind::kFloat || v->f != 0.0f)) {
+    g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  }
+  if (input(n, 3) != kNoValue) g.fail(ErrorKind::kUnsupported, n, "the axes input is not supported");
+  if (const ValueId cv = input(n, 2); cv != kNoValue) {
+    if (!g.is_constant(cv)) {
+      if (!strict) return std::nullopt;
+      g.fail(ErrorKind::kUnsupported, n, "the constant_value input must be a constant");
+    }
+    const TensorData& d = *g.value(cv).data;
+    if (d.size() != 0 && d.as_double(0) != 0.0) g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  }
+  std::vector<int64_t> p;
+  if (const Attribute* a = n.attr("pads"); a != nullptr) {
+    if (a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'pads' is not a list of ints");
+    p = a->ints;
+  } else {
+    const ValueId pv = input(n, 1);
+    if (pv == kNoValue) g.fail(ErrorKind::kBadFile, n, "has no pads (attribute or input 1)");
+    if (!g.is_constant(pv)) {
+      if (!strict) return std::nullopt;
+      g.fail(ErrorKind::kUnsupported, n, "pads computed from the input are not supported");
+    }
+    const TensorData& d = *g.value(pv).data;
+    for (size_t i = 0; i < d.size(); ++i) p.push_back(detail::as_int(d, i));
+  }
+  if (p.size() != 2 * rank) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("has {} pads for a rank-{} input (expected {})", p.size(), rank, 2 * rank));
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] < 0 || p[i] > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("pad {} is {}", i, p[i]));
+    if (rank != 4 || i % rank < 2) {
+      if (p[i] != 0) g.fail(ErrorKind::kUnsupported, n, "only the height and width of [batch, C, H, W] can be padded");
+    }
+  }
+  return p;
+}
+
+void fold_pads(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& pad = g.nodes[i];
+    if (pad.op != Op::kPad) continue;
+    const std::vector<int64_t> p = *pad_amounts(g, pad, g.value(pad.inputs[0]).shape->size(), true);
+    const ValueId y = pad.outputs[0];
+    const auto& rd = readers[static_cast<size_t>(y)];
+    Node* next = rd.size() == 1 && !g.is_graph_output(y) ? &g.nodes[rd[0]] : nullptr;
+    if (next == nullptr || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
+        auto_pad(g, *next) != "NOTSET") {
+      g.fail(ErrorKind::kUnsupported, pad, "a Pad is supported only as the only input of a Conv or AveragePool "
+                                           "(without auto_pad)");
+    }
+    std::vector<int64_t> q = attr_ints(g, *next, "pads", 4, 0);
+    const std::vector<int64_t> add = {p[2], p[3], p[6], p[7]};  // top, left, bottom, right
+    const bool grows = std::any_of(add.begin(), add.end(), [](int64_t v) { return v != 0; });
+    if (next->op == Op::kAveragePool && grows && attr_int(g, *next, "count_include_pad", 0) == 0) {
+      // Explicitly padded zeros are counted by the pool: the same as count_include_pad=1 only
+      // when the pool has no pads of its own.
+      if (std::any_of(q.begin(), q.end(), [](int64_t v) { return v != 0; })) {
+        g.fail(ErrorKind::kUnsupported, *next, "a Pad before an AveragePool with its own pads and count_include_pad=0");
+      }
+      Attribute c;
+      c.kind = Attribute::Kind::kInt;
+      c.i = 1;
+      next->set_attr("count_include_pad", c);
+    }
+    for (size_t k = 0; k < 4; ++k) q[k] += add[k];
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = q;
+    next->set_attr("pads", a);
+    next->inputs[0] = pad.inputs[0];
+    next->origin.insert(next->origin.begin(), pad.label());
+    drop[i] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+}
+
 size_t fuse_conv_relu(Graph& g) {
   const std::vector<std::vector<size_t>> readers = g.consumers();
   std::vector<bool> drop(g.nodes.size(), false);

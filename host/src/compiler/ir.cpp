@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 21> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 22> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -65,6 +65,7 @@ constexpr std::array<std::pair<Op, std::string_view>, 21> kOpNames{{
     {Op::kConv, "Conv"},
     {Op::kAveragePool, "AveragePool"},
     {Op::kGlobalAveragePool, "GlobalAveragePool"},
+    {Op::kPad, "Pad"},
     {Op::kDense, "Dense"},
     {Op::kQuantize, "Quantize"},
     {Op::kQDense, "QDense"},

@@ -44,6 +44,7 @@ const std::vector<OpRule>& rules() {
       {Op::kAveragePool,
        {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}, 1, 1},
       {Op::kGlobalAveragePool, {}, 1, 1},
+      {Op::kPad, {"mode", "pads", "value"}, 1, 4},
       {Op::kDense, {"relu"}, 3, 3},
   };
   return r;
@@ -58,7 +59,7 @@ void check_node(const Graph& g, const Node& n) {
   const auto rule = std::find_if(rs.begin(), rs.end(), [&](const OpRule& r) { return r.op == n.op; });
   if (n.op == Op::kUnknown || rule == rs.end()) {
     g.fail(ErrorKind::kUnsupported, n,
-           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
+           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, Pad, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {

@@ -20,6 +20,7 @@ Graph optimize(Graph g) {
   verify(g);
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
+  fold_pads(g);
   fuse_conv_relu(g);
   verify(g);
   remove_dead_code(g);

@@ -62,6 +62,15 @@ class Inference {
       case Op::kFlatten: return flatten(n);
       case Op::kReshape: return reshape(n);
       case Op::kShape: return shape_op(n);
+      case Op::kPad: {
+        if (!known(n.inputs[0])) return;
+        const std::optional<std::vector<int64_t>> p = pad_amounts(g_, n, shape(n.inputs[0])->size(), strict_);
+        if (!p) return;
+        Dims out = *shape(n.inputs[0]);
+        for (size_t i = 1; i < out.size(); ++i) out[i] += (*p)[i] + (*p)[i + out.size()];
+        set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+        return;
+      }
       case Op::kAveragePool:
       case Op::kGlobalAveragePool:
       case Op::kConv: {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "compiler_testlib.h"
@@ -12,6 +14,7 @@
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/npy.h"
 
 namespace tpuw::compiler {
 namespace {
@@ -432,6 +435,57 @@ TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
   odd.output("y");
   expect_error([&] { (void)optimize(graph_of(odd)); }, ErrorKind::kUnsupported,
                {"node 'pool' (AveragePool)", "ceil_mode=1 with a partial last window"});
+}
+
+// The PyTorch-exported digits CNN (examples/digits/train_cnn.py: Conv-ReLU-AvgPool x 2, the
+// x.view(x.size(0), -1) pattern, Linear, Softmax): the float interpreter reproduces PyTorch, and
+// int8 on the device (ref) is bit-exact with the integer pass and within 1 point of float accuracy.
+TEST(ConvCompiler, DigitsCnnFromPyTorch) {
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/digits/";
+  std::ifstream f(dir + "digits_cnn.onnx", std::ios::binary);
+  ASSERT_TRUE(f.good());
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Graph g = import_onnx_graph(bytes, "digits_cnn.onnx");
+  auto floats = [](const npy::Array& a) {
+    std::vector<float> v;
+    for (uint8_t b : a.view<uint8_t>()) v.push_back(static_cast<float>(b));
+    return v;
+  };
+  const npy::Array test_x = npy::load(dir + "test_x.npy");
+  const npy::Array test_y = npy::load(dir + "test_y.npy");
+  const npy::Array calib_x = npy::load(dir + "calib_x.npy");
+  const npy::Array expected = npy::load(dir + "digits_cnn_expected.npy");
+  const std::vector<float> x = floats(test_x), calib = floats(calib_x);
+  const uint64_t n = test_x.shape[0];
+  const std::span<const uint8_t> labels = test_y.view<uint8_t>();
+
+  const Graph og = optimize(g);
+  const auto t = interpret_float(og, x, n);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  const std::span<const float> want = expected.view<float>();
+  ASSERT_EQ(yf.size(), want.size());
+  for (size_t i = 0; i < yf.size(); ++i) ASSERT_NEAR(yf[i], want[i], 1e-4) << "element " << i;
+
+  const nn::QCnn q = compile_quantized_cnn(g, calib, calib_x.shape[0]);
+  ASSERT_EQ(q.convs.size(), 4u);  // conv1, pool, conv2, pool
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, n);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, n));
+  const std::vector<float> yq = nn::dequantize_output(q.head, r.output_i32, n);
+  const std::vector<uint32_t> pf = nn::argmax_rows(yf, 10), pq = nn::argmax_rows(yq, 10);
+  size_t ok_f = 0, ok_q = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    ok_f += pf[i] == labels[i];
+    ok_q += pq[i] == labels[i];
+  }
+  const double acc_f = 100.0 * static_cast<double>(ok_f) / static_cast<double>(n);
+  const double acc_q = 100.0 * static_cast<double>(ok_q) / static_cast<double>(n);
+  EXPECT_GT(acc_f, 97.0);
+  EXPECT_LE(std::fabs(acc_q - acc_f), 1.0) << "float " << acc_f << "%, int8 " << acc_q << "%";
+  std::cout << "digits CNN: float " << acc_f << "%, int8 on the device " << acc_q << "%, " << r.cycles
+            << " device cycles for " << n << " images\n";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,6 +30,17 @@ void check_conv_attributes(const Graph& g, const Node& n);
 /// mismatches (channels, kernel_shape, a dilated kernel larger than the padded input),
 /// Error(kUnsupported) for an input that is not [batch, C, H, W] or a weight that is not a constant.
 nn::ConvGeometry conv_geometry(const Graph& g, const Node& n);
+
+/// The pads of a Pad node over an input of rank `rank` ([begin..., end...], 2*rank values), or
+/// nullopt when its pads input is not a constant yet (strict: Error(kUnsupported)). Only mode
+/// 'constant' with value 0 is accepted, on the spatial dimensions of [batch, C, H, W] (opset 2's
+/// attribute form or opset 11's inputs; no axes input). Other Pads are Error(kUnsupported).
+std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, size_t rank, bool strict);
+
+/// Folds every Pad into the Conv or AveragePool that is its only reader (their pads grow; an
+/// AveragePool then needs count_include_pad=1 semantics, which explicit zero padding has). A Pad
+/// that cannot be folded is Error(kUnsupported) naming it.
+void fold_pads(Graph& g);
 
 /// Fusion: a Relu whose input is a Conv's output and the Conv's only reader becomes the Conv's
 /// attribute relu = 1 (the device's ACTIVATE applies it). Returns the number of Relus fused.
