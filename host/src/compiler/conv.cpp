@@ -69,6 +69,7 @@ void check_conv_attributes(const Graph& g, const Node& n) {
   }
   for (const int64_t v : attr_ints(g, n, "kernel_shape", 2, 1)) {
     if (v < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'kernel_shape' holds {}; kernel sizes are >= 1", v));
+    if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute 'kernel_shape' holds {}, above 65536", v));
   }
   for (const char* key : {"strides", "dilations"}) {
     for (const int64_t v : attr_ints(g, n, key, 2, 1)) {

@@ -68,6 +68,10 @@ class Inference {
         if (!p) return;
         Dims out = *shape(n.inputs[0]);
         for (size_t i = 1; i < out.size(); ++i) out[i] += (*p)[i] + (*p)[i + out.size()];
+        const auto e = checked_elements(out);
+        if (!e || *e > std::numeric_limits<uint32_t>::max()) {
+          fail(ErrorKind::kUnsupported, "the padded tensor has more than 2^32 elements per row");
+        }
         set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
         return;
       }
@@ -77,7 +81,12 @@ class Inference {
         const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : x;
         if (!known(x) || !known(w) || (!g_.is_constant(w) && n.op == Op::kConv && !strict_)) return;
         const nn::ConvGeometry geo = conv_geometry(g_, n);
-        set(n.outputs[0], g_.value(x).dtype, {kBatch, geo.out_c, geo.out_h(), geo.out_w()});
+        Dims out{kBatch, geo.out_c, geo.out_h(), geo.out_w()};
+        const auto e = checked_elements(out);
+        if (!e || *e > std::numeric_limits<uint32_t>::max()) {
+          fail(ErrorKind::kUnsupported, "the output has more than 2^32 elements per row");
+        }
+        set(n.outputs[0], g_.value(x).dtype, std::move(out));
         return;
       }
       case Op::kDense: {

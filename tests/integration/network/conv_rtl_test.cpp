@@ -3,11 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <random>
 
+#include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/npy.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -114,6 +120,38 @@ TEST(ConvRtl, SmallCnnMatchesCpuAndRef) {
   EXPECT_EQ(a.output_i32, nn::forward_cnn_int_raw(net, x, batch));
   EXPECT_EQ(a.output_i32, b.output_i32);
   EXPECT_EQ(a.moved_bytes, b.moved_bytes);
+}
+
+// The PyTorch-exported digits CNN (examples/digits/digits_cnn.onnx) in int8: rtl == ref == CPU.
+TEST(ConvRtl, DigitsCnnMatchesRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/digits/";
+  std::ifstream f(dir + "digits_cnn.onnx", std::ios::binary);
+  ASSERT_TRUE(f.good());
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto floats = [](const npy::Array& a, size_t n) {
+    std::vector<float> v;
+    for (uint8_t b : a.view<uint8_t>().first(n)) v.push_back(static_cast<float>(b));
+    return v;
+  };
+  const npy::Array calib_x = npy::load(dir + "calib_x.npy");
+  const npy::Array test_x = npy::load(dir + "test_x.npy");
+  const nn::QCnn q = compiler::compile_quantized_cnn(compiler::import_onnx_graph(bytes, "digits_cnn.onnx"),
+                                                     floats(calib_x, calib_x.data.size()), calib_x.shape[0]);
+  const uint64_t batch = 32;
+  const std::vector<float> x = floats(test_x, batch * 64);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  const CnnRunResult a = run_cnn(rtl, q, xq, batch);
+  const CnnRunResult b = run_cnn(ref, q, xq, batch);
+  EXPECT_EQ(a.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  EXPECT_EQ(a.output_i32, b.output_i32);
+  EXPECT_EQ(a.moved_bytes, b.moved_bytes);
+  std::cout << "digits CNN on rtl N=16, batch " << batch << ": " << a.cycles << " cycles ("
+            << a.cycles / batch << " per image), utilization " << a.utilization << ", " << a.moved_bytes
+            << " bytes moved, layer minimum sum " << a.min_bytes << "\n";
 }
 
 }  // namespace
