@@ -43,6 +43,24 @@ int32_t sat32(double v) {
                                          static_cast<double>(std::numeric_limits<int32_t>::max())));
 }
 
+/// The Conv's weights as a dense [O][C][KH][KW] tensor: a grouped convolution (weight
+/// [O, C/group, KH, KW]) gets zeros outside its groups, so it runs as an ordinary convolution
+/// (the device skips the all-zero tiles; a depthwise layer keeps one channel diagonal per tile).
+std::vector<double> dense_weights(const Graph& g, const Node& n, const nn::ConvGeometry& geo) {
+  const TensorData& wd = *g.value(n.inputs[1]).data;
+  const uint64_t group = static_cast<uint64_t>(attr_int(g, n, "group", 1));
+  const uint64_t O = geo.out_c, C = geo.in_c, T = uint64_t{geo.kernel_h} * geo.kernel_w;
+  const uint64_t cg = C / group, og = O / group;
+  std::vector<double> w(O * C * T, 0.0);
+  for (uint64_t o = 0; o < O; ++o) {
+    const uint64_t c0 = (o / og) * cg;
+    for (uint64_t c = 0; c < cg; ++c) {
+      for (uint64_t t = 0; t < T; ++t) w[(o * C + c0 + c) * T + t] = wd.as_double((o * cg + c) * T + t);
+    }
+  }
+  return w;
+}
+
 }  // namespace
 
 void check_conv_attributes(const Graph& g, const Node& n) {
@@ -57,11 +75,6 @@ void check_conv_attributes(const Graph& g, const Node& n) {
   }
   const int64_t group = attr_int(g, n, "group", 1);
   if (group < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'group' is {}; it must be >= 1", group));
-  if (group != 1) {
-    g.fail(ErrorKind::kUnsupported, n,
-           fmt::format("attribute 'group' = {} (grouped or depthwise convolution) is not supported yet; only group = 1",
-                       group));
-  }
   if (const Attribute* k = n.attr("kernel_shape"); k != nullptr && k->kind == Attribute::Kind::kInts && k->ints.size() != 2) {
     g.fail(ErrorKind::kUnsupported, n,
            fmt::format("attribute 'kernel_shape' has {} values: a {}-D convolution; only 2-D Conv is supported",
@@ -184,9 +197,14 @@ nn::ConvGeometry conv_geometry(const Graph& g, const Node& n) {
     g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}; a 2-D Conv needs [out_channels, "
                                                "in_channels, kernel_h, kernel_w]", wv.name, dims_string(dw)));
   }
-  if (dw[1] != dx[1]) {
-    g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {} ({} input channels) but the input '{}' has {} "
-                                               "channels", wv.name, dims_string(dw), dw[1], xv.name, dx[1]));
+  const int64_t group = attr_int(g, n, "group", 1);
+  if (dw[1] * group != dx[1] || dw[0] % group != 0) {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("weight '{}' has shape {} ({} input channels{}) but the input '{}' has {} channels{}", wv.name,
+                       dims_string(dw), dw[1], group == 1 ? "" : fmt::format(" per group x {} groups", group),
+                       xv.name, dx[1],
+                       dw[0] % group != 0 ? fmt::format(" (and {} output channels are not a multiple of {} groups)",
+                                                        dw[0], group) : ""));
   }
   for (const int64_t d : dw) {
     if (d < 1 || d > 65536) g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}", wv.name, dims_string(dw)));
@@ -401,9 +419,9 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
     }
     return y;
   }
-  const TensorData& wd = *g.value(n.inputs[1]).data;
+  const std::vector<double> wd = dense_weights(g, n, geo);
   std::vector<float> w(wd.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(wd.as_double(i));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(wd[i]);
   std::vector<float> bias(O, 0.0f);
   if (const ValueId b = input(n, 2); b != kNoValue) {
     for (size_t o = 0; o < O; ++o) bias[o] = static_cast<float>(g.value(b).data->as_double(o));
@@ -463,13 +481,13 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
     return q;
   }
   const uint64_t per = uint64_t{q.geom.in_c} * q.geom.kernel_h * q.geom.kernel_w;
-  const TensorData& wd = *g.value(n.inputs[1]).data;
+  const std::vector<double> wd = dense_weights(g, n, q.geom);
   q.w_q.resize(O * per);
   const ValueId b = input(n, 2);
   for (uint64_t o = 0; o < O; ++o) {
     float m = 0;
     for (uint64_t k = 0; k < per; ++k) {
-      const auto v = static_cast<float>(wd.as_double(o * per + k));
+      const auto v = static_cast<float>(wd[o * per + k]);
       if (!std::isfinite(v)) {
         g.fail(ErrorKind::kUnsupported, n, fmt::format("weight '{}' element {} is not finite", g.value(n.inputs[1]).name,
                                                        o * per + k));
@@ -478,7 +496,7 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
     }
     const float ws = m > 0 ? m / 127.0f : 1.0f;
     for (uint64_t k = 0; k < per; ++k) {
-      const double v = std::round(static_cast<double>(static_cast<float>(wd.as_double(o * per + k))) / ws);
+      const double v = std::round(static_cast<double>(static_cast<float>(wd[o * per + k])) / ws);
       q.w_q[o * per + k] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
     }
     const double bf = b == kNoValue ? 0.0 : static_cast<double>(static_cast<float>(g.value(b).data->as_double(o)));

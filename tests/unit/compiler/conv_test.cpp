@@ -50,9 +50,10 @@ struct ConvSpec {
 ModelBuilder conv_model(const ConvSpec& s, uint32_t seed = 1) {
   ModelBuilder mb;
   mb.input("x", {-1, s.c, s.h, s.w});
-  const double fan = static_cast<double>(s.c * s.kh * s.kw);
+  const int64_t cg = s.group > 0 ? s.c / s.group : s.c;  // input channels per group
+  const double fan = static_cast<double>(cg * s.kh * s.kw);
   const auto r = static_cast<float>(1.0 / std::sqrt(fan));
-  mb.init("w", {s.o, s.c, s.kh, s.kw}, random_floats(static_cast<size_t>(s.o * s.c * s.kh * s.kw), -r, r, seed));
+  mb.init("w", {s.o, cg, s.kh, s.kw}, random_floats(static_cast<size_t>(s.o * cg * s.kh * s.kw), -r, r, seed));
   std::vector<std::string> ins = {"x", "w"};
   if (s.bias) {
     mb.init("b", {s.o}, random_floats(static_cast<size_t>(s.o), -0.2f, 0.2f, seed + 1));
@@ -159,9 +160,11 @@ TEST(ConvCompiler, FloatInterpreterComputesTheConvolution) {
 TEST(ConvCompiler, MalformedAndUnsupportedConvsAreNamedErrors) {
   auto opt = [](const ConvSpec& s) { return [s] { (void)optimize(graph_of(conv_model(s))); }; };
   ConvSpec s;
-  s.group = 2;
-  s.c = 4;
-  expect_error(opt(s), ErrorKind::kUnsupported, {"node 'conv' (Conv)", "attribute 'group' = 2", "depthwise"});
+  s.group = 3;
+  s.c = 4;  // not a multiple of the groups
+  expect_error(opt(s), ErrorKind::kBadFile,
+               {"node 'conv' (Conv)", "weight 'w' has shape [8, 1, 3, 3] (1 input channels per group x 3 groups) but "
+                                      "the input 'x' has 4 channels"});
   s = {};
   s.pads = {1, 1};
   expect_error(opt(s), ErrorKind::kBadFile, {"node 'conv' (Conv)", "attribute 'pads' has 2 values", "needs 4"});
@@ -254,6 +257,16 @@ TEST(ConvCompiler, QuantizedConvOnTheDeviceMatchesFloat) {
   {
     ConvSpec s;  // LeNet's first layer
     s.c = 1, s.h = s.w = 28, s.o = 6, s.kh = s.kw = 5;
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;  // depthwise 3x3 over 20 channels (two channel blocks)
+    s.c = s.o = 20, s.group = 20, s.pads = {1, 1, 1, 1};
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;  // grouped: 2 groups of 6 -> 4
+    s.c = 12, s.o = 8, s.group = 2, s.strides = {2, 1}, s.pads = {0, 1, 1, 1};
     specs.push_back(s);
   }
   const uint64_t batch = 4;

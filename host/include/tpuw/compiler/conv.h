@@ -4,7 +4,8 @@
 //
 // Supported: 2-D Conv (x [batch, C, H, W], constant weight [O, C, KH, KW], optional constant bias
 // [O]), any kernel size, strides, dilations, explicit pads (asymmetric too) or auto_pad
-// (NOTSET, VALID, SAME_UPPER, SAME_LOWER), group = 1. group > 1 (grouped / depthwise) and 1-D or
+// (NOTSET, VALID, SAME_UPPER, SAME_LOWER), any group (grouped and depthwise convolutions run as
+// ordinary ones with zeros outside the groups; the device skips all-zero weight tiles). 1-D and
 // 3-D convolutions are refused naming the node and the attribute.
 #pragma once
 
