@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "pass_util.h"
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/quantize.h"
 
 namespace tpuw::compiler {
@@ -54,6 +55,9 @@ class Interpreter {
   void node(const Node& n) {
     switch (n.op) {
       case Op::kDense: return dense(n);
+      case Op::kConv:
+      case Op::kAveragePool:
+      case Op::kGlobalAveragePool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
       case Op::kFlatten:
       case Op::kReshape: out(n) = in(n, 0); return;
       case Op::kSoftmax: {

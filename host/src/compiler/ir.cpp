@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 18> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 22> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -62,6 +62,10 @@ constexpr std::array<std::pair<Op, std::string_view>, 18> kOpNames{{
     {Op::kGather, "Gather"},
     {Op::kUnsqueeze, "Unsqueeze"},
     {Op::kConcat, "Concat"},
+    {Op::kConv, "Conv"},
+    {Op::kAveragePool, "AveragePool"},
+    {Op::kGlobalAveragePool, "GlobalAveragePool"},
+    {Op::kPad, "Pad"},
     {Op::kDense, "Dense"},
     {Op::kQuantize, "Quantize"},
     {Op::kQDense, "QDense"},

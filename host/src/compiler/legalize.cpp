@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "pass_util.h"
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -39,6 +40,11 @@ const std::vector<OpRule>& rules() {
       {Op::kGather, {"axis"}, 2, 2},
       {Op::kUnsqueeze, {"axes"}, 1, 2},
       {Op::kConcat, {"axis"}, 1, kMany},
+      {Op::kConv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, 2, 3},
+      {Op::kAveragePool,
+       {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}, 1, 1},
+      {Op::kGlobalAveragePool, {}, 1, 1},
+      {Op::kPad, {"mode", "pads", "value"}, 1, 4},
       {Op::kDense, {"relu"}, 3, 3},
   };
   return r;
@@ -53,7 +59,7 @@ void check_node(const Graph& g, const Node& n) {
   const auto rule = std::find_if(rs.begin(), rs.end(), [&](const OpRule& r) { return r.op == n.op; });
   if (n.op == Op::kUnknown || rule == rs.end()) {
     g.fail(ErrorKind::kUnsupported, n,
-           "operator is not supported (supported: Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
+           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, Pad, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {
@@ -115,6 +121,8 @@ void check_node(const Graph& g, const Node& n) {
     case Op::kGather:
     case Op::kConcat: (void)attr_int(g, n, "axis", 0); break;
     case Op::kReshape: (void)attr_int(g, n, "allowzero", 0); break;
+    case Op::kConv:
+    case Op::kAveragePool: check_conv_attributes(g, n); break;
     case Op::kShape:
       (void)attr_int(g, n, "start", 0);
       (void)attr_int(g, n, "end", 0);

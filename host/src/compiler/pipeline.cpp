@@ -1,4 +1,5 @@
 // The pass pipeline (tpuw/compiler/passes.h; docs/compiler.md lists it with each pass's guarantee).
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -19,6 +20,8 @@ Graph optimize(Graph g) {
   verify(g);
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
+  fold_pads(g);
+  fuse_conv_relu(g);
   verify(g);
   remove_dead_code(g);
   verify(g);

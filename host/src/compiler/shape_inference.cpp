@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "pass_util.h"
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -61,6 +62,33 @@ class Inference {
       case Op::kFlatten: return flatten(n);
       case Op::kReshape: return reshape(n);
       case Op::kShape: return shape_op(n);
+      case Op::kPad: {
+        if (!known(n.inputs[0])) return;
+        const std::optional<std::vector<int64_t>> p = pad_amounts(g_, n, shape(n.inputs[0])->size(), strict_);
+        if (!p) return;
+        Dims out = *shape(n.inputs[0]);
+        for (size_t i = 1; i < out.size(); ++i) out[i] += (*p)[i] + (*p)[i + out.size()];
+        const auto e = checked_elements(out);
+        if (!e || *e > std::numeric_limits<uint32_t>::max()) {
+          fail(ErrorKind::kUnsupported, "the padded tensor has more than 2^32 elements per row");
+        }
+        set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+        return;
+      }
+      case Op::kAveragePool:
+      case Op::kGlobalAveragePool:
+      case Op::kConv: {
+        const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : x;
+        if (!known(x) || !known(w) || (!g_.is_constant(w) && n.op == Op::kConv && !strict_)) return;
+        const nn::ConvGeometry geo = conv_geometry(g_, n);
+        Dims out{kBatch, geo.out_c, geo.out_h(), geo.out_w()};
+        const auto e = checked_elements(out);
+        if (!e || *e > std::numeric_limits<uint32_t>::max()) {
+          fail(ErrorKind::kUnsupported, "the output has more than 2^32 elements per row");
+        }
+        set(n.outputs[0], g_.value(x).dtype, std::move(out));
+        return;
+      }
       case Op::kDense: {
         if (!known(n.inputs[0]) || !known(n.inputs[1])) return;
         set(n.outputs[0], g_.value(n.inputs[0]).dtype, {shape(n.inputs[0])->at(0), shape(n.inputs[1])->at(1)});

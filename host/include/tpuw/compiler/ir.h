@@ -106,6 +106,11 @@ enum class Op : uint8_t {
   kGather,
   kUnsqueeze,
   kConcat,
+  kConv,   // 2-D convolution (tpuw/compiler/conv.h); after fusion attribute relu = 1 when a Relu
+           // followed it
+  kAveragePool,        // run as a convolution with identity weights / window size (conv.h)
+  kGlobalAveragePool,
+  kPad,                // constant zero padding of H and W: folded into the Conv / AveragePool after it
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
   kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))

@@ -1,0 +1,70 @@
+// ONNX Conv in the graph compiler: attribute rules (legalize), shape inference, Relu fusion, the
+// float reference (interpret_float) and int8 quantization to nn::QConv2d (tpuw/nn/qconv.h), which
+// the device runs as an implicit GEMM (tpuw/runtime/conv.h; docs/network_compiler.md).
+//
+// Supported: 2-D Conv (x [batch, C, H, W], constant weight [O, C, KH, KW], optional constant bias
+// [O]), any kernel size, strides, dilations, explicit pads (asymmetric too) or auto_pad
+// (NOTSET, VALID, SAME_UPPER, SAME_LOWER), any group (grouped and depthwise convolutions run as
+// ordinary ones with zeros outside the groups; the device skips all-zero weight tiles). 1-D and
+// 3-D convolutions are refused naming the node and the attribute.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "tpuw/compiler/ir.h"
+#include "tpuw/nn/float_network.h"
+#include "tpuw/nn/qconv.h"
+
+namespace tpuw::compiler {
+
+/// Legalize's Conv rule: attribute types and values that need no shapes (group, lengths of
+/// kernel_shape / strides / dilations / pads, positive strides and dilations, non-negative pads,
+/// auto_pad's value, auto_pad together with pads). kBadFile for an invalid model, kUnsupported
+/// for a valid one we do not run.
+void check_conv_attributes(const Graph& g, const Node& n);
+
+/// The geometry of a Conv node whose input and weight shapes are known: channels, kernel from the
+/// weight (checked against kernel_shape), pads resolved from auto_pad. Error(kBadFile) for
+/// mismatches (channels, kernel_shape, a dilated kernel larger than the padded input),
+/// Error(kUnsupported) for an input that is not [batch, C, H, W] or a weight that is not a constant.
+nn::ConvGeometry conv_geometry(const Graph& g, const Node& n);
+
+/// The pads of a Pad node over an input of rank `rank` ([begin..., end...], 2*rank values), or
+/// nullopt when its pads input is not a constant yet (strict: Error(kUnsupported)). Only mode
+/// 'constant' with value 0 is accepted, on the spatial dimensions of [batch, C, H, W] (opset 2's
+/// attribute form or opset 11's inputs; no axes input). Other Pads are Error(kUnsupported).
+std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, size_t rank, bool strict);
+
+/// Folds every Pad into the Conv or AveragePool that is its only reader (their pads grow; an
+/// AveragePool then needs count_include_pad=1 semantics, which explicit zero padding has). A Pad
+/// that cannot be folded is Error(kUnsupported) naming it.
+void fold_pads(Graph& g);
+
+/// Fusion: a Relu whose input is a Conv's output and the Conv's only reader becomes the Conv's
+/// attribute relu = 1 (the device's ACTIVATE applies it). Returns the number of Relus fused.
+size_t fuse_conv_relu(Graph& g);
+
+/// The float reference of a Conv node: x NCHW [batch, C, H, W] float32; weights and bias as
+/// float32, double accumulation, ReLU (attribute relu) in double, float32 result NCHW.
+std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const float> x, uint64_t batch);
+
+/// Int8 quantization of a Conv node (the rules of qnetwork.h, per output channel):
+/// w_scale[o] = max|W[o]| / 127, w_q = sat(round(W / w_scale[o]), -127, 127),
+/// bias_q[o] = sat32(round(b[o] / (in_scale * w_scale[o]))), mult[o] / 2^shift[o] ~=
+/// in_scale * w_scale[o] / out_scale. Error(kUnsupported) naming the node for a non-finite weight
+/// or a factor the device cannot express.
+nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale);
+
+/// A CNN straight from its imported graph: optimize(), then the chain input [batch, C, H, W] ->
+/// Conv (+Relu) ... -> Flatten / Reshape to [batch, features] -> the dense head (Gemm/MatMul
+/// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
+/// interpret_float: per-tensor activation scales max|x| / 127 (symmetric_scale), every Conv through
+/// quantize_conv, the head through the quantize pass (its input scale is the last conv's output
+/// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights. Anything
+/// else (MaxPool, branches) is Error(kUnsupported) naming the node.
+nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
+
+}  // namespace tpuw::compiler

@@ -1,0 +1,76 @@
+// A quantized 2-D convolution layer (int8, per-output-channel requantization) and its bit-exact
+// integer golden model: what the compiler's quantize step produces (tpuw/compiler/conv.h) and the
+// device runs as an implicit GEMM (tpuw/runtime/conv.h).
+//
+//   acc[b][o][oy][ox] = sum_{c,dy,dx} x_q[b][c][oy*sh + dy*dh - pt][ox*sw + dx*dw - pl] * w_q[o][c][dy][dx]
+//                       (x outside the image reads 0: the pads; int32 sums wrap like the ACC)
+//   y_q[b][o][oy][ox] = requantize(acc, bias_q[o], mult[o], shift[o], relu)   (nn::requantize)
+//
+// Quantization rules as for a dense layer (qnetwork.h): w_scale[o] = max|W[o,:,:,:]| / 127,
+// per-tensor activation scales, bias_q[o] = round(b[o] / (in_scale * w_scale[o])).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpuw/nn/qnetwork.h"
+
+namespace tpuw::nn {
+
+/// The geometry of one 2-D convolution (the batch is a run-time argument). ONNX Conv's
+/// attributes: kernel_shape, strides, dilations, pads = [top, left, bottom, right]; group = 1.
+struct ConvGeometry {
+  uint32_t in_c = 0, in_h = 0, in_w = 0;
+  uint32_t out_c = 0;
+  uint32_t kernel_h = 1, kernel_w = 1;
+  uint32_t stride_h = 1, stride_w = 1;
+  uint32_t dilation_h = 1, dilation_w = 1;
+  uint32_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+
+  /// floor((in + pads - dilation*(kernel-1) - 1) / stride) + 1 (ONNX's formula); 0 when the
+  /// dilated kernel is larger than the padded input.
+  uint32_t out_h() const;
+  uint32_t out_w() const;
+  /// Throws Error(kInvalidArgument) "WHERE: what" naming the bad field: a zero size, kernel,
+  /// stride or dilation, a value above 65536, or a dilated kernel larger than the padded input.
+  void check(const std::string& where) const;
+};
+
+struct QConv2d {
+  std::string name;
+  ConvGeometry geom;
+  std::vector<int8_t> w_q;      // [out_c][in_c][kernel_h][kernel_w] (ONNX order)
+  std::vector<int32_t> bias_q;  // [out_c]
+  std::vector<int32_t> mult;    // [out_c]
+  std::vector<uint8_t> shift;   // [out_c], 0..63
+  bool relu = false;
+  float out_scale = 1.0f;       // scale of the int8 output tensor (real = q * out_scale)
+
+  /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
+  void check() const;
+};
+
+/// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
+/// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
+/// and whose input_features is its C*H*W).
+struct QCnn {
+  uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
+  float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
+  std::vector<QConv2d> convs;
+  QNetwork head;
+
+  /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales).
+  void check() const;
+};
+
+/// The bit-exact integer forward pass on the CPU: the convolutions (conv2d_int), then
+/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer).
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
+
+/// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.
+/// Throws Error(kInvalidArgument) for a bad layer or an input of the wrong size.
+std::vector<int8_t> conv2d_int(const QConv2d& layer, std::span<const int8_t> x_q, uint64_t batch);
+
+}  // namespace tpuw::nn

@@ -1,0 +1,613 @@
+// ONNX Conv in the graph compiler (tpuw/compiler/conv.h).
+#include "tpuw/compiler/conv.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pass_util.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/compiler/quantize.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::input;
+
+/// An ints attribute with `len` values, or `def` when absent; kBadFile for another type or length.
+std::vector<int64_t> attr_ints(const Graph& g, const Node& n, std::string_view key, size_t len, int64_t def) {
+  const Attribute* a = n.attr(key);
+  if (a == nullptr) return std::vector<int64_t>(len, def);
+  if (a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' is not a list of ints", key));
+  if (a->ints.size() != len) {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("attribute '{}' has {} values; a 2-D Conv needs {}{}", key, a->ints.size(), len,
+                       key == "pads" ? " (top, left, bottom, right)" : " (height, width)"));
+  }
+  return a->ints;
+}
+
+std::string auto_pad(const Graph& g, const Node& n) {
+  const Attribute* a = n.attr("auto_pad");
+  if (a == nullptr) return "NOTSET";
+  if (a->kind != Attribute::Kind::kString) g.fail(ErrorKind::kBadFile, n, "attribute 'auto_pad' is not a string");
+  return a->s;
+}
+
+int32_t sat32(double v) {
+  return static_cast<int32_t>(std::clamp(v, static_cast<double>(std::numeric_limits<int32_t>::min()),
+                                         static_cast<double>(std::numeric_limits<int32_t>::max())));
+}
+
+/// The Conv's weights as a dense [O][C][KH][KW] tensor: a grouped convolution (weight
+/// [O, C/group, KH, KW]) gets zeros outside its groups, so it runs as an ordinary convolution
+/// (the device skips the all-zero tiles; a depthwise layer keeps one channel diagonal per tile).
+std::vector<double> dense_weights(const Graph& g, const Node& n, const nn::ConvGeometry& geo) {
+  const TensorData& wd = *g.value(n.inputs[1]).data;
+  const uint64_t group = static_cast<uint64_t>(attr_int(g, n, "group", 1));
+  const uint64_t O = geo.out_c, C = geo.in_c, T = uint64_t{geo.kernel_h} * geo.kernel_w;
+  const uint64_t cg = C / group, og = O / group;
+  std::vector<double> w(O * C * T, 0.0);
+  for (uint64_t o = 0; o < O; ++o) {
+    const uint64_t c0 = (o / og) * cg;
+    for (uint64_t c = 0; c < cg; ++c) {
+      for (uint64_t t = 0; t < T; ++t) w[(o * C + c0 + c) * T + t] = wd.as_double((o * cg + c) * T + t);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+void check_conv_attributes(const Graph& g, const Node& n) {
+  if (n.op == Op::kGlobalAveragePool) return;
+  if (n.op == Op::kAveragePool) {
+    if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "AveragePool needs attribute 'kernel_shape'");
+    const int64_t ceil_mode = attr_int(g, n, "ceil_mode", 0);
+    const int64_t cip = attr_int(g, n, "count_include_pad", 0);
+    if ((ceil_mode != 0 && ceil_mode != 1) || (cip != 0 && cip != 1)) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("ceil_mode {} / count_include_pad {}: each must be 0 or 1", ceil_mode, cip));
+    }
+  }
+  const int64_t group = attr_int(g, n, "group", 1);
+  if (group < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'group' is {}; it must be >= 1", group));
+  if (const Attribute* k = n.attr("kernel_shape"); k != nullptr && k->kind == Attribute::Kind::kInts && k->ints.size() != 2) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("attribute 'kernel_shape' has {} values: a {}-D convolution; only 2-D Conv is supported",
+                       k->ints.size(), k->ints.size()));
+  }
+  for (const int64_t v : attr_ints(g, n, "kernel_shape", 2, 1)) {
+    if (v < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'kernel_shape' holds {}; kernel sizes are >= 1", v));
+    if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute 'kernel_shape' holds {}, above 65536", v));
+  }
+  for (const char* key : {"strides", "dilations"}) {
+    for (const int64_t v : attr_ints(g, n, key, 2, 1)) {
+      if (v < 1) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' holds {}; it must be >= 1", key, v));
+      if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute '{}' holds {}, above 65536", key, v));
+    }
+  }
+  for (const int64_t v : attr_ints(g, n, "pads", 4, 0)) {
+    if (v < 0) g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'pads' holds {}; pads are >= 0", v));
+    if (v > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("attribute 'pads' holds {}, above 65536", v));
+  }
+  const std::string ap = auto_pad(g, n);
+  if (ap != "NOTSET" && ap != "VALID" && ap != "SAME_UPPER" && ap != "SAME_LOWER") {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("attribute 'auto_pad' is '{}' (NOTSET, VALID, SAME_UPPER or SAME_LOWER)", ap));
+  }
+  if (ap != "NOTSET" && n.attr("pads") != nullptr) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("has both auto_pad '{}' and explicit pads", ap));
+  }
+}
+
+namespace {
+
+// An average pool as a convolution: channels in = out, the kernel from kernel_shape (the whole
+// image for GlobalAveragePool); the identity weights are implied.
+nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
+  nn::ConvGeometry geo;
+  geo.in_c = geo.out_c = static_cast<uint32_t>(dx[1]);
+  geo.in_h = static_cast<uint32_t>(dx[2]);
+  geo.in_w = static_cast<uint32_t>(dx[3]);
+  if (n.op == Op::kGlobalAveragePool) {
+    geo.kernel_h = geo.in_h;
+    geo.kernel_w = geo.in_w;
+    return geo;
+  }
+  const std::vector<int64_t> ks = attr_ints(g, n, "kernel_shape", 2, 1);
+  const std::vector<int64_t> st = attr_ints(g, n, "strides", 2, 1);
+  const std::vector<int64_t> dl = attr_ints(g, n, "dilations", 2, 1);
+  std::vector<int64_t> pads = attr_ints(g, n, "pads", 4, 0);
+  const std::string ap = auto_pad(g, n);
+  for (size_t i = 0; i < 2 && (ap == "SAME_UPPER" || ap == "SAME_LOWER"); ++i) {
+    const int64_t in = dx[2 + i];
+    const int64_t out = (in + st[i] - 1) / st[i];
+    const int64_t total = std::max<int64_t>((out - 1) * st[i] + (ks[i] - 1) * dl[i] + 1 - in, 0);
+    pads[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+    pads[i + 2] = total - pads[i];
+  }
+  const bool padded = std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; });
+  if (padded && attr_int(g, n, "count_include_pad", 0) == 0) {
+    g.fail(ErrorKind::kUnsupported, n,
+           "count_include_pad=0 with pads is not supported yet (the device divides every window by its full size, "
+           "count_include_pad=1)");
+  }
+  geo.kernel_h = static_cast<uint32_t>(ks[0]);
+  geo.kernel_w = static_cast<uint32_t>(ks[1]);
+  geo.stride_h = static_cast<uint32_t>(st[0]);
+  geo.stride_w = static_cast<uint32_t>(st[1]);
+  geo.dilation_h = static_cast<uint32_t>(dl[0]);
+  geo.dilation_w = static_cast<uint32_t>(dl[1]);
+  geo.pad_top = static_cast<uint32_t>(pads[0]);
+  geo.pad_left = static_cast<uint32_t>(pads[1]);
+  geo.pad_bottom = static_cast<uint32_t>(pads[2]);
+  geo.pad_right = static_cast<uint32_t>(pads[3]);
+  if (attr_int(g, n, "ceil_mode", 0) != 0 && geo.out_h() > 0 && geo.out_w() > 0) {
+    const uint64_t rh = (uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom - (uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1)) % geo.stride_h;
+    const uint64_t rw = (uint64_t{geo.in_w} + geo.pad_left + geo.pad_right - (uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1)) % geo.stride_w;
+    if (rh != 0 || rw != 0) {
+      g.fail(ErrorKind::kUnsupported, n, "ceil_mode=1 with a partial last window is not supported yet");
+    }
+  }
+  return geo;
+}
+
+}  // namespace
+
+nn::ConvGeometry conv_geometry(const Graph& g, const Node& n) {
+  check_conv_attributes(g, n);
+  const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : n.inputs[0];
+  const Value& xv = g.value(x);
+  const Value& wv = g.value(w);
+  if (g.is_constant(x)) {
+    g.fail(ErrorKind::kUnsupported, n, fmt::format("input 0 '{}' must be the activation, not a constant", xv.name));
+  }
+  if (n.op != Op::kConv) {
+    const Dims& dx = *xv.shape;
+    if (dx.size() != 4 || !detail::batch_led(dx)) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}; 2-D pooling needs [batch, channels, "
+                                                     "height, width]", xv.name, dims_string(dx)));
+    }
+    for (size_t i = 1; i < 4; ++i) {
+      if (dx[i] > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}", xv.name, dims_string(dx)));
+    }
+    const nn::ConvGeometry geo = pool_geometry(g, n, dx);
+    if (geo.out_h() == 0 || geo.out_w() == 0) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("the pooling window {}x{} is larger than the padded input", geo.kernel_h,
+                                                 geo.kernel_w));
+    }
+    return geo;
+  }
+  if (!g.is_constant(w)) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("weight '{}' is computed from the input; it must be an initializer or Constant", wv.name));
+  }
+  const Dims& dx = *xv.shape;
+  const Dims& dw = *wv.shape;
+  if (dx.size() != 4 || !detail::batch_led(dx)) {
+    g.fail(ErrorKind::kUnsupported, n,
+           fmt::format("input '{}' has shape {}; a 2-D Conv needs [batch, channels, height, width]", xv.name,
+                       dims_string(dx)));
+  }
+  if (dw.size() != 4) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}; a 2-D Conv needs [out_channels, "
+                                               "in_channels, kernel_h, kernel_w]", wv.name, dims_string(dw)));
+  }
+  const int64_t group = attr_int(g, n, "group", 1);
+  if (dw[1] * group != dx[1] || dw[0] % group != 0) {
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("weight '{}' has shape {} ({} input channels{}) but the input '{}' has {} channels{}", wv.name,
+                       dims_string(dw), dw[1], group == 1 ? "" : fmt::format(" per group x {} groups", group),
+                       xv.name, dx[1],
+                       dw[0] % group != 0 ? fmt::format(" (and {} output channels are not a multiple of {} groups)",
+                                                        dw[0], group) : ""));
+  }
+  for (const int64_t d : dw) {
+    if (d < 1 || d > 65536) g.fail(ErrorKind::kBadFile, n, fmt::format("weight '{}' has shape {}", wv.name, dims_string(dw)));
+  }
+  for (size_t i = 1; i < 4; ++i) {
+    if (dx[i] > 65536) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("input '{}' has shape {}; sizes above 65536 are not supported",
+                                                     xv.name, dims_string(dx)));
+    }
+  }
+  const std::vector<int64_t> ks = attr_ints(g, n, "kernel_shape", 2, 0);
+  if (n.attr("kernel_shape") != nullptr && (ks[0] != dw[2] || ks[1] != dw[3])) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("attribute 'kernel_shape' is [{}, {}] but weight '{}' has shape {}",
+                                               ks[0], ks[1], wv.name, dims_string(dw)));
+  }
+  const ValueId b = input(n, 2);
+  if (b != kNoValue) {
+    if (!g.is_constant(b)) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("bias '{}' must be an initializer or Constant", g.value(b).name));
+    }
+    const Dims& db = *g.value(b).shape;
+    if (db.size() != 1 || db[0] != dw[0]) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("bias '{}' has shape {}; it must be [{}] (one per output channel)",
+                                                 g.value(b).name, dims_string(db), dw[0]));
+    }
+  }
+  const std::vector<int64_t> st = attr_ints(g, n, "strides", 2, 1);
+  const std::vector<int64_t> dl = attr_ints(g, n, "dilations", 2, 1);
+  std::vector<int64_t> pads = attr_ints(g, n, "pads", 4, 0);
+  const std::string ap = auto_pad(g, n);
+  if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t in = dx[2 + i];
+      const int64_t out = (in + st[i] - 1) / st[i];
+      const int64_t total = std::max<int64_t>((out - 1) * st[i] + (dw[2 + i] - 1) * dl[i] + 1 - in, 0);
+      const int64_t small = total / 2;
+      pads[i] = ap == "SAME_UPPER" ? small : total - small;
+      pads[i + 2] = total - pads[i];
+    }
+  }
+  nn::ConvGeometry geo;
+  geo.in_c = static_cast<uint32_t>(dx[1]);
+  geo.in_h = static_cast<uint32_t>(dx[2]);
+  geo.in_w = static_cast<uint32_t>(dx[3]);
+  geo.out_c = static_cast<uint32_t>(dw[0]);
+  geo.kernel_h = static_cast<uint32_t>(dw[2]);
+  geo.kernel_w = static_cast<uint32_t>(dw[3]);
+  geo.stride_h = static_cast<uint32_t>(st[0]);
+  geo.stride_w = static_cast<uint32_t>(st[1]);
+  geo.dilation_h = static_cast<uint32_t>(dl[0]);
+  geo.dilation_w = static_cast<uint32_t>(dl[1]);
+  geo.pad_top = static_cast<uint32_t>(pads[0]);
+  geo.pad_left = static_cast<uint32_t>(pads[1]);
+  geo.pad_bottom = static_cast<uint32_t>(pads[2]);
+  geo.pad_right = static_cast<uint32_t>(pads[3]);
+  if (geo.out_h() == 0 || geo.out_w() == 0) {
+    const bool h = geo.out_h() == 0;
+    g.fail(ErrorKind::kBadFile, n,
+           fmt::format("the dilated kernel {} {} is larger than the padded input {} {}", h ? "height" : "width",
+                       h ? uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1 : uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1,
+                       h ? "height" : "width",
+                       h ? uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom : uint64_t{geo.in_w} + geo.pad_left + geo.pad_right));
+  }
+  return geo;
+}
+
+std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, size_t rank, bool strict) {
+  const Attribute* mode = n.attr("mode");
+  if (mode != nullptr && (mode->kind != Attribute::Kind::kString || mode->s != "constant")) {
+    g.fail(ErrorKind::kUnsupported, n, fmt::format("mode '{}' is not supported (only constant zero padding)",
+                                                   mode->kind == Attribute::Kind::kString ? mode->s : "?"));
+  }
+  if (const Attribute* v = n.attr("value"); v != nullptr && (v->kind != Attribute::Kind::kFloat || v->f != 0.0f)) {
+    g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  }
+  if (input(n, 3) != kNoValue) g.fail(ErrorKind::kUnsupported, n, "the axes input is not supported");
+  if (const ValueId cv = input(n, 2); cv != kNoValue) {
+    if (!g.is_constant(cv)) {
+      if (!strict) return std::nullopt;
+      g.fail(ErrorKind::kUnsupported, n, "the constant_value input must be a constant");
+    }
+    const TensorData& d = *g.value(cv).data;
+    if (d.size() != 0 && d.as_double(0) != 0.0) g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  }
+  std::vector<int64_t> p;
+  if (const Attribute* a = n.attr("pads"); a != nullptr) {
+    if (a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'pads' is not a list of ints");
+    p = a->ints;
+  } else {
+    const ValueId pv = input(n, 1);
+    if (pv == kNoValue) g.fail(ErrorKind::kBadFile, n, "has no pads (attribute or input 1)");
+    if (!g.is_constant(pv)) {
+      if (!strict) return std::nullopt;
+      g.fail(ErrorKind::kUnsupported, n, "pads computed from the input are not supported");
+    }
+    const TensorData& d = *g.value(pv).data;
+    for (size_t i = 0; i < d.size(); ++i) p.push_back(detail::as_int(d, i));
+  }
+  if (p.size() != 2 * rank) {
+    g.fail(ErrorKind::kBadFile, n, fmt::format("has {} pads for a rank-{} input (expected {})", p.size(), rank, 2 * rank));
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] < 0 || p[i] > 65536) g.fail(ErrorKind::kUnsupported, n, fmt::format("pad {} is {}", i, p[i]));
+    if (rank != 4 || i % rank < 2) {
+      if (p[i] != 0) g.fail(ErrorKind::kUnsupported, n, "only the height and width of [batch, C, H, W] can be padded");
+    }
+  }
+  return p;
+}
+
+void fold_pads(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& pad = g.nodes[i];
+    if (pad.op != Op::kPad) continue;
+    const std::vector<int64_t> p = *pad_amounts(g, pad, g.value(pad.inputs[0]).shape->size(), true);
+    const ValueId y = pad.outputs[0];
+    const auto& rd = readers[static_cast<size_t>(y)];
+    Node* next = rd.size() == 1 && !g.is_graph_output(y) ? &g.nodes[rd[0]] : nullptr;
+    if (next == nullptr || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
+        auto_pad(g, *next) != "NOTSET") {
+      g.fail(ErrorKind::kUnsupported, pad, "a Pad is supported only as the only input of a Conv or AveragePool "
+                                           "(without auto_pad)");
+    }
+    std::vector<int64_t> q = attr_ints(g, *next, "pads", 4, 0);
+    const std::vector<int64_t> add = {p[2], p[3], p[6], p[7]};  // top, left, bottom, right
+    const bool grows = std::any_of(add.begin(), add.end(), [](int64_t v) { return v != 0; });
+    if (next->op == Op::kAveragePool && grows && attr_int(g, *next, "count_include_pad", 0) == 0) {
+      // Explicitly padded zeros are counted by the pool: the same as count_include_pad=1 only
+      // when the pool has no pads of its own.
+      if (std::any_of(q.begin(), q.end(), [](int64_t v) { return v != 0; })) {
+        g.fail(ErrorKind::kUnsupported, *next, "a Pad before an AveragePool with its own pads and count_include_pad=0");
+      }
+      Attribute c;
+      c.kind = Attribute::Kind::kInt;
+      c.i = 1;
+      next->set_attr("count_include_pad", c);
+    }
+    for (size_t k = 0; k < 4; ++k) q[k] += add[k];
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = q;
+    next->set_attr("pads", a);
+    next->inputs[0] = pad.inputs[0];
+    next->origin.insert(next->origin.begin(), pad.label());
+    drop[i] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+}
+
+size_t fuse_conv_relu(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<bool> drop(g.nodes.size(), false);
+  size_t fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& c = g.nodes[i];
+    if (c.op != Op::kConv || attr_int(g, c, "relu", 0) != 0) continue;
+    const ValueId y = c.outputs[0];
+    const auto& rd = readers[static_cast<size_t>(y)];
+    if (rd.size() != 1 || g.is_graph_output(y)) continue;
+    Node& r = g.nodes[rd[0]];
+    if (r.op != Op::kRelu) continue;
+    Attribute a;
+    a.kind = Attribute::Kind::kInt;
+    a.i = 1;
+    c.set_attr("relu", a);
+    c.origin.push_back(r.label());
+    g.replace_uses(r.outputs[0], y);  // graph outputs keep their names
+    drop[rd[0]] = true;
+    ++fused;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  return fused;
+}
+
+std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const float> x, uint64_t batch) {
+  const nn::ConvGeometry geo = conv_geometry(g, n);
+  const uint64_t C = geo.in_c, H = geo.in_h, W = geo.in_w, O = geo.out_c, KH = geo.kernel_h, KW = geo.kernel_w;
+  const uint64_t Ho = geo.out_h(), Wo = geo.out_w();
+  if (x.size() != batch * C * H * W) {
+    g.fail(ErrorKind::kInvalidArgument, n, fmt::format("input has {} values, expected {}", x.size(), batch * C * H * W));
+  }
+  if (n.op != Op::kConv) {
+    // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
+    std::vector<float> y(batch * O * Ho * Wo);
+    const double inv = 1.0 / static_cast<double>(KH * KW);
+    for (uint64_t bc = 0; bc < batch * C; ++bc) {
+      const float* img = x.data() + bc * H * W;
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          double s = 0;
+          for (uint64_t dy = 0; dy < KH; ++dy) {
+            const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
+            if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+            for (uint64_t dx = 0; dx < KW; ++dx) {
+              const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
+              if (ix >= 0 && ix < static_cast<int64_t>(W)) s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
+            }
+          }
+          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(s * inv);
+        }
+      }
+    }
+    return y;
+  }
+  const std::vector<double> wd = dense_weights(g, n, geo);
+  std::vector<float> w(wd.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(wd[i]);
+  std::vector<float> bias(O, 0.0f);
+  if (const ValueId b = input(n, 2); b != kNoValue) {
+    for (size_t o = 0; o < O; ++o) bias[o] = static_cast<float>(g.value(b).data->as_double(o));
+  }
+  const bool relu = attr_int(g, n, "relu", 0) != 0;
+  std::vector<float> y(batch * O * Ho * Wo);
+  for (uint64_t bi = 0; bi < batch; ++bi) {
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          double acc = bias[o];
+          for (uint64_t c = 0; c < C; ++c) {
+            for (uint64_t dy = 0; dy < KH; ++dy) {
+              const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
+              if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+              for (uint64_t dx = 0; dx < KW; ++dx) {
+                const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
+                if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+                acc += static_cast<double>(x[((bi * C + c) * H + static_cast<uint64_t>(iy)) * W + static_cast<uint64_t>(ix)]) *
+                       w[((o * C + c) * KH + dy) * KW + dx];
+              }
+            }
+          }
+          y[((bi * O + o) * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(acc, 0.0) : acc);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale) {
+  nn::QConv2d q;
+  q.geom = conv_geometry(g, n);
+  q.name = n.origin.empty() ? n.label() : fmt::format("{}", n.origin.front());
+  for (size_t i = 1; i < n.origin.size(); ++i) q.name += " + " + n.origin[i];
+  q.relu = attr_int(g, n, "relu", 0) != 0;
+  q.out_scale = out_scale;
+  const uint64_t O = q.geom.out_c;
+  if (n.op != Op::kConv) {
+    // Identity weights (1 on the channel diagonal of every tap) and the window size in the
+    // requantization: y = round(sum * in_scale / (KH * KW * out_scale)).
+    const uint64_t taps = uint64_t{q.geom.kernel_h} * q.geom.kernel_w;
+    q.w_q.assign(O * O * taps, 0);
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t t = 0; t < taps; ++t) q.w_q[(o * O + o) * taps + t] = 1;
+    }
+    const double real = static_cast<double>(in_scale) / (static_cast<double>(taps) * static_cast<double>(out_scale));
+    try {
+      const nn::Requant rq = nn::quantize_multiplier(real);
+      q.bias_q.assign(O, 0);
+      q.mult.assign(O, rq.mult);
+      q.shift.assign(O, rq.shift);
+    } catch (const Error& e) {
+      g.fail(ErrorKind::kUnsupported, n, e.what());
+    }
+    return q;
+  }
+  const uint64_t per = uint64_t{q.geom.in_c} * q.geom.kernel_h * q.geom.kernel_w;
+  const std::vector<double> wd = dense_weights(g, n, q.geom);
+  q.w_q.resize(O * per);
+  const ValueId b = input(n, 2);
+  for (uint64_t o = 0; o < O; ++o) {
+    float m = 0;
+    for (uint64_t k = 0; k < per; ++k) {
+      const auto v = static_cast<float>(wd[o * per + k]);
+      if (!std::isfinite(v)) {
+        g.fail(ErrorKind::kUnsupported, n, fmt::format("weight '{}' element {} is not finite", g.value(n.inputs[1]).name,
+                                                       o * per + k));
+      }
+      m = std::max(m, std::fabs(v));
+    }
+    const float ws = m > 0 ? m / 127.0f : 1.0f;
+    for (uint64_t k = 0; k < per; ++k) {
+      const double v = std::round(static_cast<double>(static_cast<float>(wd[o * per + k])) / ws);
+      q.w_q[o * per + k] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+    }
+    const double bf = b == kNoValue ? 0.0 : static_cast<double>(static_cast<float>(g.value(b).data->as_double(o)));
+    if (!std::isfinite(bf)) g.fail(ErrorKind::kUnsupported, n, fmt::format("bias element {} is not finite", o));
+    q.bias_q.push_back(sat32(std::round(bf / (static_cast<double>(in_scale) * ws))));
+    const double real = static_cast<double>(in_scale) * ws / static_cast<double>(out_scale);
+    try {
+      const nn::Requant rq = nn::quantize_multiplier(real);
+      q.mult.push_back(rq.mult);
+      q.shift.push_back(rq.shift);
+    } catch (const Error& e) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("output channel {}: {}", o, e.what()));
+    }
+  }
+  return q;
+}
+
+nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
+  const Graph g = optimize(std::move(graph));
+  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
+                                                g.outputs.size()));
+  }
+  const ValueId input = g.inputs[0].value;
+  const Dims& din = *g.value(input).shape;
+  if (din.size() != 4) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("input '{}' has shape {}; a CNN's input is [batch, channels, height, "
+                                                "width]", g.value(input).name, dims_string(din)));
+  }
+  if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
+  const auto feat = static_cast<uint64_t>(din[1] * din[2] * din[3]);
+  if (calib.size() != rows * feat) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: calibration data has {} values, expected {} rows x {}",
+                                                         g.source, calib.size(), rows, feat));
+  }
+  const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
+  nn::QCnn net;
+  net.in_c = static_cast<uint32_t>(din[1]);
+  net.in_h = static_cast<uint32_t>(din[2]);
+  net.in_w = static_cast<uint32_t>(din[3]);
+  net.input_scale = nn::symmetric_scale(calib);
+
+  // The chain: Convs reading the previous activation, then one Flatten/Reshape, then the head.
+  ValueId act = input;
+  size_t i = 0;
+  std::vector<const Node*> convs;
+  auto is_conv_like = [](Op op) { return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool; };
+  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
+    if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
+    convs.push_back(&g.nodes[i]);
+    act = g.nodes[i].outputs[0];
+  }
+  if (convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through compile_quantized)");
+  if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
+    if (i < g.nodes.size()) {
+      g.fail(ErrorKind::kUnsupported, g.nodes[i],
+             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool and GlobalAveragePool layers, "
+             "then Flatten/Reshape and dense layers");
+    }
+    g.fail(ErrorKind::kUnsupported, "the model ends with a Conv; a CNN needs a Flatten and a dense head");
+  }
+  const Node& flat = g.nodes[i++];
+  if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
+    g.fail(ErrorKind::kUnsupported, flat, "must flatten the last convolution's output to [batch, features]");
+  }
+  act = flat.outputs[0];
+  nn::FloatNetwork head;
+  head.source = g.source;
+  head.input_name = g.value(act).name;
+  head.output_name = g.outputs[0].name;
+  head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
+  for (; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
+      g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
+    }
+    if (n.op == Op::kDense) {
+      nn::DenseLayer l;
+      l.name = n.origin.empty() ? n.label() : n.origin.front();
+      for (size_t k = 1; k < n.origin.size(); ++k) l.name += " + " + n.origin[k];
+      const Value& w = g.value(n.inputs[1]);
+      l.k = static_cast<uint32_t>((*w.shape)[0]);
+      l.n = static_cast<uint32_t>((*w.shape)[1]);
+      l.w.assign(w.data->f.begin(), w.data->f.end());
+      const Value& b = g.value(n.inputs[2]);
+      l.b.assign(b.data->f.begin(), b.data->f.end());
+      l.relu = attr_int(g, n, "relu", 0) != 0;
+      head.layers.push_back(std::move(l));
+    } else if (n.op == Op::kSoftmax) {
+      head.host_op = nn::HostOp::kSoftmax;
+    } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
+      g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
+    }
+    act = n.outputs[0];
+  }
+  if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
+  const std::vector<float>& flat_calib = acts[static_cast<size_t>(flat.outputs[0])];
+  Graph hg = graph_of_float_network(head);
+  quantize(hg, flat_calib, rows);
+  net.head = lower_to_qnetwork(hg);
+
+  float scale = net.input_scale;
+  for (size_t c = 0; c < convs.size(); ++c) {
+    const Node& n = *convs[c];
+    const float out_scale = c + 1 == convs.size() ? net.head.input_scale
+                                                  : nn::symmetric_scale(acts[static_cast<size_t>(n.outputs[0])]);
+    net.convs.push_back(quantize_conv(g, n, scale, out_scale));
+    scale = out_scale;
+  }
+  net.check();
+  return net;
+}
+
+}  // namespace tpuw::compiler

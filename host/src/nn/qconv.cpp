@@ -1,0 +1,137 @@
+// The quantized convolution layer's geometry and integer golden model (tpuw/nn/qconv.h).
+#include "tpuw/nn/qconv.h"
+
+#include <fmt/format.h>
+
+#include "tpuw/error.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::nn {
+namespace {
+
+uint64_t out_dim(uint64_t in, uint64_t pad0, uint64_t pad1, uint64_t kernel, uint64_t stride, uint64_t dil) {
+  const uint64_t padded = in + pad0 + pad1;
+  const uint64_t span = dil * (kernel - 1) + 1;
+  if (stride == 0 || kernel == 0 || span > padded) return 0;
+  return (padded - span) / stride + 1;
+}
+
+}  // namespace
+
+uint32_t ConvGeometry::out_h() const {
+  return static_cast<uint32_t>(out_dim(in_h, pad_top, pad_bottom, kernel_h, stride_h, dilation_h));
+}
+uint32_t ConvGeometry::out_w() const {
+  return static_cast<uint32_t>(out_dim(in_w, pad_left, pad_right, kernel_w, stride_w, dilation_w));
+}
+
+void ConvGeometry::check(const std::string& where) const {
+  auto bad = [&](const std::string& what) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: {}", where, what));
+  };
+  if (in_c == 0 || in_h == 0 || in_w == 0) {
+    bad(fmt::format("input channels/height/width {}x{}x{} must be >= 1", in_c, in_h, in_w));
+  }
+  if (out_c == 0) bad("output channels must be >= 1");
+  if (kernel_h == 0 || kernel_w == 0) bad(fmt::format("kernel_shape {}x{} must be >= 1", kernel_h, kernel_w));
+  if (stride_h == 0 || stride_w == 0) bad(fmt::format("strides {}x{} must be >= 1", stride_h, stride_w));
+  if (dilation_h == 0 || dilation_w == 0) bad(fmt::format("dilations {}x{} must be >= 1", dilation_h, dilation_w));
+  for (uint32_t v : {in_h, in_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left,
+                     pad_bottom, pad_right}) {
+    if (v > (1u << 16)) bad(fmt::format("a size, kernel, stride, dilation or pad of {} is above 65536", v));
+  }
+  if (out_h() == 0) {
+    bad(fmt::format("dilated kernel height {} is larger than the padded input height {}",
+                    uint64_t{dilation_h} * (kernel_h - 1) + 1, uint64_t{in_h} + pad_top + pad_bottom));
+  }
+  if (out_w() == 0) {
+    bad(fmt::format("dilated kernel width {} is larger than the padded input width {}",
+                    uint64_t{dilation_w} * (kernel_w - 1) + 1, uint64_t{in_w} + pad_left + pad_right));
+  }
+}
+
+void QConv2d::check() const {
+  const std::string where = fmt::format("conv '{}'", name);
+  geom.check(where);
+  const uint64_t oc = geom.out_c;
+  const uint64_t wn = oc * geom.in_c * uint64_t{geom.kernel_h} * geom.kernel_w;
+  if (w_q.size() != wn || bias_q.size() != oc || mult.size() != oc || shift.size() != oc) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: weights/bias/mult/shift have {}/{}/{}/{} entries, expected {}/{}/{}/{}", where,
+                            w_q.size(), bias_q.size(), mult.size(), shift.size(), wn, oc, oc, oc));
+  }
+  for (uint8_t s : shift) {
+    if (s > 63) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: shift {} is above 63", where, s));
+  }
+}
+
+std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint64_t batch) {
+  l.check();
+  const ConvGeometry& g = l.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, O = g.out_c, KH = g.kernel_h, KW = g.kernel_w;
+  const uint64_t Ho = g.out_h(), Wo = g.out_w();
+  if (x.size() != batch * C * H * W) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv '{}': input has {} elements, expected batch*C*H*W = {}",
+                                                         l.name, x.size(), batch * C * H * W));
+  }
+  std::vector<int8_t> y(batch * O * Ho * Wo);
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          uint32_t acc = 0;  // int32 with two's-complement wrap, like the ACC
+          for (uint64_t c = 0; c < C; ++c) {
+            for (uint64_t dy = 0; dy < KH; ++dy) {
+              const int64_t iy = static_cast<int64_t>(oy * g.stride_h + dy * g.dilation_h) - g.pad_top;
+              if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+              const int8_t* xrow = x.data() + ((b * C + c) * H + static_cast<uint64_t>(iy)) * W;
+              const int8_t* wrow = l.w_q.data() + ((o * C + c) * KH + dy) * KW;
+              for (uint64_t dx = 0; dx < KW; ++dx) {
+                const int64_t ix = static_cast<int64_t>(ox * g.stride_w + dx * g.dilation_w) - g.pad_left;
+                if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+                acc += static_cast<uint32_t>(int32_t{xrow[ix]} * int32_t{wrow[dx]});
+              }
+            }
+          }
+          y[((b * O + o) * Ho + oy) * Wo + ox] =
+              requantize(static_cast<int32_t>(acc), l.bias_q[o], l.mult[o], l.shift[o], l.relu);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+void QCnn::check() const {
+  uint32_t c = in_c, h = in_h, w = in_w;
+  float scale = input_scale;
+  for (const QConv2d& l : convs) {
+    l.check();
+    if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("cnn: conv '{}' expects {}x{}x{} but its input is {}x{}x{}", l.name, l.geom.in_c,
+                              l.geom.in_h, l.geom.in_w, c, h, w));
+    }
+    c = l.geom.out_c, h = l.geom.out_h(), w = l.geom.out_w();
+    scale = l.out_scale;
+  }
+  if (head.layers.empty() || uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: the dense head reads {} features, the last convolution gives {}x{}x{}",
+                            head.input_features, c, h, w));
+  }
+  if (head.input_scale != scale) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: the dense head's input scale {:g} is not the last convolution's output scale {:g}",
+                            head.input_scale, scale));
+  }
+}
+
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  net.check();
+  std::vector<int8_t> a(x_q.begin(), x_q.end());
+  for (const QConv2d& l : net.convs) a = conv2d_int(l, a, batch);
+  return forward_int_raw(net.head, a, batch);
+}
+
+}  // namespace tpuw::nn

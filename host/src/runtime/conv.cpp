@@ -1,0 +1,413 @@
+// 2-D convolution as an implicit GEMM on the device (see tpuw/runtime/conv.h and
+// docs/network_compiler.md, "Convolution").
+//
+// Sequential meaning of the program (program_builder.h derives the tokens):
+//   LOAD ACC params <- (bias, mult, shift) rows of every output block, once
+//   for tile t (images_per_tile images; UB input buffer t%2):
+//     for channel block cb: LOAD UB input buffer <- the tile's images of block cb (one transfer)
+//     for output block ob (strip s; ACC buffer s%2, UB staging s%2):
+//       for tap, for cb (weight tile (ob, tap, cb)):
+//         [LOAD WB slot <- tile, unless it is resident there]
+//         LOADW slot
+//         for image i: MATMUL UB rows (image i, cb) + tap_offset[tap] -> ACC rows of image i,
+//                      swap = (i == 0), accumulate = not the first (tap, cb)
+//       ACTIVATE ACC buffer -> UB staging (bias, per-channel requantization, ReLU)
+//       for image i, for output row oy: STORE staging rows oy*wq .. + wo_stored -> host
+#include "tpuw/runtime/conv.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "program_builder.h"
+#include "tpuw/checked.h"
+#include "tpuw/error.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::runtime {
+namespace {
+
+using detail::Builder;
+using detail::dma_instr;
+using detail::kC;
+using detail::kL;
+using detail::kS;
+using detail::round_up;
+using detail::split_transfer;
+using detail::Transfer;
+
+constexpr uint32_t kMaxWSlots = 1024;  // WB tile slots (all of them when the weights fit)
+constexpr uint64_t kRingSlots = 32;    // WB slots streaming the weights that are not pinned
+// Loads are placed this many compute instructions ahead of their first use: one strip of a 3x3
+// layer is 9 * c_blocks LOADWs + 9 * c_blocks * images MATMULs, and the next tile's input must
+// stream in while the last strip of the current one computes.
+constexpr uint64_t kLookahead = 96;
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+uint64_t ConvPlan::macs() const {
+  return batch * ho * wo * geom.out_c * uint64_t{geom.in_c} * taps;
+}
+
+uint64_t ConvPlan::min_bytes() const {
+  const uint64_t in = batch * geom.in_c * uint64_t{geom.in_h} * geom.in_w;
+  const uint64_t w = uint64_t{geom.out_c} * geom.in_c * taps;
+  const uint64_t out = batch * geom.out_c * ho * wo;
+  return in + w + 4 * uint64_t{geom.out_c} + out;
+}
+
+bool ConvPlan::skipped(uint64_t tile) const {
+  if (zero_tile.empty() || !zero_tile[tile]) return false;
+  const uint64_t per_ob = taps * c_blocks;
+  const uint64_t first = tile / per_ob * per_ob;
+  if (tile != first) return true;
+  for (uint64_t t = first; t < first + per_ob; ++t) {
+    if (!zero_tile[t]) return true;
+  }
+  return false;  // every tile of the block is zero: the first one still runs
+}
+
+uint64_t ConvPlan::executed_tiles() const {
+  uint64_t n = 0;
+  for (uint64_t t = 0; t < weight_tiles; ++t) n += skipped(t) ? 0 : 1;
+  return n;
+}
+
+uint64_t ConvPlan::w_bytes_moved() const {
+  uint64_t loads = 0;
+  for (uint64_t t = 0; t < weight_tiles; ++t) {
+    if (!skipped(t)) loads += t < pinned_tiles ? 1 : tiles;
+  }
+  return loads * array_n * array_n;
+}
+
+void mark_zero_tiles(ConvPlan& p, std::span<const int8_t> packed) {
+  const uint64_t tile_bytes = uint64_t{p.array_n} * p.array_n;
+  p.zero_tile.assign(p.weight_tiles, 0);
+  for (uint64_t t = 0; t < p.weight_tiles; ++t) {
+    const auto* b = packed.data() + t * tile_bytes;
+    p.zero_tile[t] = std::all_of(b, b + tile_bytes, [](int8_t v) { return v == 0; }) ? 1 : 0;
+  }
+}
+
+ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t batch) {
+  g.check("conv");
+  if (batch == 0 || batch > (uint64_t{1} << 24)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: batch {} must be in 1 .. 2^24", batch));
+  }
+  ConvPlan p;
+  p.geom = g;
+  p.batch = batch;
+  p.array_n = params.array_n;
+  p.beat = params.dma_data_w / 8;
+  const uint64_t an = p.array_n;
+  if (an == 0 || p.beat == 0 || (an * an) % std::lcm<uint64_t>(an, p.beat) != 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("conv: array size {} with a {}-byte DMA beat", an, p.beat));
+  }
+  const uint64_t m_align = std::lcm<uint64_t>(an, p.beat) / an;  // UB rows per DMA unit
+  p.hp = uint64_t{g.in_h} + g.pad_top + g.pad_bottom;
+  p.wp = uint64_t{g.in_w} + g.pad_left + g.pad_right;
+  p.hq = ceil_div(p.hp, g.stride_h);
+  p.wq = ceil_div(p.wp, g.stride_w);
+  p.phases = uint64_t{g.stride_h} * g.stride_w;
+  p.ho = g.out_h();
+  p.wo = g.out_w();
+  p.wo_stored = round_up(p.wo, m_align);
+  p.c_blocks = ceil_div(g.in_c, an);
+  p.o_blocks = ceil_div(g.out_c, an);
+  p.taps = uint64_t{g.kernel_h} * g.kernel_w;
+  p.acc_rows = (p.ho - 1) * p.wq + p.wo_stored;
+  uint64_t max_read = p.phases * p.hq * p.wq;
+  p.tap_offset.resize(p.taps);
+  for (uint64_t dy = 0; dy < g.kernel_h; ++dy) {
+    for (uint64_t dx = 0; dx < g.kernel_w; ++dx) {
+      const uint64_t ry = dy * g.dilation_h, rx = dx * g.dilation_w;
+      const uint64_t phase = (ry % g.stride_h) * g.stride_w + rx % g.stride_w;
+      const uint64_t off = phase * p.hq * p.wq + (ry / g.stride_h) * p.wq + rx / g.stride_w;
+      p.tap_offset[dy * g.kernel_w + dx] = off;
+      max_read = std::max(max_read, off + p.acc_rows);
+    }
+  }
+  // A multiple of 8 DMA units keeps the input's host rows long (fewer, longer bursts).
+  p.img_rows = round_up(max_read, 8 * m_align);
+
+  // Images per tile: ACC strip buffers + the params; UB input buffers + staging buffers. Double
+  // buffered (the next tile loads and the last strip stores while one computes) when one image
+  // fits twice, single otherwise (correct either way: the tokens serialize the reuse).
+  const uint64_t param_rows = 3 * p.o_blocks;
+  const uint64_t acc_avail = params.acc_depth > param_rows ? params.acc_depth - param_rows : 0;
+  const uint64_t by_rows = std::max<uint64_t>(detail::kMaxRowsField / (p.c_blocks * p.img_rows), 1);
+  auto fit_with = [&](uint64_t bufs) {
+    return std::min({acc_avail / (bufs * p.acc_rows), params.ub_depth / (bufs * (p.c_blocks * p.img_rows + p.acc_rows)),
+                     by_rows});
+  };
+  p.buffers = fit_with(2) > 0 ? 2 : 1;
+  const uint64_t fit = fit_with(p.buffers);
+  if (fit == 0 || p.acc_rows > detail::kMaxRowsField) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("conv: one {}x{}x{} image does not fit on chip (needs {} ACC rows of {} and {} UB rows of "
+                            "{}); spatial tiling is not implemented",
+                            g.in_c, g.in_h, g.in_w, p.acc_rows + param_rows, params.acc_depth,
+                            p.c_blocks * p.img_rows + p.acc_rows, params.ub_depth));
+  }
+  p.tiles = ceil_div(batch, fit);
+  p.images_per_tile = ceil_div(batch, p.tiles);  // balanced
+  p.weight_tiles = p.o_blocks * p.taps * p.c_blocks;
+  p.w_slots = static_cast<uint32_t>(std::min<uint64_t>(params.wb_depth / an, kMaxWSlots));
+  if (p.w_slots == 0) throw Error(ErrorKind::kUnsupported, fmt::format("conv: WB depth {} holds no tile", params.wb_depth));
+  p.weights_resident = p.weight_tiles <= p.w_slots;
+  // Otherwise the first tiles are pinned in the WB (loaded once) and the rest stream through a
+  // ring of kRingSlots slots, once per tile of images.
+  p.pinned_tiles = p.weights_resident ? p.weight_tiles : p.w_slots - std::min<uint64_t>(p.w_slots, kRingSlots);
+  if (!p.weights_resident && p.pinned_tiles == p.w_slots) p.pinned_tiles = 0;
+  const std::string what = "conv: packed image bytes";
+  (void)checked_add(checked_add(checked_product({batch, p.c_blocks, p.img_rows, an}, what),
+                                checked_product({batch, p.o_blocks, p.ho, p.wo_stored, an}, what), what),
+                    checked_product({p.weight_tiles, an, an}, what), what);
+  return p;
+}
+
+std::vector<int8_t> pack_conv_input(const ConvPlan& p, std::span<const int8_t> x) {
+  const ConvGeometry& g = p.geom;
+  const uint64_t an = p.array_n;
+  const uint64_t hw = uint64_t{g.in_h} * g.in_w;
+  if (x.size() != p.batch * g.in_c * hw) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: input has {} elements, expected batch*C*H*W = {}",
+                                                         x.size(), p.batch * g.in_c * hw));
+  }
+  // Host image: [c_block][batch][img_rows][N], the padded, phase-split image of each block.
+  std::vector<int8_t> out(p.in_bytes(), 0);
+  for (uint64_t b = 0; b < p.batch; ++b) {
+    for (uint64_t c = 0; c < g.in_c; ++c) {
+      int8_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
+      const int8_t* src = x.data() + (b * g.in_c + c) * hw;
+      for (uint64_t y = 0; y < g.in_h; ++y) {
+        const uint64_t Y = y + g.pad_top;
+        const uint64_t row_base = ((Y % g.stride_h) * g.stride_w) * p.hq * p.wq + (Y / g.stride_h) * p.wq;
+        for (uint64_t xx = 0; xx < g.in_w; ++xx) {
+          const uint64_t X = xx + g.pad_left;
+          const uint64_t row = row_base + (X % g.stride_w) * p.hq * p.wq + X / g.stride_w;
+          img[row * an] = src[y * g.in_w + xx];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int8_t> pack_conv_weights(const ConvPlan& p, std::span<const int8_t> w_q) {
+  const ConvGeometry& g = p.geom;
+  const uint64_t an = p.array_n;
+  if (w_q.size() != uint64_t{g.out_c} * g.in_c * p.taps) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: weights have {} elements, expected O*C*KH*KW = {}",
+                                                         w_q.size(), uint64_t{g.out_c} * g.in_c * p.taps));
+  }
+  // Tile (ob, tap, cb), row k = input channel cb*N + k, column n = output channel ob*N + n.
+  std::vector<int8_t> out(p.w_bytes(), 0);
+  for (uint64_t o = 0; o < g.out_c; ++o) {
+    for (uint64_t c = 0; c < g.in_c; ++c) {
+      for (uint64_t t = 0; t < p.taps; ++t) {
+        const uint64_t tile = ((o / an) * p.taps + t) * p.c_blocks + c / an;
+        out[tile * an * an + (c % an) * an + o % an] = w_q[(o * g.in_c + c) * p.taps + t];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> pack_conv_params(const ConvPlan& p, const QConv2d& layer) {
+  const uint64_t an = p.array_n;
+  std::vector<int32_t> out(p.o_blocks * 3 * an, 0);
+  for (uint64_t o = 0; o < layer.geom.out_c; ++o) {
+    int32_t* rows = out.data() + (o / an) * 3 * an + o % an;
+    rows[0] = layer.bias_q[o];
+    rows[an] = layer.mult[o];
+    rows[2 * an] = layer.shift[o];
+  }
+  return out;
+}
+
+std::vector<int8_t> unpack_conv_output(const ConvPlan& p, std::span<const int8_t> packed) {
+  const uint64_t an = p.array_n, oc = p.geom.out_c;
+  if (packed.size() < p.out_bytes()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: output image has {} bytes, the plan needs {}",
+                                                         packed.size(), p.out_bytes()));
+  }
+  // Host image: [batch][o_block][ho][wo_stored][N].
+  std::vector<int8_t> y(p.batch * oc * p.ho * p.wo);
+  for (uint64_t b = 0; b < p.batch; ++b) {
+    for (uint64_t o = 0; o < oc; ++o) {
+      const int8_t* src = packed.data() + (b * p.o_blocks + o / an) * p.ho * p.wo_stored * an + o % an;
+      int8_t* dst = y.data() + (b * oc + o) * p.ho * p.wo;
+      for (uint64_t oy = 0; oy < p.ho; ++oy) {
+        for (uint64_t ox = 0; ox < p.wo; ++ox) dst[oy * p.wo + ox] = src[(oy * p.wo_stored + ox) * an];
+      }
+    }
+  }
+  return y;
+}
+
+ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
+                         uint64_t out_addr) {
+  const uint64_t an = p.array_n, beat = p.beat, kimg = p.images_per_tile;
+  for (uint64_t addr : {in_addr, w_addr, param_addr, out_addr}) {
+    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("compile_conv: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
+    }
+  }
+  // UB: [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC: [strip 0 | strip 1 | params]
+  // (one of each when plan.buffers == 1).
+  const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
+  const uint64_t stage_rows = kimg * p.acc_rows;
+  const uint64_t params_row = p.buffers * stage_rows;
+  // Resources: WB slots, input buffers (2), staging (2), ACC strips (2), params.
+  const size_t r_w = 0, r_in = p.w_slots, r_stage = r_in + 2, r_acc = r_stage + 2, r_par = r_acc + 2;
+  Builder b(r_par + 1);
+
+  for (const Transfer& t : split_transfer(params_row, param_addr, p.param_bytes(), 4 * an, beat)) {
+    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
+  }
+  std::vector<int64_t> slot_holds(p.w_slots, -1);
+  uint64_t ring = 0, strip = 0;
+  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
+    const uint64_t img0 = tile * kimg;
+    const uint64_t nimg = std::min(kimg, p.batch - img0);
+    const uint64_t ib = tile % p.buffers;
+    const uint64_t in_base = ib * in_buf_rows;
+    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
+      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * an;
+      for (const Transfer& t : split_transfer(in_base + cb * kimg * p.img_rows, host, nimg * p.img_rows * an, an, beat)) {
+        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
+      }
+    }
+    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
+      const uint64_t sb = strip % p.buffers;
+      const uint64_t acc_base = sb * stage_rows;
+      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
+      bool first = true;
+      for (uint64_t tap = 0; tap < p.taps; ++tap) {
+        for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
+          const uint64_t wt = (ob * p.taps + tap) * p.c_blocks + cb;
+          if (p.skipped(wt)) continue;
+          const uint64_t slot =
+              wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
+          if (slot_holds[slot] != static_cast<int64_t>(wt)) {
+            for (const Transfer& t : split_transfer(slot * an, w_addr + wt * an * an, an * an, an, beat)) {
+              b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});
+            }
+            slot_holds[slot] = static_cast<int64_t>(wt);
+          }
+          isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
+          lw.set("wb_addr", slot * an);
+          b.emit(kC, std::move(lw), {r_w + slot}, {});
+          for (uint64_t i = 0; i < nimg; ++i) {
+            isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+            mm.set("accumulate", first ? 0 : 1);
+            mm.set("swap", i == 0 ? 1 : 0);
+            mm.set("ub_addr", in_base + (cb * kimg + i) * p.img_rows + p.tap_offset[tap]);
+            mm.set("acc_addr", acc_base + i * p.acc_rows);
+            mm.set("rows", p.acc_rows);
+            b.emit(kC, std::move(mm), {r_in + ib}, {r_acc + sb}, /*is_matmul=*/true);
+          }
+          first = false;
+        }
+      }
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("relu", relu ? 1 : 0);
+      act.set("bias", 1);
+      act.set("acc_addr", acc_base);
+      act.set("ub_addr", stage_base);
+      act.set("rows", nimg * p.acc_rows);
+      act.set("bias_addr", params_row + ob * 3);
+      act.set("qparam_addr", params_row + ob * 3 + 1);
+      b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      for (uint64_t i = 0; i < nimg; ++i) {
+        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * an;
+        for (uint64_t oy = 0; oy < p.ho; ++oy) {
+          for (const Transfer& t : split_transfer(stage_base + i * p.acc_rows + oy * p.wq,
+                                                  host_img + oy * p.wo_stored * an, p.wo_stored * an, an, beat)) {
+            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
+          }
+        }
+      }
+    }
+  }
+  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
+  ConvProgram prog;
+  prog.code = std::move(merged.code);
+  prog.fold_index = std::move(merged.fold_index);
+  prog.loads = merged.loads;
+  prog.loadws = merged.loadws;
+  prog.matmuls = merged.matmuls;
+  prog.stores = merged.stores;
+  return prog;
+}
+
+ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const int8_t> x, uint64_t batch) {
+  layer.check();
+  ConvRunResult r;
+  r.plan = plan_conv(device.info().params, layer.geom, batch);
+  const ConvPlan& p = r.plan;
+  const std::vector<int8_t> xin = pack_conv_input(p, x);
+  const std::vector<int8_t> wp = pack_conv_weights(p, layer.w_q);
+  const std::vector<int32_t> pp = pack_conv_params(p, layer);
+  HostBuffer ibuf = device.alloc(p.in_bytes(), 4096);
+  HostBuffer wbuf = device.alloc(p.w_bytes(), 4096);
+  HostBuffer pbuf = device.alloc(p.param_bytes(), 4096);
+  HostBuffer obuf = device.alloc(p.out_bytes(), 4096);
+  device.write(ibuf, 0, xin.data(), xin.size());
+  device.write(wbuf, 0, wp.data(), wp.size());
+  device.write(pbuf, 0, pp.data(), pp.size() * sizeof(int32_t));
+  mark_zero_tiles(r.plan, wp);
+  const ConvProgram prog = compile_conv(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
+  r.instructions = prog.code.size() + 1;
+
+  device.clear_perf();
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint32_t fence = device.submit(prog.code);
+  device.wait(fence);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<int8_t> packed(p.out_bytes());
+  device.read(obuf, 0, packed.data(), packed.size());
+  r.y = unpack_conv_output(p, packed);
+  r.perf = device.perf();
+  r.cycles = r.perf.cycles;
+  r.min_bytes = p.min_bytes();
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+  const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
+  r.utilization = r.cycles > 0 ? static_cast<double>(p.macs()) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.executed_tiles()) /
+                     static_cast<double>(p.mxu_rows());
+  return r;
+}
+
+CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  net.check();
+  CnnRunResult r;
+  std::vector<int8_t> a(x_q.begin(), x_q.end());
+  for (const QConv2d& l : net.convs) {
+    r.convs.push_back(run_conv2d(device, l, a, batch));
+    const ConvRunResult& c = r.convs.back();
+    a = c.y;
+    r.cycles += c.cycles;
+    r.macs += c.plan.macs();
+    r.moved_bytes += c.moved_bytes;
+    r.min_bytes += c.min_bytes;
+  }
+  r.head = run_network(device, net.head, a, batch);
+  r.output_i32 = r.head.output_i32;
+  r.cycles += r.head.cycles;
+  r.macs += r.head.macs;
+  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
+  r.min_bytes += r.head.min_bytes;
+  const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
+  r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  return r;
+}
+
+}  // namespace tpuw::runtime

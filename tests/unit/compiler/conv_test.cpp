@@ -1,0 +1,505 @@
+// ONNX Conv through the compiler: legalize's attribute rules, shape inference (explicit and auto
+// pads, strides, dilations), Relu fusion, the float interpreter, and int8 quantization run on the
+// device (ref backend) against the float reference within int8 tolerance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "compiler_testlib.h"
+#include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/quantize.h"
+#include "tpuw/device.h"
+#include "tpuw/nn/quantize.h"
+#include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/npy.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using testing::expect_error;
+using testing::graph_of;
+using testing::ModelBuilder;
+using testing::random_floats;
+
+void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_INTS);
+  for (const int64_t x : v) a->add_ints(x);
+}
+void attr_s(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_STRING);
+  a->set_s(v);
+}
+
+struct ConvSpec {
+  int64_t c = 3, h = 10, w = 10, o = 8, kh = 3, kw = 3;
+  std::vector<int64_t> strides, dilations, pads;  // empty: attribute absent
+  std::string auto_pad;                           // empty: absent
+  bool bias = true, relu = true;
+  int64_t group = 0;                              // 0: absent
+  bool kernel_shape = true;
+};
+
+/// input x [batch, c, h, w] -> Conv (name "conv") [-> Relu] -> output y.
+ModelBuilder conv_model(const ConvSpec& s, uint32_t seed = 1) {
+  ModelBuilder mb;
+  mb.input("x", {-1, s.c, s.h, s.w});
+  const int64_t cg = s.group > 0 ? s.c / s.group : s.c;  // input channels per group
+  const double fan = static_cast<double>(cg * s.kh * s.kw);
+  const auto r = static_cast<float>(1.0 / std::sqrt(fan));
+  mb.init("w", {s.o, cg, s.kh, s.kw}, random_floats(static_cast<size_t>(s.o * cg * s.kh * s.kw), -r, r, seed));
+  std::vector<std::string> ins = {"x", "w"};
+  if (s.bias) {
+    mb.init("b", {s.o}, random_floats(static_cast<size_t>(s.o), -0.2f, 0.2f, seed + 1));
+    ins.push_back("b");
+  }
+  auto& n = mb.node("Conv", ins, {s.relu ? "c" : "y"}, "conv");
+  if (s.kernel_shape) attr_ints(n, "kernel_shape", {s.kh, s.kw});
+  if (!s.strides.empty()) attr_ints(n, "strides", s.strides);
+  if (!s.dilations.empty()) attr_ints(n, "dilations", s.dilations);
+  if (!s.pads.empty()) attr_ints(n, "pads", s.pads);
+  if (!s.auto_pad.empty()) attr_s(n, "auto_pad", s.auto_pad);
+  if (s.group != 0) ModelBuilder::attr_i(n, "group", s.group);
+  if (s.relu) mb.node("Relu", {"c"}, {"y"}, "relu");
+  mb.output("y");
+  return mb;
+}
+
+const Node& only_conv(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::kConv) return n;
+  }
+  ADD_FAILURE() << "no Conv";
+  static const Node none;
+  return none;
+}
+
+TEST(ConvCompiler, ShapesAndReluFusion) {
+  ConvSpec s;
+  s.pads = {1, 1, 1, 1};
+  s.strides = {2, 2};
+  const Graph g = optimize(graph_of(conv_model(s)));
+  ASSERT_EQ(g.nodes.size(), 1u);  // the Relu is fused
+  const Node& c = only_conv(g);
+  ASSERT_NE(c.attr("relu"), nullptr);
+  EXPECT_EQ(c.attr("relu")->i, 1);
+  EXPECT_EQ(c.origin.size(), 2u);
+  EXPECT_EQ(*g.value(c.outputs[0]).shape, (Dims{kBatch, 8, 5, 5}));
+  EXPECT_EQ(g.outputs[0].name, "y");
+}
+
+TEST(ConvCompiler, AutoPadAndDilation) {
+  struct Want {
+    ConvSpec s;
+    Dims out;
+    std::array<uint32_t, 4> pads;  // top, left, bottom, right
+  };
+  std::vector<Want> cases;
+  {
+    ConvSpec s;
+    s.auto_pad = "SAME_UPPER";
+    s.strides = {2, 2};
+    s.kh = s.kw = 4;
+    s.h = s.w = 9;
+    cases.push_back({s, {kBatch, 8, 5, 5}, {1, 1, 2, 2}});  // total pad 3: the extra one at the end
+  }
+  {
+    ConvSpec s;
+    s.auto_pad = "SAME_LOWER";
+    s.strides = {2, 2};
+    s.kh = s.kw = 4;
+    s.h = s.w = 9;
+    cases.push_back({s, {kBatch, 8, 5, 5}, {2, 2, 1, 1}});
+  }
+  {
+    ConvSpec s;
+    s.auto_pad = "VALID";
+    cases.push_back({s, {kBatch, 8, 8, 8}, {0, 0, 0, 0}});
+  }
+  {
+    ConvSpec s;
+    s.dilations = {2, 3};
+    s.pads = {0, 1, 2, 3};
+    s.kernel_shape = false;  // from the weight
+    cases.push_back({s, {kBatch, 8, 10 + 2 - 4, 10 + 4 - 6}, {0, 1, 2, 3}});
+  }
+  for (const Want& c : cases) {
+    const Graph g = optimize(graph_of(conv_model(c.s)));
+    const Node& n = only_conv(g);
+    EXPECT_EQ(*g.value(n.outputs[0]).shape, c.out) << c.s.auto_pad;
+    const nn::ConvGeometry geo = conv_geometry(g, n);
+    EXPECT_EQ((std::array<uint32_t, 4>{geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right}), c.pads)
+        << c.s.auto_pad;
+  }
+}
+
+TEST(ConvCompiler, FloatInterpreterComputesTheConvolution) {
+  // 1 channel 3x3 input 1..9, 2x2 kernel [[1, 2], [3, 4]], bias 0.5, stride 1, pad (0, 0, 1, 1).
+  ModelBuilder mb;
+  mb.input("x", {-1, 1, 3, 3});
+  mb.init("w", {1, 1, 2, 2}, {1, 2, 3, 4});
+  mb.init("b", {1}, {0.5f});
+  auto& n = mb.node("Conv", {"x", "w", "b"}, {"y"}, "conv");
+  attr_ints(n, "pads", {0, 0, 1, 1});
+  mb.output("y");
+  const Graph g = optimize(graph_of(mb));
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const auto t = interpret_float(g, x, 1);
+  const std::vector<float>& y = t[static_cast<size_t>(g.outputs[0].value)];
+  // y[i][j] = x[i][j] + 2 x[i][j+1] + 3 x[i+1][j] + 4 x[i+1][j+1] + 0.5 (zero beyond the image).
+  const std::vector<float> want = {37.5f, 47.5f, 21.5f, 67.5f, 77.5f, 33.5f, 23.5f, 26.5f, 9.5f};
+  EXPECT_EQ(y, want);
+}
+
+TEST(ConvCompiler, MalformedAndUnsupportedConvsAreNamedErrors) {
+  auto opt = [](const ConvSpec& s) { return [s] { (void)optimize(graph_of(conv_model(s))); }; };
+  ConvSpec s;
+  s.group = 3;
+  s.c = 4;  // not a multiple of the groups
+  expect_error(opt(s), ErrorKind::kBadFile,
+               {"node 'conv' (Conv)", "weight 'w' has shape [8, 1, 3, 3] (1 input channels per group x 3 groups) but "
+                                      "the input 'x' has 4 channels"});
+  s = {};
+  s.pads = {1, 1};
+  expect_error(opt(s), ErrorKind::kBadFile, {"node 'conv' (Conv)", "attribute 'pads' has 2 values", "needs 4"});
+  s = {};
+  s.pads = {1, -1, 1, 1};
+  expect_error(opt(s), ErrorKind::kBadFile, {"attribute 'pads' holds -1"});
+  s = {};
+  s.strides = {0, 1};
+  expect_error(opt(s), ErrorKind::kBadFile, {"attribute 'strides' holds 0"});
+  s = {};
+  s.dilations = {1, 2, 3};
+  expect_error(opt(s), ErrorKind::kBadFile, {"attribute 'dilations' has 3 values"});
+  s = {};
+  s.auto_pad = "SAME";
+  expect_error(opt(s), ErrorKind::kBadFile, {"attribute 'auto_pad' is 'SAME'"});
+  s = {};
+  s.auto_pad = "VALID";
+  s.pads = {1, 1, 1, 1};
+  expect_error(opt(s), ErrorKind::kBadFile, {"both auto_pad 'VALID' and explicit pads"});
+  s = {};
+  s.kh = s.kw = 13;  // 13 > 10 and no pads
+  expect_error(opt(s), ErrorKind::kBadFile, {"the dilated kernel height 13 is larger than the padded input height 10"});
+  s = {};
+  s.dilations = {1, 5};  // 5 * 2 + 1 = 11 > 10
+  expect_error(opt(s), ErrorKind::kBadFile, {"dilated kernel width 11"});
+  {
+    ModelBuilder mb = conv_model(ConvSpec{});
+    mb.graph().mutable_node(0)->mutable_attribute(0)->set_ints(0, 5);  // kernel_shape [5, 3], weight 3x3
+    expect_error([&] { (void)optimize(graph_of(mb)); }, ErrorKind::kBadFile,
+                 {"attribute 'kernel_shape' is [5, 3] but weight 'w' has shape [8, 3, 3, 3]"});
+  }
+  {
+    ModelBuilder mb = conv_model(ConvSpec{});
+    auto* ks = mb.graph().mutable_node(0)->mutable_attribute(0);
+    ks->add_ints(3);  // kernel_shape [3, 3, 3]
+    expect_error([&] { (void)optimize(graph_of(mb)); }, ErrorKind::kUnsupported,
+                 {"'kernel_shape' has 3 values: a 3-D convolution; only 2-D Conv is supported"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 2, 5, 5});
+    mb.init("w", {4, 3, 3, 3}, std::vector<float>(4 * 27, 0.1f));
+    mb.node("Conv", {"x", "w"}, {"y"}, "conv");
+    mb.output("y");
+    expect_error([&] { (void)optimize(graph_of(mb)); }, ErrorKind::kBadFile,
+                 {"(3 input channels) but the input 'x' has 2 channels"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 3, 5, 5});
+    mb.init("w", {4, 3, 3, 3}, std::vector<float>(4 * 27, 0.1f));
+    mb.init("b", {3}, {1, 2, 3});
+    mb.node("Conv", {"x", "w", "b"}, {"y"}, "conv");
+    mb.output("y");
+    expect_error([&] { (void)optimize(graph_of(mb)); }, ErrorKind::kBadFile, {"bias 'b' has shape [3]; it must be [4]"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 12});
+    mb.init("w", {4, 3, 2, 2}, std::vector<float>(48, 0.1f));
+    mb.node("Conv", {"x", "w"}, {"y"}, "conv");
+    mb.output("y");
+    expect_error([&] { (void)optimize(graph_of(mb)); }, ErrorKind::kUnsupported,
+                 {"input 'x' has shape [batch, 12]; a 2-D Conv needs [batch, channels, height, width]"});
+  }
+  // The float-network lowering (tpuw run's path today) names the Conv it cannot chain.
+  expect_error([] { (void)compile_float(graph_of(conv_model(ConvSpec{}))); }, ErrorKind::kUnsupported,
+               {"node 'conv' (Conv)"});
+}
+
+// Float model -> calibration (interpret_float) -> quantize_conv -> the device (ref backend) ->
+// dequantized output within int8 tolerance of the float reference, and bit-exact with conv2d_int.
+TEST(ConvCompiler, QuantizedConvOnTheDeviceMatchesFloat) {
+  std::vector<ConvSpec> specs;
+  {
+    ConvSpec s;
+    s.pads = {1, 1, 1, 1};
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;
+    s.c = 20, s.o = 24, s.strides = {2, 2}, s.pads = {1, 0, 1, 2}, s.relu = false;
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;
+    s.kh = 5, s.kw = 3, s.dilations = {2, 1}, s.bias = false, s.auto_pad = "SAME_UPPER";
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;  // LeNet's first layer
+    s.c = 1, s.h = s.w = 28, s.o = 6, s.kh = s.kw = 5;
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;  // depthwise 3x3 over 20 channels (two channel blocks)
+    s.c = s.o = 20, s.group = 20, s.pads = {1, 1, 1, 1};
+    specs.push_back(s);
+  }
+  {
+    ConvSpec s;  // grouped: 2 groups of 6 -> 4
+    s.c = 12, s.o = 8, s.group = 2, s.strides = {2, 1}, s.pads = {0, 1, 1, 1};
+    specs.push_back(s);
+  }
+  const uint64_t batch = 4;
+  Device dev = Device::open("ref", BackendConfig{});
+  uint32_t seed = 10;
+  for (const ConvSpec& s : specs) {
+    SCOPED_TRACE(::testing::Message() << "spec " << seed);
+    const Graph g = optimize(graph_of(conv_model(s, seed)));
+    const Node& n = only_conv(g);
+    const std::vector<float> x = random_floats(static_cast<size_t>(batch * s.c * s.h * s.w), -1.0f, 1.0f, seed++);
+    const auto t = interpret_float(g, x, batch);
+    const std::vector<float>& yf = t[static_cast<size_t>(n.outputs[0])];
+    float xmax = 0, ymax = 0;
+    for (float v : x) xmax = std::max(xmax, std::fabs(v));
+    for (float v : yf) ymax = std::max(ymax, std::fabs(v));
+    const float in_scale = xmax / 127.0f, out_scale = ymax / 127.0f;
+    const nn::QConv2d q = quantize_conv(g, n, in_scale, out_scale);
+    EXPECT_EQ(q.relu, s.relu);
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], in_scale);
+    const runtime::ConvRunResult r = runtime::run_conv2d(dev, q, xq, batch);
+    EXPECT_EQ(r.y, nn::conv2d_int(q, xq, batch));
+    ASSERT_EQ(r.y.size(), yf.size());
+    double worst = 0;
+    for (size_t i = 0; i < yf.size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(r.y[i]) * out_scale - yf[i]));
+    }
+    EXPECT_LT(worst, 0.04 * ymax) << "largest error " << worst << " of max " << ymax;
+  }
+}
+
+// A small CNN (strided convs, no pooling) end to end: compile_quantized_cnn -> run_cnn on the ref
+// device == the integer CPU pass bit for bit, and the dequantized softmax close to the float model.
+ModelBuilder cnn_model(uint32_t seed) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 1, 12, 12});
+  auto conv = [&](const std::string& name, const std::string& in, const std::string& out, int64_t o, int64_t c) {
+    const auto r = static_cast<float>(1.5 / std::sqrt(static_cast<double>(c * 9)));
+    mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
+    mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
+    auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
+    attr_ints(n, "strides", {2, 2});
+    attr_ints(n, "pads", {1, 1, 1, 1});
+    mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
+  };
+  conv("conv1", "x", "a1", 8, 1);    // [8, 6, 6]
+  conv("conv2", "a1", "a2", 20, 8);  // [20, 3, 3]
+  auto& f = mb.node("Flatten", {"a2"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {180, 10}, random_floats(1800, -0.2f, 0.2f, seed++));
+  mb.init("fc.b", {10}, random_floats(10, -0.1f, 0.1f, seed++));
+  mb.node("MatMul", {"f", "fc.w"}, {"m"}, "fc");
+  mb.node("Add", {"m", "fc.b"}, {"logits"}, "fc_bias");
+  mb.node("Softmax", {"logits"}, {"y"}, "softmax");
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, SmallCnnOnTheDeviceMatchesIntegerAndFloat) {
+  const uint64_t batch = 16;
+  const std::vector<float> x = random_floats(batch * 144, 0.0f, 1.0f, 99);
+  const Graph g = graph_of(cnn_model(5));
+  const nn::QCnn q = compile_quantized_cnn(g, x, batch);
+  ASSERT_EQ(q.convs.size(), 2u);
+  EXPECT_TRUE(q.convs[0].relu);
+  EXPECT_EQ(q.convs[1].geom.out_h(), 3u);
+  EXPECT_EQ(q.head.input_features, 180u);
+  EXPECT_EQ(q.head.input_scale, q.convs[1].out_scale);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  EXPECT_EQ(r.convs.size(), 2u);
+  EXPECT_GT(r.cycles, 0u);
+  const std::vector<float> y = nn::dequantize_output(q.head, r.output_i32, batch);
+  const Graph og = optimize(graph_of(cnn_model(5)));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(y.size(), yf.size());
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  EXPECT_LT(worst, 0.03) << "largest probability error";
+}
+
+TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
+  {
+    ModelBuilder mb = conv_model(ConvSpec{});  // ends with the Conv's Relu: no dense head
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(300, 0.5f), 1); },
+                 ErrorKind::kUnsupported, {"the model ends with a Conv"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 4, 4});
+    mb.init("w", {2, 1, 3, 3}, std::vector<float>(18, 0.1f));
+    mb.node("Conv", {"x", "w"}, {"c"}, "conv");
+    auto& p = mb.node("MaxPool", {"c"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {2, 2});
+    mb.output("p");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(16, 0.5f), 1); },
+                 ErrorKind::kUnsupported, {"node 'pool' (MaxPool)", "operator is not supported"});
+  }
+}
+
+// Conv -> AveragePool -> Conv -> GlobalAveragePool -> Flatten -> Gemm: the pools run on the device
+// as identity-weight convolutions (only the diagonal channel tiles execute).
+ModelBuilder pooled_cnn(uint32_t seed, int64_t cip, std::vector<int64_t> pool_pads) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 12, 12});
+  auto conv = [&](const std::string& name, const std::string& in, const std::string& out, int64_t o, int64_t c) {
+    const auto r = static_cast<float>(1.5 / std::sqrt(static_cast<double>(c * 9)));
+    mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
+    mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
+    auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
+    attr_ints(n, "pads", {1, 1, 1, 1});
+    mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
+  };
+  conv("conv1", "x", "a1", 20, 3);  // [20, 12, 12]
+  auto& p = mb.node("AveragePool", {"a1"}, {"p1"}, "pool1");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  if (!pool_pads.empty()) attr_ints(p, "pads", pool_pads);
+  ModelBuilder::attr_i(p, "count_include_pad", cip);
+  conv("conv2", "p1", "a2", 24, 20);  // [24, 6, 6]
+  mb.node("GlobalAveragePool", {"a2"}, {"g"}, "gap");
+  auto& f = mb.node("Flatten", {"g"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {10, 24}, random_floats(240, -0.5f, 0.5f, seed++));
+  mb.init("fc.b", {10}, random_floats(10, -0.1f, 0.1f, seed++));
+  auto& gm = mb.node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  ModelBuilder::attr_i(gm, "transB", 1);
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, AveragePoolsRunAsConvolutions) {
+  const uint64_t batch = 8;
+  const std::vector<float> x = random_floats(batch * 432, 0.0f, 1.0f, 7);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(pooled_cnn(3, 1, {})), x, batch);
+  ASSERT_EQ(q.convs.size(), 4u);
+  EXPECT_EQ(q.convs[1].geom.out_h(), 6u);   // 2x2 pool, stride 2
+  EXPECT_EQ(q.convs[3].geom.kernel_h, 6u);  // global pool: the whole 6x6 map
+  EXPECT_EQ(q.convs[3].geom.out_h(), 1u);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  // 20 channels = 2 blocks of 16: the pool runs 2 of its 2 x 4 taps x 2 blocks... only diagonal tiles.
+  const runtime::ConvPlan& pool = r.convs[1].plan;
+  EXPECT_EQ(pool.weight_tiles, 2u * 4 * 2);
+  EXPECT_EQ(pool.executed_tiles(), 2u * 4);
+  const std::vector<float> y = nn::dequantize_output(q.head, r.output_i32, batch);
+  const Graph og = optimize(graph_of(pooled_cnn(3, 1, {})));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  float ymax = 0;
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(yf[i]));
+    worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  }
+  EXPECT_LT(worst, 0.06 * ymax) << "largest error " << worst << " of " << ymax;
+}
+
+TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
+  const std::vector<float> x(432, 0.5f);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(pooled_cnn(3, 0, {1, 1, 1, 1})), x, 1); },
+               ErrorKind::kUnsupported, {"node 'pool1' (AveragePool)", "count_include_pad=0 with pads"});
+  ModelBuilder mb = pooled_cnn(3, 1, {});
+  ModelBuilder::attr_i(*mb.graph().mutable_node(2), "ceil_mode", 1);
+  (void)compile_quantized_cnn(graph_of(mb), x, 1);  // 12x12, 2x2 stride 2: no partial window, same as floor
+  ModelBuilder odd;
+  odd.input("x", {-1, 2, 5, 5});
+  auto& p = odd.node("AveragePool", {"x"}, {"y"}, "pool");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_i(p, "ceil_mode", 1);
+  odd.output("y");
+  expect_error([&] { (void)optimize(graph_of(odd)); }, ErrorKind::kUnsupported,
+               {"node 'pool' (AveragePool)", "ceil_mode=1 with a partial last window"});
+}
+
+// The PyTorch-exported digits CNN (examples/digits/train_cnn.py: Conv-ReLU-AvgPool x 2, the
+// x.view(x.size(0), -1) pattern, Linear, Softmax): the float interpreter reproduces PyTorch, and
+// int8 on the device (ref) is bit-exact with the integer pass and within 1 point of float accuracy.
+TEST(ConvCompiler, DigitsCnnFromPyTorch) {
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/digits/";
+  std::ifstream f(dir + "digits_cnn.onnx", std::ios::binary);
+  ASSERT_TRUE(f.good());
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Graph g = import_onnx_graph(bytes, "digits_cnn.onnx");
+  auto floats = [](const npy::Array& a) {
+    std::vector<float> v;
+    for (uint8_t b : a.view<uint8_t>()) v.push_back(static_cast<float>(b));
+    return v;
+  };
+  const npy::Array test_x = npy::load(dir + "test_x.npy");
+  const npy::Array test_y = npy::load(dir + "test_y.npy");
+  const npy::Array calib_x = npy::load(dir + "calib_x.npy");
+  const npy::Array expected = npy::load(dir + "digits_cnn_expected.npy");
+  const std::vector<float> x = floats(test_x), calib = floats(calib_x);
+  const uint64_t n = test_x.shape[0];
+  const std::span<const uint8_t> labels = test_y.view<uint8_t>();
+
+  const Graph og = optimize(g);
+  const auto t = interpret_float(og, x, n);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  const std::span<const float> want = expected.view<float>();
+  ASSERT_EQ(yf.size(), want.size());
+  for (size_t i = 0; i < yf.size(); ++i) ASSERT_NEAR(yf[i], want[i], 1e-4) << "element " << i;
+
+  const nn::QCnn q = compile_quantized_cnn(g, calib, calib_x.shape[0]);
+  ASSERT_EQ(q.convs.size(), 4u);  // conv1, pool, conv2, pool
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, n);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, n));
+  const std::vector<float> yq = nn::dequantize_output(q.head, r.output_i32, n);
+  const std::vector<uint32_t> pf = nn::argmax_rows(yf, 10), pq = nn::argmax_rows(yq, 10);
+  size_t ok_f = 0, ok_q = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    ok_f += pf[i] == labels[i];
+    ok_q += pq[i] == labels[i];
+  }
+  const double acc_f = 100.0 * static_cast<double>(ok_f) / static_cast<double>(n);
+  const double acc_q = 100.0 * static_cast<double>(ok_q) / static_cast<double>(n);
+  EXPECT_GT(acc_f, 97.0);
+  EXPECT_LE(std::fabs(acc_q - acc_f), 1.0) << "float " << acc_f << "%, int8 " << acc_q << "%";
+  std::cout << "digits CNN: float " << acc_f << "%, int8 on the device " << acc_q << "%, " << r.cycles
+            << " device cycles for " << n << " images\n";
+}
+
+}  // namespace
+}  // namespace tpuw::compiler
