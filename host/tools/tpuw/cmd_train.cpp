@@ -41,7 +41,7 @@
 namespace tpuw::cli {
 
 struct TrainOpts {
-  std::string model, input, labels, output, validate, validate_labels, checkpoint, resume;
+  std::string model, input, labels, output, validate, validate_labels, checkpoint, resume, trace;
   std::string backend = "ref";
   unsigned array_n = 16;
   int64_t epochs = 1;
@@ -262,6 +262,8 @@ int train_command(const TrainOpts& o) {
   const runtime::SgdConfig sgd{o.lr, o.momentum, o.weight_decay};
   runtime::check_sgd_config(sgd);
   check_output_path("--output", o.output);
+  if (!o.trace.empty()) check_output_path("--trace", o.trace);
+  const std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
   if (!o.checkpoint.empty()) {
     std::error_code ec;
     if (fs::exists(o.checkpoint, ec) && !fs::is_directory(o.checkpoint, ec)) {
@@ -294,6 +296,8 @@ int train_command(const TrainOpts& o) {
 
   // ---- the trainer ------------------------------------------------------------------------------
   std::unique_ptr<runtime::Trainer> trainer;
+  auto compile_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
+                                            "compile + upload parameters");
   if (o.backend == "host") {
     trainer = std::make_unique<runtime::HostFloatTrainer>(std::move(tm), o.batch, sgd);
   } else {
@@ -304,6 +308,7 @@ int train_command(const TrainOpts& o) {
     dto.sgd = sgd;
     trainer = runtime::make_device_trainer(o.model, dto);
   }
+  compile_span.end();
   uint64_t rng = o.seed;
   int64_t epoch0 = 0, pos0 = 0;
   if (ck) {
@@ -358,9 +363,11 @@ int train_command(const TrainOpts& o) {
         std::copy_n(train.x.data() + src * static_cast<size_t>(features), features, xb.data() + r * features);
         yb[static_cast<size_t>(r)] = train.y[src];
       }
+      const int64_t step_ns = trace ? trace->now_ns() : 0;
       const runtime::TrainStepReport rep = trainer->step(std::span<const float>(xb.data(), static_cast<size_t>(rows * features)),
                                                          std::span<const int64_t>(yb.data(), static_cast<size_t>(rows)), rows);
       ++global;
+      trace_train_step(trace.get(), fmt::format("{} N={}", trainer->name(), o.array_n), global, step_ns, rep);
       if (!std::isfinite(rep.loss)) {
         bar.done();
         fmt::print(stderr, "tpuw: error: the loss became {} at step {} (epoch {}, batch {} of {}); training stopped, {} "
@@ -423,6 +430,7 @@ int train_command(const TrainOpts& o) {
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
   write_file_atomic(o.output, out, "the trained model");
+  if (trace) trace->write(o.trace);
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
@@ -518,6 +526,9 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
                   "stop after this many steps in total, counting the resumed ones (0: no limit); the output and a "
                   "checkpoint are written as at the end")
       ->capture_default_str();
+  sub->add_option("--trace", o->trace,
+                  "write a timeline as Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing): each step on the "
+                  "host and its forward/backward/update cycles on the device (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("--progress", o->progress, "show the progress bar on stderr even when it is not a terminal");
   sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
