@@ -45,6 +45,9 @@ struct BackendConfig {
   std::string wave_path;               // rtl only: FST file; empty = tracing off (SimControl::start_wave
   uint64_t wave_from = 0;              //   can start one later); first and last cycle traced
   uint64_t wave_to = UINT64_MAX;
+  bool enable_bf16 = true;             // ref: the build parameter EnableBf16 (false: FEATURES.BF16 = 0,
+                                       //   ref::RefConfig::enable_bf16); rtl: the verilated models are
+                                       //   built with bf16, so false is refused there
 };
 
 /// Granularity of mem_map (bytes).

@@ -75,6 +75,11 @@ std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] co
                   fmt::format("backend 'rtl' has no configuration with array size {} (built: {})",
                               config.array_n, fmt::join(sizes, ", ")));
     }
+    if (!config.enable_bf16) {
+      throw Error(ErrorKind::kUnsupported,
+                  "backend 'rtl': the verilated models are built with EnableBf16 = 1; a device without bf16 "
+                  "(enable_bf16 = false) is modelled by the ref backend only");
+    }
     return backends::make_rtl_backend(config);
 #else
     not_built(name, "the verilated device (target tpuw_sim) was not built");
@@ -91,7 +96,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] co
     throw Error(ErrorKind::kInvalidArgument,
                 "waveforms (--wave) need the rtl backend; the ref backend has no signals to trace");
   }
-  return std::make_unique<ref::RefDevice>(*params, config.memory);
+  ref::RefConfig rc;
+  rc.enable_bf16 = config.enable_bf16;
+  return std::make_unique<ref::RefDevice>(*params, config.memory, ref::PerfModel{}, rc);
 #else
   not_built(name, "the reference model (target tpuw_ref) was not built");
 #endif

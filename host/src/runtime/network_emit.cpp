@@ -39,6 +39,51 @@ using detail::split_transfer;
 using detail::Transfer;
 using netdetail::kLookahead;
 
+namespace netdetail {
+
+std::vector<LayerProgramStats> layer_stats(const detail::MergedProgram& merged, size_t layers, uint64_t an) {
+  std::vector<LayerProgramStats> stats(layers);
+  for (size_t i = 0; i < merged.code.size(); ++i) {
+    LayerProgramStats& s = stats.at(static_cast<size_t>(merged.tag[i]));
+    const isa::Instr in = isa::decode(merged.code[i]);
+    ++s.instructions;
+    switch (static_cast<spec::Opcode>(in.opcode)) {
+      case spec::Opcode::kLoad:
+        ++s.loads;
+        s.load_bytes += in.get("rows") * in.get("row_bytes");
+        break;
+      case spec::Opcode::kStore:
+        ++s.stores;
+        s.store_bytes += in.get("rows") * in.get("row_bytes");
+        break;
+      case spec::Opcode::kLoadw:
+        ++s.loadws;
+        break;
+      case spec::Opcode::kMatmul: {
+        const uint64_t rows = in.get("rows");
+        ++s.matmuls;
+        s.matmul_rows += rows;
+        s.occupancy += rows + (rows < an + 1 ? an + 1 - rows : 0);
+        break;
+      }
+      case spec::Opcode::kActivate:
+        ++s.activates;
+        s.activate_rows += in.get("rows");
+        s.occupancy += in.get("rows") + 2 * an + 2 + 6;
+        break;
+      case spec::Opcode::kNop:
+        ++s.nops;
+        s.occupancy += 1;
+        break;
+      default:
+        break;
+    }
+  }
+  return stats;
+}
+
+}  // namespace netdetail
+
 CompiledNetwork compile_network(const DeviceParams& params, const nn::QNetwork& net, uint64_t batch,
                                 const NetworkAddresses& addresses, bool keep_intermediate,
                                 const NetworkPlanOptions& options) {
@@ -282,43 +327,7 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
   CompiledNetwork out;
   out.plan = p;
   out.keep_intermediate = keep_intermediate;
-  out.layer_stats.assign(nl, {});
-  for (size_t i = 0; i < merged.code.size(); ++i) {
-    LayerProgramStats& s = out.layer_stats[static_cast<size_t>(merged.tag[i])];
-    const isa::Instr in = isa::decode(merged.code[i]);
-    ++s.instructions;
-    switch (static_cast<spec::Opcode>(in.opcode)) {
-      case spec::Opcode::kLoad:
-        ++s.loads;
-        s.load_bytes += in.get("rows") * in.get("row_bytes");
-        break;
-      case spec::Opcode::kStore:
-        ++s.stores;
-        s.store_bytes += in.get("rows") * in.get("row_bytes");
-        break;
-      case spec::Opcode::kLoadw:
-        ++s.loadws;
-        break;
-      case spec::Opcode::kMatmul: {
-        const uint64_t rows = in.get("rows");
-        ++s.matmuls;
-        s.matmul_rows += rows;
-        s.occupancy += rows + (rows < an + 1 ? an + 1 - rows : 0);
-        break;
-      }
-      case spec::Opcode::kActivate:
-        ++s.activates;
-        s.activate_rows += in.get("rows");
-        s.occupancy += in.get("rows") + 2 * an + 2 + 6;
-        break;
-      case spec::Opcode::kNop:
-        ++s.nops;
-        s.occupancy += 1;
-        break;
-      default:
-        break;
-    }
-  }
+  out.layer_stats = netdetail::layer_stats(merged, nl, an);
   out.code = std::move(merged.code);
   out.fold_index = std::move(merged.fold_index);
   return out;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "program_builder.h"
 #include "tpuw/runtime/network.h"
 
 namespace tpuw::runtime::netdetail {
@@ -42,5 +43,19 @@ inline uint64_t resident_row(const NetworkPlan& p, size_t t, uint64_t mt, uint64
   const uint64_t kbn = p.layers[t].k_blocks;
   return p.tensor_ub_row[t] + ((p.tile_outer ? 0 : mt * kbn) + kb) * p.m_tile;
 }
+
+/// Instruction counts, exact DMA bytes and the compute occupancy estimate of each layer of a merged
+/// program (tag = layer index), as attribute_layers takes them.
+std::vector<LayerProgramStats> layer_stats(const detail::MergedProgram& merged, size_t layers, uint64_t an);
+
+/// What attribute_layers needs of a layer besides its instructions.
+struct LayerDims {
+  uint64_t m = 0, k = 0, n = 0;
+  uint64_t min_bytes = 0;
+};
+
+/// attribute_layers for any layer chain on an array of `array_n` (the int8 network and bf16 inference).
+std::vector<LayerReport> attribute_layer_dims(uint32_t array_n, const std::vector<LayerDims>& dims,
+                                              const std::vector<LayerProgramStats>& stats, const PerfCounters& perf);
 
 }  // namespace tpuw::runtime::netdetail

@@ -84,7 +84,17 @@ std::vector<uint64_t> apportion(uint64_t total, const std::vector<uint64_t>& wei
 
 std::vector<LayerReport> attribute_layers(const NetworkPlan& p, const std::vector<LayerProgramStats>& stats,
                                           const PerfCounters& perf) {
-  const size_t nl = p.layers.size();
+  std::vector<netdetail::LayerDims> dims;
+  for (const NetworkLayerPlan& lp : p.layers) {
+    dims.push_back({p.batch, lp.k, lp.n, lp.k * lp.n + p.batch * lp.k + p.batch * lp.n * (lp.final_int32 ? 4 : 1)});
+  }
+  return netdetail::attribute_layer_dims(p.array_n, dims, stats, perf);
+}
+
+std::vector<LayerReport> netdetail::attribute_layer_dims(uint32_t array_n, const std::vector<LayerDims>& dims,
+                                                         const std::vector<LayerProgramStats>& stats,
+                                                         const PerfCounters& perf) {
+  const size_t nl = dims.size();
   if (stats.size() != nl) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("attribute_layers: {} layer stats for {} layers", stats.size(), nl));
@@ -113,21 +123,21 @@ std::vector<LayerReport> attribute_layers(const NetworkPlan& p, const std::vecto
   const std::vector<uint64_t> busy = apportion(perf.act_busy, act, &cycles);
   const std::vector<uint64_t> stall = apportion(perf.weight_stall, occ, &cycles);
   const std::vector<uint64_t> wait = apportion(perf.dma_wait, occ, &cycles);
-  const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
+  const double peak = static_cast<double>(array_n) * static_cast<double>(array_n);
   std::vector<LayerReport> out(nl);
   for (size_t l = 0; l < nl; ++l) {
-    const NetworkLayerPlan& lp = p.layers[l];
+    const LayerDims& lp = dims[l];
     const LayerProgramStats& s = stats[l];
     LayerReport& lr = out[l];
-    lr.m = p.batch;
+    lr.m = lp.m;
     lr.k = lp.k;
     lr.n = lp.n;
     lr.cycles = cycles[l];
-    const uint64_t macs = p.batch * lp.k * lp.n;
+    const uint64_t macs = lp.m * lp.k * lp.n;
     lr.utilization = lr.cycles > 0 ? static_cast<double>(macs) / (peak * static_cast<double>(lr.cycles)) : 0.0;
     lr.rd_bytes = s.load_bytes + 16 * s.instructions;
     lr.wr_bytes = s.store_bytes;
-    lr.min_bytes = lp.k * lp.n + p.batch * lp.k + p.batch * lp.n * (lp.final_int32 ? 4 : 1);
+    lr.min_bytes = lp.min_bytes;
     lr.mxu_active = std::min(s.matmul_rows, lr.cycles);
     lr.weight_stall = stall[l];
     lr.weight_shift = shift[l];
@@ -223,6 +233,8 @@ void read_network_output(Device& device, const CompiledNetwork& prog, const Netw
 NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<const int8_t> input_q,
                              uint64_t batch, const NetworkOptions& options) {
   NetworkRunResult r;
+  const TraceHook& th = options.trace;
+  auto plan_span = th.scope("plan");
   r.plan = plan_network(device.info().params, net, batch, options.plan);
   const NetworkPlan& p = r.plan;
   if (input_q.size() != p.batch * p.layers[0].k) {
@@ -230,21 +242,34 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
                                                          input_q.size(), p.batch, p.layers[0].k));
   }
   const NetworkBuffers buffers = alloc_network_buffers(device, p, options.keep_intermediate);
+  plan_span.end();
+  auto upload_span = th.scope("upload");
+  upload_span.args() = {{"weight_bytes", p.weight_bytes}, {"param_bytes", p.param_bytes}};
   const NetworkWeights weights = upload_network_weights(device, net);
+  upload_span.end();
+  auto compile_span = th.scope("compile");
   const CompiledNetwork prog = compile_network(p, network_addresses(weights, buffers), options.keep_intermediate);
   r.instructions = prog.code.size() + 1;
+  compile_span.args() = {{"instructions", r.instructions}};
+  compile_span.end();
 
   device.clear_perf();
   const ProgressFn progress = detail::fold_progress(device, prog.fold_index, options.progress);
   const uint64_t cyc0 = device.busy_cycles();
   const auto t0 = std::chrono::steady_clock::now();
+  auto submit_span = th.scope("submit");
+  submit_span.args() = {{"input_bytes", p.input_bytes}, {"instructions", r.instructions}};
   const uint32_t fence = submit_network(device, prog, buffers, input_q, progress);
+  submit_span.end();
+  auto wait_span = th.scope("wait");
   device.wait(fence, progress);
+  wait_span.end();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.sim_cycles = device.busy_cycles() - cyc0;
   r.sim_cycles_per_s = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
   if (options.progress) options.progress(1.0);
 
+  auto read_span = th.scope("read output");
   const size_t nl = p.layers.size();
   read_network_output(device, prog, buffers, r);
 
@@ -259,6 +284,14 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
     r.macs += batch * p.layers[l].k * p.layers[l].n;
   }
   r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  read_span.end();
+  if (th) {
+    const uint64_t start = th.trace->device_program(th.device, th.device_name, fmt::format("int8 network, {} rows", batch),
+                                                    r.perf, {{"macs", r.macs}, {"utilization", r.utilization}});
+    std::vector<std::pair<std::string, uint64_t>> parts;
+    for (const LayerReport& lr : r.layers) parts.emplace_back(fmt::format("layer {}", lr.name), lr.cycles);
+    th.trace->device_parts(th.device, th.device_name, start, parts);
+  }
   uint64_t wbytes = 0;
   for (const NetworkLayerPlan& lp : p.layers) wbytes += lp.k * lp.n;
   r.min_bytes = wbytes + batch * p.layers[0].k + batch * p.layers.back().n * (p.layers.back().final_int32 ? 4 : 1);

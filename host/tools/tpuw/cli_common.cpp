@@ -172,4 +172,19 @@ nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uin
   return j;
 }
 
+void trace_train_step(runtime::Trace* trace, const std::string& device_name, int64_t step, int64_t begin_ns,
+                      const runtime::TrainStepReport& rep) {
+  if (trace == nullptr) return;
+  const int64_t end_ns = trace->now_ns();
+  const runtime::Trace::Track main = trace->host_thread("main");
+  trace->host_span(main, fmt::format("step {}", step), "host", begin_ns, end_ns,
+                   {{"rows", rep.rows}, {"loss", rep.loss}, {"host_loss_seconds", rep.host_loss_seconds},
+                    {"host_loss_bytes", rep.host_loss_bytes}});
+  if (rep.cycles == 0) return;  // the host trainer: no device
+  trace->device_phases(0, device_name, "program", fmt::format("step {}", step), rep.cycles,
+                       {{"forward", rep.forward_cycles}, {"backward", rep.backward_cycles}, {"update", rep.update_cycles}},
+                       {{"cycles", rep.cycles}, {"macs", rep.macs}, {"utilization", rep.utilization},
+                        {"note", "forward, backward and update as TrainStepReport splits PERF_CYCLES (docs/training.md)"}});
+}
+
 }  // namespace tpuw::cli

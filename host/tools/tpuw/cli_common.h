@@ -14,6 +14,8 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/trace.h"
+#include "tpuw/runtime/trainer.h"
 #include "tpuw/worker/strategies.h"
 
 namespace CLI {
@@ -87,5 +89,11 @@ void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n);
 /// {"devices", "strategy", "wall_s", "overlap", "micro_batch", "micro_batches", "per_device": [...],
 ///  "stages" and "steady_s" (pipeline)}.
 nlohmann::ordered_json strategy_report_json(const worker::StrategyReport& r, uint32_t array_n);
+
+/// --trace of tpuw train: one training step that ran on the host from `begin_ns` to now, and (a
+/// device trainer) its cycles on device 0 split into forward / backward / update as the trainer
+/// reports them (docs/tracing.md). No-op without a trace.
+void trace_train_step(runtime::Trace* trace, const std::string& device_name, int64_t step, int64_t begin_ns,
+                      const runtime::TrainStepReport& rep);
 
 }  // namespace tpuw::cli

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -28,13 +29,14 @@
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/runtime/trace.h"
 #include "tpuw/worker/strategies.h"
 #include "tpuw/worker/worker.h"
 
 namespace tpuw::cli {
 
 struct GemmOpts {
-  std::string a, b, out;
+  std::string a, b, out, trace;
   uint64_t m = 64, k = 64, n = 64;
   uint64_t seed = 1;
   std::string dtype = "int8";
@@ -58,6 +60,25 @@ struct Operands {
 };
 
 uint64_t memory_for(const runtime::GemmPlan& p);
+
+// --trace: a Trace when asked for (written at the end of the command).
+std::unique_ptr<runtime::Trace> make_trace(const GemmOpts& g) {
+  return g.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
+}
+
+// --trace: one GEMM call on `dev` that ran from begin_ns to now on the host: split at its measured
+// submit + wait time (`wall_s`: compile and upload before it), and the device's program.
+void trace_gemm(runtime::Trace* t, int64_t begin_ns, double wall_s, unsigned device, const Device& dev,
+                const std::string& name, const PerfCounters& perf) {
+  if (t == nullptr) return;
+  const int64_t end_ns = t->now_ns();
+  const int64_t run_ns = std::min<int64_t>(end_ns - begin_ns, static_cast<int64_t>(wall_s * 1e9));
+  const runtime::Trace::Track main = t->host_thread("main");
+  t->host_span(main, fmt::format("{} on device {}", name, device), "host", begin_ns, end_ns);
+  t->host_span(main, "compile + upload", "host", begin_ns, end_ns - run_ns);
+  t->host_span(main, "submit + wait", "host", end_ns - run_ns, end_ns);
+  t->device_program(device, runtime::trace_device_name(dev), name, perf);
+}
 
 // The operand files --a and --b: loaded, of `dtype` and rank 2, inner dimensions equal, no zero
 // dimension (shared by the int8 and bf16 paths).
@@ -225,8 +246,11 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
   const runtime::Bf16GemmPlan plan = runtime::plan_gemm_bf16(params, spec);
   const uint64_t need = plan.a_bytes() + plan.b_bytes() + plan.c_bytes() + (8ull << 20);
   const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  const std::unique_ptr<runtime::Trace> trace = make_trace(g);
   Device dev = Device::open(o.backend, backend_config(o, mem));
+  const int64_t t_run = trace ? trace->now_ns() : 0;
   const runtime::Bf16GemmResult r = runtime::gemm_bf16(dev, spec, a, b);
+  trace_gemm(trace.get(), t_run, r.wall_s, 0, dev, "bf16 gemm", r.perf);
 
   const auto same_bits = [&](const std::vector<float>& want, const std::string& want_name) {
     for (size_t i = 0; i < want.size(); ++i) {
@@ -250,7 +274,9 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
       oo.wave.clear();
       Device dev2 = Device::open(other, backend_config(oo, mem));
       if ((dev2.info().features & spec::reg::kFeaturesBf16) != 0) {
+        const int64_t t_check = trace ? trace->now_ns() : 0;
         const runtime::Bf16GemmResult r2 = runtime::gemm_bf16(dev2, spec, a, b);
+        trace_gemm(trace.get(), t_check, r2.wall_s, 1, dev2, "bf16 gemm (--check)", r2.perf);
         same_bits(r2.c, other);
         check_json[other] = "equal";
         check_json[other + "_cycles"] = r2.cycles;
@@ -262,6 +288,7 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
     }
   }
   if (!g.out.empty()) npy::save(g.out, npy::Array::from<float>({spec.shape.m, spec.shape.n}, r.c));
+  if (trace) trace->write(g.trace);
   if (o.json) {
     json j = gemm_json_head(o, spec.shape);
     j["dtype"] = "bf16";
@@ -301,6 +328,17 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                 fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
                             fmt::join(backend_array_sizes("ref"), ", ")));
   }
+  if (!g.trace.empty()) {
+    if (multi_selected(o.multi)) {
+      throw Error(ErrorKind::kInvalidArgument, "--trace records one device for now (no --devices/--strategy)");
+    }
+    const fs::path parent = fs::path(g.trace).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec)) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: directory {} does not exist", g.trace, parent.string()));
+    }
+    if (fs::is_directory(g.trace, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: is a directory", g.trace));
+  }
   if (g.dtype == "bf16") {
     if (!g.out.empty()) {
       const fs::path parent = fs::path(g.out).parent_path();
@@ -322,6 +360,7 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
   }
   const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
   if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);
+  const std::unique_ptr<runtime::Trace> trace = make_trace(g);
   Device dev = Device::open(o.backend, backend_config(o, mem));
 
   const bool show_progress = !g.quiet && isatty(fileno(stderr)) != 0;
@@ -336,7 +375,9 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
       fmt::print(stderr, "\rtpuw gemm: {:3.0f}% of folds dispatched ({:.0f} s)", 100.0 * f, el);
     };
   }
+  const int64_t t_run = trace ? trace->now_ns() : 0;
   const runtime::GemmResult r = runtime::gemm(dev, op.a, op.b, op.shape, gopt);
+  trace_gemm(trace.get(), t_run, r.wall_s, 0, dev, "int8 gemm", r.perf);
   if (progress_shown) fmt::print(stderr, "\n");
 
   json check_json = nullptr;
@@ -350,7 +391,9 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
       oo.backend = other;
       oo.wave.clear();
       Device dev2 = Device::open(other, backend_config(oo, mem));
+      const int64_t t_check = trace ? trace->now_ns() : 0;
       const runtime::GemmResult r2 = runtime::gemm(dev2, op.a, op.b, op.shape);
+      trace_gemm(trace.get(), t_check, r2.wall_s, 1, dev2, "int8 gemm (--check)", r2.perf);
       compare(r.c, r2.c, op.shape, o.backend, other);
       check_json[other] = "equal";
       check_json[other + "_cycles"] = r2.cycles;
@@ -361,6 +404,7 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
   if (!g.out.empty()) {
     npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
   }
+  if (trace) trace->write(g.trace);
   const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
   if (o.json) {
     json j = gemm_json_head(o, op.shape);
@@ -411,6 +455,9 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
       ->check(CLI::IsMember({"int8", "bf16"}))
       ->capture_default_str();
   ge->add_option("--seed", g.seed, "seed of the random operands")->check(unsigned_check())->capture_default_str();
+  ge->add_option("--trace", g.trace,
+                 "write a timeline as Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing): host and device "
+                 "spans of the GEMM (and of --check's second backend); docs/tracing.md");
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
   add_device_options(ge, gemm_o, true);

@@ -34,6 +34,8 @@ std::string features_string(uint32_t f) {
   if (f & spec::reg::kFeaturesBias) names.emplace_back("BIAS");
   if (f & spec::reg::kFeaturesRelu) names.emplace_back("RELU");
   if (f & spec::reg::kFeaturesPerColumnQuant) names.emplace_back("PER_COLUMN_QUANT");
+  if (f & spec::reg::kFeaturesTranspose) names.emplace_back("TRANSPOSE");
+  if (f & spec::reg::kFeaturesBf16) names.emplace_back("BF16");
   return names.empty() ? "none" : fmt::format("{}", fmt::join(names, " "));
 }
 

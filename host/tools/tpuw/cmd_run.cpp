@@ -2,12 +2,14 @@
 //
 //   1. import the ONNX model (tpuw/nn/onnx_import.h) and read the tensors; nothing is written
 //      unless every step succeeds (exit 2 for bad input, before the device is opened)
-//   2. quantize it to int8 (tpuw/nn/quantize.h) with the calibration rows (default: the input)
+//   2. quantize it to int8 (tpuw/nn/quantize.h) with the calibration rows (default: the input);
+//      --precision bf16 skips this: the float network runs in bf16 (tpuw/runtime/network_bf16.h)
 //   3. compile and run it on the device in batches of --batch rows (tpuw/runtime/network.h)
-//   4. dequantize on the host, apply the host operator, write Y.npy (float32 [batch, outputs])
+//   4. dequantize on the host (int8), apply the host operator, write Y.npy (float32 [batch, outputs])
 //   5. report per layer: shape, cycles, utilization, bytes moved vs minimum, and where the cycles
 //      went (PERF counters: MXU active, weight stall, weight shift, DMA wait, activation busy);
-//      with --labels, the accuracy of the device (int8) and of the float model.
+//      with --labels, the accuracy of the device (int8 or bf16) and of the float model;
+//      --trace FILE: the timeline as Chrome trace-event JSON (tpuw/runtime/trace.h, docs/tracing.md).
 //   With --devices K / --strategy data|pipeline the rows run on K devices (tpuw/worker/strategies.h,
 //   --batch is then the micro-batch) and the report gives each device's share, busy time and the
 //   overlap instead of the per-layer table.
@@ -22,6 +24,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,18 +33,22 @@
 
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/numerics.h"
 #include "tpuw/nn/onnx_import.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/runtime/network_bf16.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/runtime/trace.h"
 #include "tpuw/worker/strategies.h"
 #include "cli_common.h"
 
 namespace tpuw::cli {
 
 struct RunOpts {
-  std::string model, input, output, labels, calibrate;
+  std::string model, input, output, labels, calibrate, trace;
   std::string backend = "rtl";
+  std::string precision = "int8";  // int8 (quantized, calibrated) or bf16 (no calibration)
   unsigned array_n = 16;
   uint64_t batch = 0;  // 0: the whole input in one run (several devices: automatic micro-batch)
   bool json = false;
@@ -135,9 +143,10 @@ std::vector<int64_t> load_labels(const std::string& path, uint64_t rows, uint32_
       case npy::DType::kUint8: y[i] = a.view<uint8_t>()[i]; break;
       case npy::DType::kInt8: y[i] = a.view<int8_t>()[i]; break;
       case npy::DType::kInt32: y[i] = a.view<int32_t>()[i]; break;
+      case npy::DType::kInt64: y[i] = a.view<int64_t>()[i]; break;  // NumPy's default integer, PyTorch's labels
       default:
-        throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}, expected integer class labels (uint8, int8 or "
-                                                     "int32)", path, npy::to_string(a.dtype)));
+        throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}, expected integer class labels (uint8, int8, "
+                                                     "int32 or int64)", path, npy::to_string(a.dtype)));
     }
     if (y[i] < 0 || y[i] >= classes) {
       throw Error(ErrorKind::kBadFile,
@@ -212,33 +221,43 @@ RunOutputs finish_outputs(const RunOpts& o, const nn::FloatNetwork& net, const n
 
 // --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
 // The model lines both the one-device and the several-device reports start with.
-void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const Rows& cal) {
+// q is null for bf16 (no quantization).
+void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& cal) {
   const uint32_t classes = net.output_features();
   fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
-             model_shape_string(net.input_shape), q.layers.size(), q.layers.size() == 1 ? "" : "s",
-             q.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
-  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
+             model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s",
+             net.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
+  if (q == nullptr) {
+    fmt::print("bf16: input and weights rounded to bf16 (round-to-nearest-even), fp32 accumulation and bias, bf16 "
+               "activations between layers, fp32 outputs; no calibration\n");
+    return;
+  }
+  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q->input_scale,
              o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
 }
 
 // The model and input keys both JSON reports start with.
-json model_json(const RunOpts& o, const nn::QNetwork& q, uint32_t classes, const Rows& in, uint64_t batch,
+// q is null for bf16: no input_scale / calibration keys.
+json model_json(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& in, uint64_t batch,
                 uint64_t batches, const Rows& cal) {
   json j;
   j["model"] = o.model;
   j["input"] = o.input;
   j["tpuw_version"] = version_string();
   j["backend"] = o.backend;
+  j["precision"] = o.precision;
   j["array_n"] = o.array_n;
   j["rows"] = in.rows;
   j["batch"] = batch;
   j["batches"] = batches;
-  j["input_features"] = q.input_features;
-  j["output_features"] = classes;
-  j["host_op"] = q.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
-  j["input_scale"] = q.input_scale;
-  j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
-  j["calibration_rows"] = cal.rows;
+  j["input_features"] = net.input_features;
+  j["output_features"] = net.output_features();
+  j["host_op"] = net.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
+  if (q != nullptr) {
+    j["input_scale"] = q->input_scale;
+    j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
+    j["calibration_rows"] = cal.rows;
+  }
   return j;
 }
 
@@ -246,7 +265,7 @@ json model_json(const RunOpts& o, const nn::QNetwork& q, uint32_t classes, const
 void add_result_json(json& j, const RunOpts& o, size_t label_rows, double acc_int8, double acc_float,
                      const json& check_json) {
   if (label_rows > 0) {
-    j["accuracy"] = {{"labels", o.labels}, {"rows", label_rows}, {"int8", acc_int8}, {"float", acc_float}};
+    j["accuracy"] = {{"labels", o.labels}, {"rows", label_rows}, {o.precision, acc_int8}, {"float", acc_float}};
   } else {
     j["accuracy"] = nullptr;
   }
@@ -258,10 +277,13 @@ void add_result_json(json& j, const RunOpts& o, size_t label_rows, double acc_in
 void print_result_tail(const RunOpts& o, size_t label_rows, double acc_int8, double acc_float, uint64_t rows,
                        uint32_t classes) {
   if (label_rows > 0) {
-    fmt::print("accuracy on {} ({} rows): int8 on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
-               label_rows, o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
+    fmt::print("accuracy on {} ({} rows): {} on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
+               label_rows, o.precision, o.backend, 100.0 * acc_int8, 100.0 * acc_float, 100.0 * (acc_int8 - acc_float));
   }
-  if (o.check) fmt::print("check: device output equals the CPU integer model bit for bit\n");
+  if (o.check) {
+    fmt::print("check: device output equals the CPU {} model bit for bit\n",
+               o.precision == "bf16" ? "bf16 (docs/numerics.md contract)" : "integer");
+  }
   if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, rows, classes);
 }
 
@@ -302,7 +324,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
   const double rows_per_s = rep.wall_s > 0 ? static_cast<double>(in.rows) / rep.wall_s : 0.0;
   if (o.json) {
-    json j = model_json(o, q, classes, in, rep.micro_batch, rep.micro_batches, cal);
+    json j = model_json(o, net, &q, in, rep.micro_batch, rep.micro_batches, cal);
     j["cycles"] = cycles;
     j["macs"] = r.macs;
     j["rows_per_s"] = rows_per_s;
@@ -312,7 +334,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  print_model_header(o, net, q, cal);
+  print_model_header(o, net, &q, cal);
   fmt::print("{} rows on {} (N={}) x {} device{}, strategy {}: {} micro-batch{} of {} rows, wall {:.3f} s, {:.0f} "
              "rows/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
              in.rows, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s", rep.strategy, rep.micro_batches,
@@ -325,96 +347,28 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   return kOk;
 }
 
-int run_command(const RunOpts& o) {
-  // ---- inputs (everything checked before the device is opened) --------------------------------
-  const nn::FloatNetwork net = nn::import_onnx(o.model);
-  if (net.layers.empty()) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: the model has no dense layer to run on the device", o.model));
-  }
-  const Rows in = load_rows(o.input, net, "--input");
-  const uint32_t classes = net.output_features();
-  std::vector<int64_t> labels;
-  if (!o.labels.empty()) labels = load_labels(o.labels, in.rows, classes);
-  Rows calib;
-  if (!o.calibrate.empty()) calib = load_rows(o.calibrate, net, "--calibrate");
-  const Rows& cal = o.calibrate.empty() ? in : calib;
-  if (!o.output.empty()) {
-    const fs::path parent = fs::path(o.output).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !fs::is_directory(parent, ec)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("--output {}: directory {} does not exist", o.output, parent.string()));
-    }
-    if (fs::is_directory(o.output, ec)) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: is a directory", o.output));
-    }
-  }
-  const DeviceParams* params = find_device_config(o.array_n);
-  if (params == nullptr) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
-                                                         fmt::join(backend_array_sizes(o.backend), ", ")));
-  }
-  const nn::QNetwork q = nn::quantize(net, cal.x, cal.rows);
-  const std::vector<int8_t> x_q = nn::quantize_input(q, in.x);
-  if (multi_selected(o.multi)) return run_multi(o, net, q, x_q, in, labels, cal);
-  const uint64_t chunk = o.batch == 0 ? in.rows : std::min<uint64_t>(o.batch, in.rows);
-  const uint64_t chunks = (in.rows + chunk - 1) / chunk;
-
-  // Host memory for the largest batch's images (the plan says how big they are).
-  const runtime::NetworkPlan plan = runtime::plan_network(*params, q, chunk);
-  const uint64_t need = plan.input_bytes + plan.weight_bytes + plan.param_bytes + plan.spill_bytes +
-                        plan.output_bytes + 5 * 4096 + (8ull << 20);
-  const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
-  if (mem > (4ull << 30)) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("a batch of {} rows needs {} MiB of host memory; use a smaller --batch", chunk, need >> 20));
-  }
-  BackendConfig bc;
-  bc.array_n = o.array_n;
-  bc.memory.size = mem;
-  Device dev = Device::open(o.backend, bc);
-  // The device's own ARRAY_N (a serial board answers with its real size), not the flag's.
-  const unsigned array_n = dev.info().params.array_n;
-
-  // ---- run ------------------------------------------------------------------------------------
-  const bool show_progress = !o.quiet && !o.json && isatty(fileno(stderr)) != 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  bool progress_shown = false;
-  std::vector<int32_t> raw;
-  raw.reserve(in.rows * classes);
-  std::vector<LayerTotals> layers(q.layers.size());
+// The one-device run summed over its batches: what the report prints.
+struct SingleRun {
+  std::vector<LayerTotals> layers;
   PerfCounters perf;
   uint64_t rd_bytes = 0, wr_bytes = 0, min_bytes = 0, macs = 0, instructions = 0, sim_cycles = 0;
   double wall = 0;
-  std::string traffic_note;  // the planner's one-line reason when bytes exceed 1.5x the minimum
-  for (uint64_t c = 0; c < chunks; ++c) {
-    const uint64_t r0 = c * chunk, rows = std::min(chunk, in.rows - r0);
-    runtime::NetworkOptions nopt;
-    if (show_progress) {
-      nopt.progress = [&](double f) {
-        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (el < 2.0) return;
-        progress_shown = true;
-        fmt::print(stderr, "\rtpuw run: {:3.0f}% ({:.0f} s)", 100.0 * (static_cast<double>(c) + f) / static_cast<double>(chunks), el);
-      };
-    }
-    const std::span<const int8_t> xs(x_q.data() + r0 * q.input_features, rows * q.input_features);
-    const runtime::NetworkRunResult r = runtime::run_network(dev, q, xs, rows, nopt);
-    if (r.output_i32.size() != rows * classes) {
-      throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}",
-                                                    r.output_i32.size(), rows * classes));
-    }
-    raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
-    if (traffic_note.empty()) traffic_note = r.plan.traffic_note;
-    for (size_t i = 0; i < r.layers.size() && i < layers.size(); ++i) {
-      const runtime::LayerReport& lr = r.layers[i];
+  std::string traffic_note;  // the planner's one-line reason when bytes exceed 1.5x the minimum (int8)
+  uint64_t chunk = 0, chunks = 0;
+
+  // Adds one batch's per-layer figures; relu/wide_output per layer (wide: int32 or fp32 output).
+  void add(const std::vector<runtime::LayerReport>& lrs, const std::vector<std::string>& names,
+           const std::vector<bool>& relu, const std::vector<bool>& wide_output) {
+    layers.resize(names.size());
+    for (size_t i = 0; i < lrs.size() && i < layers.size(); ++i) {
+      const runtime::LayerReport& lr = lrs[i];
       LayerTotals& t = layers[i];
-      t.name = lr.name.empty() ? q.layers[i].name : lr.name;
+      t.name = lr.name.empty() ? names[i] : lr.name;
       t.m += lr.m;
       t.k = lr.k;
       t.n = lr.n;
-      t.relu = q.layers[i].relu;
-      t.int32_output = q.layers[i].int32_output;
+      t.relu = relu[i];
+      t.int32_output = wide_output[i];
       t.cycles += lr.cycles;
       t.rd_bytes += lr.rd_bytes;
       t.wr_bytes += lr.wr_bytes;
@@ -426,73 +380,299 @@ int run_command(const RunOpts& o) {
       t.act_busy += lr.act_busy;
       t.instructions += lr.program.instructions;
     }
-    perf += r.perf;
-    rd_bytes += r.rd_bytes;
-    wr_bytes += r.wr_bytes;
-    min_bytes += r.min_bytes;
-    macs += r.macs;
-    instructions += r.instructions;
-    sim_cycles += r.sim_cycles;
-    wall += r.wall_s;
   }
-  if (progress_shown) fmt::print(stderr, "\n");
+};
 
-  const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
+// The progress line on stderr (a terminal only, after 2 s), for batch c of s.chunks.
+std::function<void(double)> progress_fn(const RunOpts& o, const SingleRun& s, uint64_t c,
+                                        std::chrono::steady_clock::time_point t0, bool& shown) {
+  if (o.quiet || o.json || isatty(fileno(stderr)) == 0) return {};
+  const uint64_t chunks = s.chunks;
+  return [c, chunks, t0, &shown](double f) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (el < 2.0) return;
+    shown = true;
+    fmt::print(stderr, "\rtpuw run: {:3.0f}% ({:.0f} s)", 100.0 * (static_cast<double>(c) + f) / static_cast<double>(chunks), el);
+  };
+}
 
-  // ---- report ---------------------------------------------------------------------------------
-  const double utilization = util(macs, array_n, perf.cycles);
-  const double sim_hz = wall > 0 ? static_cast<double>(sim_cycles) / wall : 0.0;
+// The one-device report (human or --json); q is null for bf16.
+int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& in,
+                  const Rows& cal, const SingleRun& s, unsigned array_n, const RunOutputs& res, size_t label_rows) {
+  const bool bf16 = q == nullptr;
+  const uint32_t classes = net.output_features();
+  const double utilization = util(s.macs, array_n, s.perf.cycles);
+  const double sim_hz = s.wall > 0 ? static_cast<double>(s.sim_cycles) / s.wall : 0.0;
   if (o.json) {
-    json j = model_json(o, q, classes, in, chunk, chunks, cal);
+    json j = model_json(o, net, q, in, s.chunk, s.chunks, cal);
     json jl = json::array();
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const LayerTotals& t = layers[i];
-      jl.push_back({{"name", t.name}, {"m", t.m}, {"k", t.k}, {"n", t.n}, {"relu", t.relu},
-                    {"int32_output", t.int32_output}, {"cycles", t.cycles},
-                    {"utilization", util(t.m * t.k * t.n, array_n, t.cycles)}, {"rd_bytes", t.rd_bytes},
-                    {"wr_bytes", t.wr_bytes}, {"min_bytes", t.min_bytes}, {"mxu_active", t.mxu_active},
-                    {"weight_stall", t.weight_stall}, {"weight_shift", t.weight_shift}, {"dma_wait", t.dma_wait},
-                    {"act_busy", t.act_busy}, {"instructions", t.instructions}});
+    for (size_t i = 0; i < s.layers.size(); ++i) {
+      const LayerTotals& t = s.layers[i];
+      json l = {{"name", t.name}, {"m", t.m}, {"k", t.k}, {"n", t.n}, {"relu", t.relu}};
+      l[bf16 ? "fp32_output" : "int32_output"] = t.int32_output;
+      const json rest = {{"cycles", t.cycles}, {"utilization", util(t.m * t.k * t.n, array_n, t.cycles)},
+                         {"rd_bytes", t.rd_bytes}, {"wr_bytes", t.wr_bytes}, {"min_bytes", t.min_bytes},
+                         {"mxu_active", t.mxu_active}, {"weight_stall", t.weight_stall},
+                         {"weight_shift", t.weight_shift}, {"dma_wait", t.dma_wait}, {"act_busy", t.act_busy},
+                         {"instructions", t.instructions}};
+      for (auto it = rest.begin(); it != rest.end(); ++it) l[it.key()] = it.value();
+      jl.push_back(l);
     }
     j["layers"] = jl;
-    j["cycles"] = perf.cycles;
+    j["cycles"] = s.perf.cycles;
     j["utilization"] = utilization;
-    j["macs"] = macs;
-    j["rd_bytes"] = rd_bytes;
-    j["wr_bytes"] = wr_bytes;
-    j["min_bytes"] = min_bytes;
-    if (!traffic_note.empty()) j["traffic_note"] = traffic_note;
-    j["instructions"] = instructions;
-    j["wall_s"] = wall;
+    j["macs"] = s.macs;
+    j["rd_bytes"] = s.rd_bytes;
+    j["wr_bytes"] = s.wr_bytes;
+    j["min_bytes"] = s.min_bytes;
+    if (!s.traffic_note.empty()) j["traffic_note"] = s.traffic_note;
+    j["instructions"] = s.instructions;
+    j["wall_s"] = s.wall;
     j["sim_hz"] = sim_hz;
-    j["perf"] = perf_json(perf);
-    add_result_json(j, o, labels.size(), acc_int8, acc_float, check_json);
+    j["perf"] = perf_json(s.perf);
+    add_result_json(j, o, label_rows, res.acc_int8, res.acc_float, res.check_json);
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
   print_model_header(o, net, q, cal);
   fmt::print("{} rows on {} (N={}) in {} batch{} of {}: {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M "
              "simulated cycles/s\n",
-             in.rows, o.backend, array_n, chunks, chunks == 1 ? "" : "es", chunk, perf.cycles, utilization, wall,
-             sim_hz / 1e6);
+             in.rows, o.backend, array_n, s.chunks, s.chunks == 1 ? "" : "es", s.chunk, s.perf.cycles, utilization,
+             s.wall, sim_hz / 1e6);
   fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  {}\n", "#", "layer", "m x k x n", "cycles",
              "util", "rd bytes", "wr bytes", "min bytes", "cycles went to: mxu / w-stall / w-shift / dma-wait / act");
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerTotals& t = layers[i];
-    std::string name = t.name + (t.int32_output ? " [int32 out]" : "");
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerTotals& t = s.layers[i];
+    std::string name = t.name + (t.int32_output ? (bf16 ? " [fp32 out]" : " [int32 out]") : "");
     if (name.size() > 40) name = name.substr(0, 37) + "...";
     fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6.3f} {:>10} {:>10} {:>10}  {} / {} / {} / {} / {}\n", i, name,
                fmt::format("{}x{}x{}", t.m, t.k, t.n), t.cycles, util(t.m * t.k * t.n, array_n, t.cycles),
                t.rd_bytes, t.wr_bytes, t.min_bytes, pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
                pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles));
   }
+  const PerfCounters& perf = s.perf;
   fmt::print("  total: {} cycles; mxu_active {} weight_stall {} weight_shift {} dma_wait {} act_busy {} instret {}; "
              "bytes read {} written {} (minimum {})\n",
              perf.cycles, perf.mxu_active, perf.weight_stall, perf.weight_shift, perf.dma_wait, perf.act_busy,
-             perf.instret, rd_bytes, wr_bytes, min_bytes);
-  if (!traffic_note.empty()) fmt::print("  bytes above 1.5x the minimum: {}\n", traffic_note);
-  print_result_tail(o, labels.size(), acc_int8, acc_float, in.rows, classes);
+             perf.instret, s.rd_bytes, s.wr_bytes, s.min_bytes);
+  if (!s.traffic_note.empty()) fmt::print("  bytes above 1.5x the minimum: {}\n", s.traffic_note);
+  print_result_tail(o, label_rows, res.acc_int8, res.acc_float, in.rows, classes);
   return kOk;
+}
+
+using runtime::Trace;
+
+// The main thread's track (none without --trace).
+Trace::Track main_track(Trace* trace) { return trace != nullptr ? trace->host_thread("main") : Trace::Track{}; }
+
+runtime::TraceHook trace_hook(Trace* trace, const Device& dev) {
+  runtime::TraceHook h;
+  h.trace = trace;
+  h.device_name = runtime::trace_device_name(dev);
+  return h;
+}
+
+// Host memory for `need` bytes of images plus the command ring and slack (64 MiB at least).
+uint64_t memory_for(uint64_t need, uint64_t chunk) {
+  need += 8ull << 20;
+  const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  if (mem > (4ull << 30)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("a batch of {} rows needs {} MiB of host memory; use a smaller --batch", chunk, need >> 20));
+  }
+  return mem;
+}
+
+// --precision bf16: the float network on the device in bf16 (tpuw/runtime/network_bf16.h).
+int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, const std::vector<int64_t>& labels,
+             const DeviceParams& params, runtime::Trace* trace) {
+  const uint32_t classes = net.output_features();
+  SingleRun s;
+  s.chunk = o.batch == 0 ? in.rows : std::min<uint64_t>(o.batch, in.rows);
+  s.chunks = (in.rows + s.chunk - 1) / s.chunk;
+  BackendConfig bc;
+  bc.array_n = o.array_n;
+  bc.memory.size = memory_for(runtime::network_bf16_memory_bytes(params, net, s.chunk), s.chunk);
+  auto open_span = Trace::scope(trace, main_track(trace), "open device");
+  Device dev = Device::open(o.backend, bc);
+  open_span.end();
+  const unsigned array_n = dev.info().params.array_n;
+
+  std::vector<std::string> names;
+  std::vector<bool> relu, wide;
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    names.push_back(net.layers[i].name);
+    relu.push_back(net.layers[i].relu);
+    wide.push_back(i + 1 == net.layers.size());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  bool progress_shown = false;
+  std::vector<float> y;
+  y.reserve(in.rows * classes);
+  for (uint64_t c = 0; c < s.chunks; ++c) {
+    const uint64_t r0 = c * s.chunk, rows = std::min(s.chunk, in.rows - r0);
+    runtime::Bf16NetworkOptions nopt;
+    nopt.progress = progress_fn(o, s, c, t0, progress_shown);
+    nopt.trace = trace_hook(trace, dev);
+    auto batch_span = Trace::scope(trace, main_track(trace), fmt::format("batch {} ({} rows)", c, rows));
+    const std::span<const float> xs(in.x.data() + r0 * net.input_features, rows * net.input_features);
+    const runtime::Bf16NetworkRunResult r = runtime::run_network_bf16(dev, net, xs, rows, nopt);
+    if (r.output.size() != rows * classes) {
+      throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}", r.output.size(),
+                                                    rows * classes));
+    }
+    y.insert(y.end(), r.output.begin(), r.output.end());
+    s.add(r.layers, names, relu, wide);
+    s.perf += r.perf;
+    s.rd_bytes += r.rd_bytes;
+    s.wr_bytes += r.wr_bytes;
+    s.min_bytes += r.min_bytes;
+    s.macs += r.macs;
+    s.instructions += r.instructions;
+    s.sim_cycles += r.sim_cycles;
+    s.wall += r.wall_s;
+  }
+  if (progress_shown) fmt::print(stderr, "\n");
+
+  RunOutputs res;
+  auto check_span = Trace::scope(trace, main_track(trace), "outputs (check, accuracy, write)");
+  if (o.check) {
+    // Rows are independent in the contract: the whole input at once equals the batches.
+    const std::vector<float> golden = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
+    for (size_t i = 0; i < golden.size(); ++i) {
+      if (num::to_bits(golden[i]) != num::to_bits(y[i])) {
+        throw Error(ErrorKind::kMismatch,
+                    fmt::format("mismatch: output[{}, {}] (fp32 before the host op): {} = {} (0x{:08x}), cpu bf16 "
+                                "model = {} (0x{:08x})",
+                                i / classes, i % classes, o.backend, y[i], num::to_bits(y[i]), golden[i],
+                                num::to_bits(golden[i])));
+      }
+    }
+    res.check_json = json{{"cpu", "equal"}};
+  }
+  if (net.host_op == nn::HostOp::kSoftmax) nn::softmax_rows(y, classes);
+  if (!labels.empty()) {
+    res.acc_int8 = accuracy(y, classes, labels);
+    res.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
+  }
+  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  check_span.end();
+  if (trace != nullptr) trace->write(o.trace);
+  return report_single(o, net, nullptr, in, in, s, array_n, res, labels.size());
+}
+
+int run_command(const RunOpts& o) {
+  const bool bf16 = o.precision == "bf16";
+  if (bf16 && !o.calibrate.empty()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "--calibrate sets int8 activation scales; --precision bf16 needs no calibration");
+  }
+  if (bf16 && multi_selected(o.multi)) {
+    throw Error(ErrorKind::kInvalidArgument, "--precision bf16 runs on one device (no --devices/--strategy)");
+  }
+  if (!o.trace.empty() && multi_selected(o.multi)) {
+    throw Error(ErrorKind::kInvalidArgument, "--trace records one device for now (no --devices/--strategy)");
+  }
+  std::unique_ptr<Trace> trace_owner = o.trace.empty() ? nullptr : std::make_unique<Trace>();
+  Trace* trace = trace_owner.get();
+  // ---- inputs (everything checked before the device is opened) --------------------------------
+  auto import_span = Trace::scope(trace, main_track(trace), "import model and inputs");
+  const nn::FloatNetwork net = nn::import_onnx(o.model);
+  if (net.layers.empty()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: the model has no dense layer to run on the device", o.model));
+  }
+  const Rows in = load_rows(o.input, net, "--input");
+  const uint32_t classes = net.output_features();
+  std::vector<int64_t> labels;
+  if (!o.labels.empty()) labels = load_labels(o.labels, in.rows, classes);
+  Rows calib;
+  if (!o.calibrate.empty()) calib = load_rows(o.calibrate, net, "--calibrate");
+  const Rows& cal = o.calibrate.empty() ? in : calib;
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output}, {"--trace", o.trace}}) {
+    if (path.empty()) continue;
+    const fs::path parent = fs::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{} {}: directory {} does not exist", flag, path, parent.string()));
+    }
+    if (fs::is_directory(path, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: is a directory", flag, path));
+  }
+  if (!o.trace.empty() && !o.output.empty() && fs::path(o.trace) == fs::path(o.output)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: the same file as --output", o.trace));
+  }
+  const DeviceParams* params = find_device_config(o.array_n);
+  if (params == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
+                                                         fmt::join(backend_array_sizes(o.backend), ", ")));
+  }
+  import_span.end();
+  if (bf16) return run_bf16(o, net, in, labels, *params, trace);
+  auto quantize_span = Trace::scope(trace, main_track(trace), "quantize");
+  const nn::QNetwork q = nn::quantize(net, cal.x, cal.rows);
+  const std::vector<int8_t> x_q = nn::quantize_input(q, in.x);
+  quantize_span.end();
+  if (multi_selected(o.multi)) return run_multi(o, net, q, x_q, in, labels, cal);
+  SingleRun s;
+  s.chunk = o.batch == 0 ? in.rows : std::min<uint64_t>(o.batch, in.rows);
+  s.chunks = (in.rows + s.chunk - 1) / s.chunk;
+
+  // Host memory for the largest batch's images (the plan says how big they are).
+  const runtime::NetworkPlan plan = runtime::plan_network(*params, q, s.chunk);
+  BackendConfig bc;
+  bc.array_n = o.array_n;
+  bc.memory.size = memory_for(plan.input_bytes + plan.weight_bytes + plan.param_bytes + plan.spill_bytes +
+                                  plan.output_bytes + 5 * 4096,
+                              s.chunk);
+  auto open_span = Trace::scope(trace, main_track(trace), "open device");
+  Device dev = Device::open(o.backend, bc);
+  open_span.end();
+  // The device's own ARRAY_N (a serial board answers with its real size), not the flag's.
+  const unsigned array_n = dev.info().params.array_n;
+
+  // ---- run ------------------------------------------------------------------------------------
+  std::vector<std::string> names;
+  std::vector<bool> relu, wide;
+  for (const nn::QLayer& l : q.layers) {
+    names.push_back(l.name);
+    relu.push_back(l.relu);
+    wide.push_back(l.int32_output);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  bool progress_shown = false;
+  std::vector<int32_t> raw;
+  raw.reserve(in.rows * classes);
+  for (uint64_t c = 0; c < s.chunks; ++c) {
+    const uint64_t r0 = c * s.chunk, rows = std::min(s.chunk, in.rows - r0);
+    runtime::NetworkOptions nopt;
+    nopt.progress = progress_fn(o, s, c, t0, progress_shown);
+    nopt.trace = trace_hook(trace, dev);
+    auto batch_span = Trace::scope(trace, main_track(trace), fmt::format("batch {} ({} rows)", c, rows));
+    const std::span<const int8_t> xs(x_q.data() + r0 * q.input_features, rows * q.input_features);
+    const runtime::NetworkRunResult r = runtime::run_network(dev, q, xs, rows, nopt);
+    if (r.output_i32.size() != rows * classes) {
+      throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}",
+                                                    r.output_i32.size(), rows * classes));
+    }
+    raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
+    if (s.traffic_note.empty()) s.traffic_note = r.plan.traffic_note;
+    s.add(r.layers, names, relu, wide);
+    s.perf += r.perf;
+    s.rd_bytes += r.rd_bytes;
+    s.wr_bytes += r.wr_bytes;
+    s.min_bytes += r.min_bytes;
+    s.macs += r.macs;
+    s.instructions += r.instructions;
+    s.sim_cycles += r.sim_cycles;
+    s.wall += r.wall_s;
+  }
+  if (progress_shown) fmt::print(stderr, "\n");
+
+  auto out_span = Trace::scope(trace, main_track(trace), "outputs (check, accuracy, write)");
+  const RunOutputs res = finish_outputs(o, net, q, x_q, in, raw, labels);
+  out_span.end();
+  if (trace != nullptr) trace->write(o.trace);
+  return report_single(o, net, &q, in, cal, s, array_n, res, labels.size());
 }
 
 }  // namespace
@@ -500,7 +680,7 @@ int run_command(const RunOpts& o) {
 RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
   RunOpts* o = opts_.get();
   auto* sub = app.add_subcommand(
-      "run", "run an ONNX model (dense layers, ReLU, softmax) on the device in int8; float32 in and out");
+      "run", "run an ONNX model (dense layers, ReLU, softmax) on the device in int8 or bf16; float32 in and out");
   sub_ = sub;
   sub->add_option("MODEL", o->model, "ONNX model (.onnx)")->required();
   sub->add_option("-i,--input", o->input,
@@ -508,14 +688,19 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
       ->required();
   sub->add_option("-o,--output", o->output, "write the model's output as .npy, float32 [rows, outputs]");
   sub->add_option("--labels", o->labels,
-                  "class labels as .npy [rows] (uint8/int8/int32): print the accuracy of the device (int8) and of "
-                  "the float model");
+                  "class labels as .npy [rows] (uint8/int8/int32/int64): print the accuracy of the device (int8 or "
+                  "bf16) and of the float model");
   sub->add_option("--calibrate", o->calibrate,
                   "rows that set the int8 activation scales (.npy like --input); default: the input itself");
   sub->add_option("--batch", o->batch,
                   "rows per device run (0: all rows in one run; with --devices/--strategy: the micro-batch, 0 = "
                   "automatic)")
       ->check(unsigned_check())
+      ->capture_default_str();
+  sub->add_option("--precision", o->precision,
+                  "int8 (quantized with calibrated scales, int32 accumulation) or bf16 (no calibration: bf16 inputs, "
+                  "weights and activations, fp32 accumulation and outputs; docs/network_compiler.md)")
+      ->check(CLI::IsMember({"int8", "bf16"}))
       ->capture_default_str();
   add_backend_option(sub, o->backend);
   sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (N x N array)")
@@ -525,7 +710,11 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
                     "how the rows use several devices: data (micro-batches spread over the devices, weights "
                     "mirrored) or pipeline (layers split into stages, one device each); default data");
   sub->add_flag("--check", o->check,
-                "compare the device's int32 output with the CPU integer model bit for bit; exit 3 on a difference");
+                "compare the device's output with the CPU model bit for bit (int8: the int32 output against the "
+                "integer model; bf16: the fp32 output against the bf16 contract); exit 3 on a difference");
+  sub->add_option("--trace", o->trace,
+                  "write a timeline as Chrome trace-event JSON (open in ui.perfetto.dev or chrome://tracing): host "
+                  "compile/upload/submit/wait and the device's programs in device cycles (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("-q,--quiet", o->quiet, "no progress on stderr");
 }

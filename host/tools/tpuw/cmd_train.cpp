@@ -48,7 +48,7 @@
 namespace tpuw::cli {
 
 struct TrainOpts {
-  std::string model, input, labels, output, validate, validate_labels, checkpoint, resume;
+  std::string model, input, labels, output, validate, validate_labels, checkpoint, resume, trace;
   std::string backend = "ref";
   unsigned array_n = 16;
   int64_t epochs = 1;
@@ -295,6 +295,8 @@ int train_command(const TrainOpts& o) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
   }
   check_output_path("--output", o.output);
+  if (!o.trace.empty()) check_output_path("--trace", o.trace);
+  const std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
   if (!o.checkpoint.empty()) {
     std::error_code ec;
     if (fs::exists(o.checkpoint, ec) && !fs::is_directory(o.checkpoint, ec)) {
@@ -333,6 +335,8 @@ int train_command(const TrainOpts& o) {
   const int rank = mpi ? mpi->rank() : 0;
   std::unique_ptr<worker::Worker> workers;  // outlives the trainer
   std::unique_ptr<runtime::Trainer> trainer;
+  auto compile_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
+                                            "compile + upload parameters");
   worker::MirroredTrainer* mirrored = nullptr;
   if (o.devices > 0) {
     compiler::TrainModel model = compiler::build_training_model(compiler::import_onnx_graph(model_bytes, o.model));
@@ -380,6 +384,7 @@ int train_command(const TrainOpts& o) {
     dto.sgd = sgd;
     trainer = runtime::make_device_trainer(o.model, dto);
   }
+  compile_span.end();
   uint64_t rng = o.seed;
   int64_t epoch0 = 0, pos0 = 0;
   if (ck) {
@@ -434,9 +439,11 @@ int train_command(const TrainOpts& o) {
         std::copy_n(train.x.data() + src * static_cast<size_t>(features), features, xb.data() + r * features);
         yb[static_cast<size_t>(r)] = train.y[src];
       }
+      const int64_t step_ns = trace ? trace->now_ns() : 0;
       const runtime::TrainStepReport rep = trainer->step(std::span<const float>(xb.data(), static_cast<size_t>(rows * features)),
                                                          std::span<const int64_t>(yb.data(), static_cast<size_t>(rows)), rows);
       ++global;
+      trace_train_step(trace.get(), fmt::format("{} N={}", trainer->name(), o.array_n), global, step_ns, rep);
       if (!std::isfinite(rep.loss)) {
         bar.done();
         fmt::print(stderr, "tpuw: error: the loss became {} at step {} (epoch {}, batch {} of {}); training stopped, {} "
@@ -500,6 +507,7 @@ int train_command(const TrainOpts& o) {
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
   if (rank == 0) write_file_atomic(o.output, out, "the trained model");
+  if (trace && rank == 0) trace->write(o.trace);
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
@@ -639,6 +647,9 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
                   "stop after this many steps in total, counting the resumed ones (0: no limit); the output and a "
                   "checkpoint are written as at the end")
       ->capture_default_str();
+  sub->add_option("--trace", o->trace,
+                  "write a timeline as Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing): each step on the "
+                  "host and its forward/backward/update cycles on the device (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("--progress", o->progress, "show the progress bar on stderr even when it is not a terminal");
   sub->add_flag("-q,--quiet", o->quiet, "no progress bar");

@@ -39,6 +39,11 @@ if CASE == "info_json":
     expect(rc == 0, se)
     j = json.loads(so)
     expect(j["array_n"] == 16 and j["ub_depth"] == 32768 and j["id"] == "0x54505557", so)
+    # ISA 1.1 features are named (human and --json): FEATURES.TRANSPOSE (bit 4) and FEATURES.BF16 (bit 5).
+    names = j["feature_names"].split()
+    expect("TRANSPOSE" in names and "BF16" in names and j["features"] & 0x30 == 0x30, so)
+    rc, so, se = run("info", "--backend", "ref")
+    expect(rc == 0 and "TRANSPOSE BF16)" in so, so + se)
     rc, so, se = run("info", "--backend", "ref", "--array-n", "4", "--json")
     expect(rc == 0 and json.loads(so)["array_n"] == 4, so + se)
 

@@ -3,11 +3,15 @@
 // including the spill and fused (streamed) paths; the PERF counters agree with the program's own accounting.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 
 #include "../../unit/network/network_testlib.h"
 #include "tpuw/device.h"
+#include "tpuw/error.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/runtime/network_bf16.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -64,6 +68,73 @@ TEST(NetworkRtl, MatchesCpuAndRef) {
     // debug STOREs: check the read side without them, the write side with them).
     EXPECT_EQ(a.perf.rd_bytes, a.plan.traffic.rd_bytes + (a.perf.instret - a.plan.traffic.instructions) * 16);
     EXPECT_GT(a.cycles, 0u);
+  }
+}
+
+// bf16 inference (tpuw run --precision bf16): the verilated device equals the ref backend and the
+// host contract bit for bit, with the same per-layer byte accounting.
+TEST(NetworkBf16Rtl, MatchesRefAndContract) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  struct Bf16Case {
+    unsigned array_n;
+    std::vector<uint32_t> dims;
+    uint64_t batch;
+  };
+  const std::vector<Bf16Case> cases = {{16, {64, 32, 10}, 37}, {4, {9, 7, 11}, 45}, {16, {100, 129, 17, 9}, 20}};
+  std::mt19937 rng(91);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Bf16Case& c = cases[i];
+    SCOPED_TRACE(testing::Message() << "case " << i << " N=" << c.array_n);
+    nn::FloatNetwork net;
+    net.input_features = c.dims[0];
+    for (size_t l = 0; l + 1 < c.dims.size(); ++l) {
+      nn::DenseLayer d;
+      d.name = "fc" + std::to_string(l);
+      d.k = c.dims[l];
+      d.n = c.dims[l + 1];
+      for (uint64_t j = 0; j < uint64_t{d.k} * d.n; ++j) d.w.push_back(g(rng) / std::sqrt(static_cast<float>(d.k)));
+      for (uint32_t j = 0; j < d.n; ++j) d.b.push_back(0.1f * g(rng));
+      d.relu = l + 2 < c.dims.size();
+      net.layers.push_back(std::move(d));
+    }
+    std::vector<float> x(c.batch * c.dims[0]);
+    for (float& v : x) v = g(rng);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device rtl = Device::open("rtl", cfg);
+    Device ref = Device::open("ref", cfg);
+    const Bf16NetworkRunResult a = run_network_bf16(rtl, net, x, c.batch);
+    const Bf16NetworkRunResult b = run_network_bf16(ref, net, x, c.batch);
+    const std::vector<float> want = forward_bf16_host(net, x, c.batch, c.array_n);
+    ASSERT_EQ(a.output.size(), want.size());
+    ASSERT_EQ(b.output.size(), want.size());
+    EXPECT_EQ(std::memcmp(a.output.data(), b.output.data(), 4 * want.size()), 0) << "rtl != ref";
+    EXPECT_EQ(std::memcmp(a.output.data(), want.data(), 4 * want.size()), 0) << "rtl != host contract";
+    EXPECT_EQ(a.perf.mxu_active, b.perf.mxu_active);
+    EXPECT_EQ(a.perf.instret, a.instructions);
+    uint64_t rd = 16, wr = 4, cycles = 0;
+    for (const LayerReport& lr : a.layers) {
+      rd += lr.rd_bytes;
+      wr += lr.wr_bytes;
+      cycles += lr.cycles;
+    }
+    EXPECT_EQ(a.perf.rd_bytes, rd);
+    EXPECT_EQ(a.perf.wr_bytes, wr);
+    EXPECT_EQ(a.perf.cycles, cycles);
+  }
+}
+
+TEST(NetworkBf16Rtl, RtlWithoutBf16IsRefused) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  BackendConfig cfg;
+  cfg.enable_bf16 = false;  // only the ref backend models a build without bf16
+  try {
+    Device::open("rtl", cfg);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("ref backend only"), std::string::npos) << e.what();
   }
 }
 

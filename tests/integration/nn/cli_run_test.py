@@ -148,6 +148,83 @@ elif CASE == "usage_error":
     rc, so, se = run("run", MODEL, "--input", TEST_X, "--backend", "ref", "--array-n", "5")
     expect(rc == 2 and "--array-n 5" in se, f"exit {rc}: {se}")
 
+elif CASE == "bf16_digits_ref":
+    # --precision bf16: no calibration, accuracy next to int8 and the float model, --check bit-exact.
+    out = os.path.join(TMP, "y.npy")
+    so = run_ok("run", MODEL, "--input", TEST_X, "--output", out, "--labels", TEST_Y, "--precision", "bf16",
+                "--backend", "ref", "--check")
+    y = np.load(out)
+    labels = np.load(TEST_Y)
+    expect(y.dtype == np.float32 and y.shape == (359, 10), f"{y.dtype} {y.shape}")
+    expect(np.allclose(y.sum(axis=1), 1.0, atol=1e-5), "softmax rows do not sum to 1")
+    acc = float(np.mean(y.argmax(axis=1) == labels))
+    line = accuracy_line(so)
+    expect(f"bf16 on ref {100 * acc:.2f}%" in line, f"{line} vs {acc}")
+    expect(acc >= 0.95, f"bf16 accuracy {acc}")
+    for needle in ["2 dense layers", "bf16: input and weights rounded", "no calibration", "cycles went to",
+                   "[fp32 out]", "check: device output equals the CPU bf16"]:
+        expect(needle in so, f"'{needle}' not in {so}")
+    j8 = json.loads(run_ok("run", MODEL, "--input", TEST_X, "--labels", TEST_Y, "--calibrate", CALIB, "--backend",
+                           "ref", "--json"))
+    jb = json.loads(run_ok("run", MODEL, "--input", TEST_X, "--labels", TEST_Y, "--precision", "bf16", "--backend",
+                           "ref", "--json"))
+    # bf16 keeps the float model's accuracy within a point; the float model's accuracy is the same figure.
+    expect(abs(jb["accuracy"]["bf16"] - jb["accuracy"]["float"]) <= 0.01, str(jb["accuracy"]))
+    expect(jb["accuracy"]["float"] == j8["accuracy"]["float"], f"{jb['accuracy']} {j8['accuracy']}")
+    print(f"digits: int8 {j8['accuracy']['int8']:.4f} bf16 {jb['accuracy']['bf16']:.4f} float "
+          f"{jb['accuracy']['float']:.4f}")
+
+elif CASE == "bf16_json":
+    so = run_ok("run", MODEL, "--input", TEST_X, "--labels", TEST_Y, "--precision", "bf16", "--backend", "ref",
+                "--json", "--check")
+    j = json.loads(so)
+    for key in ["model", "backend", "precision", "array_n", "rows", "batch", "batches", "layers", "cycles",
+                "utilization", "rd_bytes", "wr_bytes", "min_bytes", "perf", "accuracy", "check"]:
+        expect(key in j, f"missing {key}: {so}")
+    expect(j["precision"] == "bf16" and "input_scale" not in j and "calibration" not in j, so)
+    expect(j["check"] == {"cpu": "equal"}, so)
+    l0, l1 = j["layers"]
+    expect((l0["m"], l0["k"], l0["n"], l0["relu"], l0["fp32_output"]) == (359, 64, 32, True, False), str(l0))
+    expect((l1["m"], l1["k"], l1["n"], l1["fp32_output"]) == (359, 32, 10, True), str(l1))
+    expect(l0["min_bytes"] == 2 * 64 * 32 + 2 * 359 * 64 + 2 * 359 * 32, str(l0))
+    expect(l1["min_bytes"] == 2 * 32 * 10 + 2 * 359 * 32 + 4 * 359 * 10, str(l1))
+    expect(l0["cycles"] + l1["cycles"] == j["cycles"] == j["perf"]["cycles"], so)
+    expect(l0["mxu_active"] + l1["mxu_active"] == j["perf"]["mxu_active"], so)
+    expect(l0["rd_bytes"] + l1["rd_bytes"] + 16 == j["rd_bytes"], so)
+    expect(0 < j["utilization"] <= 1 and j["accuracy"]["bf16"] >= 0.95, so)
+    j8 = json.loads(run_ok("run", MODEL, "--input", TEST_X, "--backend", "ref", "--json"))
+    expect(j8["precision"] == "int8" and "input_scale" in j8, "int8 report keys changed")
+
+elif CASE == "bf16_rtl_batches":
+    ref_out, rtl_out = os.path.join(TMP, "ref.npy"), os.path.join(TMP, "rtl.npy")
+    run_ok("run", MODEL, "--input", TEST_X, "--output", ref_out, "--precision", "bf16", "--backend", "ref", "-q")
+    so = run_ok("run", MODEL, "--input", TEST_X, "--output", rtl_out, "--precision", "bf16", "--backend", "rtl",
+                "--array-n", "16", "--batch", "128", "--labels", TEST_Y, "--check", "-q")
+    expect("in 3 batches of 128" in so and "bf16 on rtl" in so, so)
+    a, b = np.load(ref_out), np.load(rtl_out)
+    expect(a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32)),
+           "bf16: rtl (3 batches) and ref (1 batch) outputs differ")
+
+elif CASE == "bad_precision":
+    out = os.path.join(TMP, "y.npy")
+    rc, so, se = run("run", MODEL, "--input", TEST_X, "--precision", "bogus", "--backend", "ref", "--output", out)
+    expect(rc == 2 and "--precision" in se and "bogus" in se, f"exit {rc}: {se}")
+    expect(not os.path.exists(out), "output written")
+    bad_input_case([MODEL, "--input", TEST_X, "--precision", "bf16", "--calibrate", CALIB], "needs no calibration")
+    bad_input_case([MODEL, "--input", TEST_X, "--precision", "bf16", "--devices", "2"], "one device")
+
+elif CASE == "labels_int64":
+    y = np.load(TEST_Y)
+    so32 = run_ok("run", MODEL, "--input", TEST_X, "--labels", save("y32.npy", y.astype(np.int32)), "--backend",
+                  "ref", "--json")
+    so64 = run_ok("run", MODEL, "--input", TEST_X, "--labels", save("y64.npy", y.astype(np.int64)), "--backend",
+                  "ref", "--json")
+    a32, a64 = json.loads(so32)["accuracy"], json.loads(so64)["accuracy"]
+    expect(a32["int8"] == a64["int8"] and a64["rows"] == 359, f"{a32} {a64}")
+    y2 = y.astype(np.int64)
+    y2[5] = 1 << 40
+    bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_big.npy", y2)], "label 1099511627776 of row 5")
+
 else:
     print("unknown case", CASE)
     sys.exit(1)

@@ -45,6 +45,7 @@
 #include "tpuw/device.h"
 #include "tpuw/device_configs.h"
 #include "tpuw/nn/qnetwork.h"
+#include "tpuw/runtime/trace.h"
 
 namespace tpuw::runtime {
 
@@ -189,6 +190,7 @@ struct NetworkOptions {
   bool keep_intermediate = false;  // return every non-final layer's int8 output (extra STOREs)
   NetworkPlanOptions plan;
   std::function<void(double)> progress;  // fraction of MATMULs dispatched (0..1)
+  TraceHook trace;                       // --trace: compile/upload/submit/wait and the device program
 };
 
 struct LayerReport {

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""--trace on tpuw run, gemm and train (docs/tracing.md): the file is Chrome trace-event JSON whose
+tracks are named and whose spans nest and never overlap within a track; the host track has the
+compile/upload/submit/wait spans, the device process its programs in device cycles.
+
+    trace_test.py TPUW CASE EXAMPLES_DIR
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+from trace_check import check_trace, names  # noqa: E402
+
+TPUW, CASE, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3]
+cli = CliHarness(TPUW, "tpuw_trace_")
+DIGITS = os.path.join(EXAMPLES, "digits")
+MODEL = os.path.join(DIGITS, "digits_mlp.onnx")
+TEST_X = os.path.join(DIGITS, "test_x.npy")
+TRACE = os.path.join(cli.tmp, "trace.json")
+
+
+def traced(*args):
+    if os.path.exists(TRACE):
+        os.remove(TRACE)
+    so = cli.run_ok(*args, "--trace", TRACE)
+    expect(os.path.exists(TRACE), f"{args}: no trace written")
+    try:
+        return so, check_trace(TRACE)
+    except AssertionError as e:
+        expect(False, f"{args}: invalid trace: {e}")
+
+
+if CASE == "trace_run":
+    for precision in ("int8", "bf16"):
+        so, t = traced("run", MODEL, "--input", TEST_X, "--backend", "ref", "--batch", "128", "--precision",
+                       precision, "-q", "--json")
+        cycles = json.loads(so)["cycles"]
+        host = names(t, "host", "main")
+        for n in ("import model and inputs", "open device", "compile", "upload", "submit", "wait", "read output"):
+            expect(n in host, f"{precision}: host span {n!r} missing: {host}")
+        expect(sum(1 for n in host if n.startswith("batch ")) == 3, f"{precision}: {host}")
+        prog = [s for (pid, tid), spans in t["tracks"].items() if t["threads"][(pid, tid)] == "program"
+                for s in spans]
+        expect(len(prog) == 3 and sum(s[1] for s in prog) == cycles, f"{precision}: programs {prog} vs {cycles}")
+        expect(prog[0][2] == f"{precision} network, 128 rows", f"{prog}")
+        for lane in ("load", "compute", "store"):
+            expect(names(t, "device 0: ref N=16", lane), f"{precision}: no {lane} spans")
+        attributed = [s for spans in t["tracks"].values() for s in spans if s[3] == "attributed"]
+        expect(len(attributed) == 6, f"{precision}: per-layer parts {attributed}")
+
+elif CASE == "trace_gemm":
+    for dtype in ("int8", "bf16"):
+        so, t = traced("gemm", "--backend", "ref", "--m", "40", "--k", "50", "--n", "30", "--dtype", dtype, "--json",
+                       "-q")
+        j = json.loads(so)
+        host = names(t, "host", "main")
+        expect(f"{dtype} gemm on device 0" in host and "submit + wait" in host and "compile + upload" in host, host)
+        prog = names(t, "device 0: ref N=16", "program")
+        expect(prog == [f"{dtype} gemm"], f"{prog}")
+        span = t["tracks"][next(k for k, v in t["threads"].items() if v == "program" and k[0] == 100)][0]
+        expect(span[1] == j["cycles"], f"{span} vs {j['cycles']}")
+
+elif CASE == "trace_train":
+    model = os.path.join(EXAMPLES, "fashion_mnist", "reference", "digits_mlp_untrained.onnx")
+    x = cli.save("x.npy", (np.load(os.path.join(DIGITS, "digits_x.npy")).astype(np.float32) / 16)[:100])
+    y = cli.save("y.npy", np.load(os.path.join(DIGITS, "digits_y.npy")).astype(np.int64)[:100])
+    out = os.path.join(cli.tmp, "out.onnx")
+    so, t = traced("train", model, "--input", x, "--labels", y, "--output", out, "--backend", "ref", "--batch",
+                   "32", "-q", "--json")
+    j = json.loads(so)
+    host = names(t, "host", "main")
+    expect("compile + upload parameters" in host and [n for n in host if n.startswith("step ")] ==
+           ["step 1", "step 2", "step 3", "step 4"], f"{host}")
+    prog = names(t, "device 0", "program")
+    expect(prog[:4] == ["step 1", "forward", "backward", "update"], f"{prog}")
+    steps = [s for (pid, tid), spans in t["tracks"].items() if pid >= 100 for s in spans if s[2].startswith("step")]
+    expect(abs(sum(s[1] for s in steps) - 4 * j["cycles_per_step"]) < 1e-6 * sum(s[1] for s in steps) + 1,
+           f"{steps} vs {j['cycles_per_step']}")
+    so, t = traced("train", model, "--input", x, "--labels", y, "--output", out, "--backend", "host", "--batch", "32",
+                   "-q")
+    expect(len(names(t, "host", "main")) == 5 and not [p for p in t["procs"] if p >= 100], "host trainer trace")
+
+elif CASE == "trace_bad_path":
+    missing = os.path.join(cli.tmp, "nodir", "t.json")
+    out = os.path.join(cli.tmp, "y.npy")
+    for args in (["run", MODEL, "--input", TEST_X, "--backend", "ref", "--output", out],
+                 ["gemm", "--backend", "ref", "--m", "4", "--k", "4", "--n", "4"]):
+        rc, so, se = cli.run(*args, "--trace", missing)
+        expect(rc == 2 and "--trace" in se and "does not exist" in se, f"{args}: exit {rc}: {se}")
+        expect(not os.path.exists(out), "output written despite the bad --trace")
+    rc, so, se = cli.run("run", MODEL, "--input", TEST_X, "--backend", "ref", "--trace", cli.tmp)
+    expect(rc == 2 and "is a directory" in se, f"exit {rc}: {se}")
+
+else:
+    print("unknown case", CASE)
+    sys.exit(1)
+print("ok")
