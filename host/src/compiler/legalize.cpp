@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 
 #include "pass_util.h"
@@ -112,8 +113,14 @@ void check_node(const Graph& g, const Node& n) {
       }
       const int64_t tb = attr_int(g, n, "transB", 0);
       if (tb != 0 && tb != 1) g.fail(ErrorKind::kBadFile, n, fmt::format("transB={}", tb));
-      (void)attr_float(g, n, "alpha", 1.0f);
-      (void)attr_float(g, n, "beta", 1.0f);
+      // alpha and beta are folded into the weight and bias: a NaN or infinite one would only be
+      // noticed as a "non-finite weight", naming a tensor the model does not have.
+      for (const char* name : {"alpha", "beta"}) {
+        const float v = attr_float(g, n, name, 1.0f);
+        if (!std::isfinite(v)) {
+          g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' is {} (must be a finite number)", name, v));
+        }
+      }
       break;
     }
     case Op::kFlatten:

@@ -246,7 +246,10 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     return dst_row;
   };
 
-  for (const auto& [l, mt] : netdetail::network_order(p)) {
+  for (const auto& order_step : netdetail::network_order(p)) {
+    // Not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda.
+    const size_t l = order_step.first;
+    const uint64_t mt = order_step.second;
     const NetworkLayerPlan& lp = p.layers[l];
     const TensorHome in_home = p.tensor_home[l];
     const bool fuse = l + 1 < nl && p.tensor_home[l + 1] == TensorHome::kStreamed;

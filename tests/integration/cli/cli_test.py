@@ -84,6 +84,49 @@ elif CASE == "gemm_bf16":
                      "--b", save("b8.npy", np.zeros((2, 2), np.int8)))
     expect(rc == 2 and "a8.npy" in se, f"rc {rc}: {se}")
 
+elif CASE == "gemm_bf16_nonfinite":
+    # NaN and inf are legal bf16 data (docs/numerics.md): accepted, computed bit for bit like the
+    # host contract model (--check), counted in the report; NaN results are canonical 0x7FC00000.
+    rng = np.random.default_rng(8)
+    for variant in range(3):
+        a = rng.standard_normal((9, 21)).astype(np.float32)
+        b = rng.standard_normal((21, 7)).astype(np.float32)
+        if variant == 0:    # NaN in A: its row is NaN; inf in B: its column is inf or NaN
+            a[2, 5] = np.nan
+            b[4, 3] = np.inf
+        elif variant == 1:  # -inf times 0 gives NaN; a NaN with a payload
+            a[0, 0] = -np.inf
+            b[0, :] = 0.0
+            a[5, 1] = np.array([0x7FA12345], np.uint32).view(np.float32)[0]
+        else:               # values that round to inf in bf16 (just below FLT_MAX)
+            a[1, :] = np.float32(3.4e38)
+            b[:, :] = np.abs(b) + 1
+        out = os.path.join(TMP, f"c_nonfinite{variant}.npy")
+        rc, so, se = run("gemm", "--backend", "ref", "--array-n", "4", "--dtype", "bf16", "--a",
+                         save(f"anf{variant}.npy", a), "--b", save(f"bnf{variant}.npy", b), "--out", out,
+                         "--check", "--json", "-q")
+        expect(rc == 0, f"variant {variant}: rc {rc} {se}")
+        j = json.loads(so)
+        expect(j["check"]["host_model"] == "equal", so)
+        want_a = int(np.count_nonzero(~np.isfinite(a)))
+        want_b = int(np.count_nonzero(~np.isfinite(b)))
+        expect(j["nonfinite_inputs"] == {"a": want_a, "b": want_b}, f"variant {variant}: {j['nonfinite_inputs']}")
+        c = np.load(out)
+        bits = c.view(np.uint32)
+        expect(np.all(bits[np.isnan(c)] == 0x7FC00000), f"variant {variant}: non-canonical NaN in C")
+        if variant == 0:
+            expect(np.all(np.isnan(c[2, :])), f"row 2 not NaN: {c[2, :]}")
+            expect(np.all(~np.isfinite(c[:, 3])), f"column 3 finite: {c[:, 3]}")
+        elif variant == 1:
+            expect(np.all(np.isnan(c[0, :])) and np.all(np.isnan(c[5, :])), f"rows 0/5: {c[0, :]} {c[5, :]}")
+        else:
+            expect(np.all(np.isposinf(c[1, :])), f"row 1 not +inf: {c[1, :]}")
+    # The human report says so.
+    a[3, 3] = np.nan
+    rc, so, se = run("gemm", "--backend", "ref", "--array-n", "4", "--dtype", "bf16", "--a", save("anf3.npy", a),
+                     "--b", save("bnf3.npy", b), "-q")
+    expect(rc == 0 and "NaN or inf" in so, f"rc {rc}: {so} {se}")
+
 elif CASE == "gemm_check_rtl":
     if not rtl_built():
         sys.exit(77)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "onnx_builder.h"
 #include "tpuw/error.h"
@@ -273,6 +274,28 @@ TEST(OnnxImportUnsupported, GemmTransA) {
   ModelBuilder::attr_i(g, "transA", 1);
   mb.output("y");
   expect_error(mb, ErrorKind::kUnsupported, {"node 'g' (Gemm)", "transA=1"});
+}
+
+// Issue 14 class 6: a NaN or infinite alpha/beta is named as the node's attribute, not as the
+// weight or bias it would have been folded into.
+TEST(OnnxImportUnsupported, GemmNonFiniteAlphaBetaNamesNodeAndAttribute) {
+  const struct {
+    const char* attr;
+    float v;
+    const char* text;
+  } cases[] = {{"alpha", std::numeric_limits<float>::quiet_NaN(), "nan"},
+               {"alpha", std::numeric_limits<float>::infinity(), "inf"},
+               {"beta", -std::numeric_limits<float>::infinity(), "-inf"},
+               {"beta", std::numeric_limits<float>::quiet_NaN(), "nan"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.attr);
+    ModelBuilder mb = one_layer();
+    auto& g = mb.node("Gemm", {"x", "W", "B"}, {"y"}, "fc1");
+    ModelBuilder::attr_f(g, c.attr, c.v);
+    mb.output("y");
+    expect_error(mb, ErrorKind::kBadFile,
+                 {"m.onnx", "node 'fc1' (Gemm)", std::string("attribute '") + c.attr + "' is " + c.text, "finite"});
+  }
 }
 
 TEST(OnnxImportUnsupported, UnknownAttribute) {
