@@ -108,13 +108,23 @@ module tpu_pe #(
     assign bf16_o    = bf16_q;
     assign wshadow_o = w_shadow;
   end else if (EnableBf16) begin : g_bf16
-    logic        bf16_q;
-    logic [31:0] psum_q;
+    // One signed 9x9 multiplier for both modes (one DSP block): an int8 row multiplies the
+    // sign-extended bytes, a bf16 row the two significands {1, m[6:0]} (non-negative). Either
+    // product fits in the low 16 bits.
+    logic               bf16_q;
+    logic [31:0]        psum_q;
+    logic signed [8:0]  mul_a, mul_b;
+    logic signed [17:0] mul_p;
+    assign mul_a = bf16_i ? {2'b01, act_i[6:0]} : {act_i[7], act_i[7:0]};
+    assign mul_b = bf16_i ? {2'b01, w_act[6:0]} : {w_act[7], w_act[7:0]};
+    assign mul_p = mul_a * mul_b;
     always_ff @(posedge clk_i) begin
       bf16_q <= bf16_i;
-      if (bf16_i) psum_q <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul(act_i, w_act));
-      else        psum_q <= psum_i + prod;
+      if (bf16_i) psum_q <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul_sig(act_i, w_act, mul_p[15:0]));
+      else        psum_q <= psum_i + {{16{mul_p[15]}}, mul_p[15:0]};
     end
+    logic unused_prod;
+    assign unused_prod = ^{prod, mul_p[17:16]};
     assign psum_o    = psum_q;
     assign act_o     = act_q;
     assign bf16_o    = bf16_q;

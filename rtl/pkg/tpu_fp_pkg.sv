@@ -4,6 +4,7 @@
 //   fp32_add(a, b)     fp32 + fp32, rules 1-6 (a subtraction flips b's sign first)
 //   fp32_mul(a, b)     fp32 x fp32, rules 1-6 (the vector unit)
 //   bf16_mul(a, b)     bf16 x bf16 -> exact fp32 product (tiny -> signed 0, huge -> signed inf)
+//   bf16_mul_sig(a, b, p)  the same, given the significand product p (one multiplier per PE)
 //   fp32_to_bf16(a)    rule 7 ({fp32_to_bf16(a), 16'd0} is fp32 -> bf16 -> fp32, rules 7 and 8)
 // The cells rtl/prim/tpu_fp32_add.sv, tpu_fp32_mul.sv, tpu_bf16_mul.sv and tpu_fp32_to_bf16.sv
 // wrap them one to one (tests/rtl/fp_prims_test.cpp and fp32_test.cpp check them bit for bit).
@@ -166,11 +167,12 @@ package tpu_fp_pkg;
     end
   endfunction
 
-  // bf16 x bf16 -> fp32. The 8x8 significand product has at most 16 significant bits: exact.
-  function automatic logic [31:0] bf16_mul(input logic [15:0] a, input logic [15:0] b);
-    /* verilator no_inline_task */
+  // bf16 x bf16 -> fp32 (bf16_mul below) given p = {1, a[6:0]} x {1, b[6:0]}, the product of the
+  // two significands (in [2^14, 2^16)), computed by the caller: the synthesized PE has one
+  // multiplier for its int8 and bf16 rows.
+  function automatic logic [31:0] bf16_mul_sig(input logic [15:0] a, input logic [15:0] b,
+                                               input logic [15:0] p);
     logic        a_zero, b_zero, a_inf, b_inf, a_nan, b_nan, sign;
-    logic [15:0] p;
     logic [9:0]  e;
     logic [22:0] frac;
     logic [31:0] r;
@@ -181,7 +183,6 @@ package tpu_fp_pkg;
     a_nan  = (a[14:7] == 8'hFF) && (a[6:0] != 7'd0);
     b_nan  = (b[14:7] == 8'hFF) && (b[6:0] != 7'd0);
     sign   = a[15] ^ b[15];
-    p      = {8'd0, 1'b1, a[6:0]} * {8'd0, 1'b1, b[6:0]};   // in [2^14, 2^16)
     e      = {2'b00, a[14:7]} + {2'b00, b[14:7]} - 10'd127 + {9'd0, p[15]};
     frac   = p[15] ? {p[14:0], 8'd0} : {p[13:0], 9'd0};
     if (a_nan || b_nan || (a_inf && b_zero) || (b_inf && a_zero)) begin
@@ -195,7 +196,13 @@ package tpu_fp_pkg;
     end else begin
       r = {sign, e[7:0], frac};
     end
-    bf16_mul = r;
+    bf16_mul_sig = r;
+  endfunction
+
+  // bf16 x bf16 -> fp32. The 8x8 significand product has at most 16 significant bits: exact.
+  function automatic logic [31:0] bf16_mul(input logic [15:0] a, input logic [15:0] b);
+    /* verilator no_inline_task */
+    bf16_mul = bf16_mul_sig(a, b, {8'd0, 1'b1, a[6:0]} * {8'd0, 1'b1, b[6:0]});
   endfunction
 
   // fp32 -> bf16, rule 7: NaN -> 0x7FC0; subnormal -> signed zero; else round the pattern to its
