@@ -9,7 +9,7 @@ pkg/tpu_fp_pkg.sv         // fp32/bf16 arithmetic of docs/numerics.md (functions
 prim/tpu_fifo.sv
 prim/tpu_rr_arb.sv
 prim/tpu_counter.sv
-prim/tpu_fp32_add.sv      // fp32 add, bf16 multiply and fp32 -> bf16 of docs/numerics.md
+prim/tpu_fp32_add.sv      // fp32 add, bf16 multiply and fp32 -> bf16 of docs/numerics.md (tpu_fp_pkg)
 prim/tpu_bf16_mul.sv
 prim/tpu_fp32_to_bf16.sv
 // --- datapath: MXU, memories, activation unit, compute engine ---
@@ -22,7 +22,7 @@ core/tpu_ram_1r1w.sv   // FPGA builds (TPU_FPGA_RAM): one read + one write port,
 core/tpu_ram_pair.sv   // UB/WB: banked by row parity for the bf16 row-pair accesses
 core/tpu_act_seq.sv
 core/tpu_transpose.sv
-core/tpu_vpu.sv      // uses include/tpu_fp32.svh
+core/tpu_vpu.sv
 core/tpu_compute.sv
 core/tpu_datapath.sv
 // --- system: register block, command processor, DMA, top ---

@@ -74,10 +74,18 @@ module tpu_mxu #(
   //   wfeed[i]:                element i of the tile row fed i cycles ago (top of column i,
   //                            left of row i)
   // (mem2reg: for Yosys these are nets, not memories.)
+  // The simulator's PEs carry {fp32, int32} partial sums (tpu_pe SplitPsum: no per-PE select
+  // between the two); synthesis has one 32-bit partial sum per PE.
+`ifdef VERILATOR
+  localparam bit SplitPsum = EnableBf16;
+`else
+  localparam bit SplitPsum = 1'b0;
+`endif
+  localparam int unsigned PsumW = SplitPsum ? 64 : 32;
   (* mem2reg *) logic [15:0] act_h  [N*(N+1)];
   (* mem2reg *) logic        bf_h   [N*(N+1)];
   (* mem2reg *) logic        swp_h  [N*(N+1)];
-  (* mem2reg *) logic [31:0] psum_v [N*(N+1)];
+  (* mem2reg *) logic [PsumW-1:0] psum_v [N*(N+1)];
   (* mem2reg *) logic [15:0] wsh    [N*N];
   (* mem2reg *) logic [15:0] wfeed  [N];
   (* mem2reg *) logic        wen    [N*N];
@@ -203,7 +211,7 @@ module tpu_mxu #(
 
   for (genvar k = 0; k < N; k++) begin : g_row
     for (genvar n = 0; n < N; n++) begin : g_col
-      tpu_pe #(.EnableBf16(EnableBf16)) u_pe (
+      tpu_pe #(.EnableBf16(EnableBf16), .SplitPsum(SplitPsum)) u_pe (
         .clk_i,
         .rst_ni,
         .act_i         (act_h[k*(N+1)+n]),
@@ -236,10 +244,17 @@ module tpu_mxu #(
   // Output de-skew: column n leaves the bottom N+n cycles after entry; delay it N-1-n more.
   // ---------------------------------------------------------------------------------------------
   for (genvar n = 0; n < N; n++) begin : g_deskew
+    logic [31:0] col;
+    if (SplitPsum) begin : g_split
+      // the sum of the mode of the row leaving the bottom PE (its bf16_o)
+      assign col = bf_h[(N-1)*(N+1)+n+1] ? psum_v[N*N+n][63:32] : psum_v[N*N+n][31:0];
+    end else begin : g_one
+      assign col = psum_v[N*N+n][31:0];
+    end
     tpu_delay #(.Width(32), .Depth(N - 1 - n), .Reset(1'b0)) u_deskew (
       .clk_i,
       .rst_ni,
-      .d_i (psum_v[N*N+n]),
+      .d_i (col),
       .q_o (out_data_o[32*n +: 32])
     );
   end

@@ -8,7 +8,13 @@
 //   bf16: psum_o <= fp32_add(psum_i, bf16_mul(act_i, w_active))   (docs/numerics.md: the product
 //         is exact, one round-to-nearest-even addition)
 // The fp arithmetic is called inside the procedural `if` on the mode, so the simulator does not
-// evaluate it for int8 rows. With EnableBf16 = 0 the PE is the int8-only PE: 8-bit weight
+// evaluate it for int8 rows. With SplitPsum (the simulation build of tpu_mxu, EnableBf16 = 1) the
+// partial-sum ports are 64 bits, {fp32 sum, int32 sum}: each sum has its own register, written only
+// by rows of its mode, and a PE reads the half of its mode from the PE above (the partial sum it
+// receives belongs to the same activation row, so to the same mode). There is then no per-PE
+// select between the two sums (only the column outputs at the bottom of the array choose), and an
+// int8 row costs the simulator what it costs in the int8-only array. Synthesis keeps one 32-bit
+// partial-sum register (SplitPsum = 0). With EnableBf16 = 0 the PE is the int8-only PE: 8-bit weight
 // registers and activations, no fp logic (the upper bits of the 16-bit ports are ignored, the
 // shadow output is the sign-extended byte, as an int8 LOADW would store it).
 // swap_i travels with the activation: when set, this activation already uses the shadow weight and
@@ -19,7 +25,9 @@
 // (wshift_left_i: the shadow of the PE to the left, or the row feed). When wshift_en_i is set the
 // shadow register takes the selected one.
 module tpu_pe #(
-  parameter bit EnableBf16 = 1'b1
+  parameter bit EnableBf16 = 1'b1,
+  parameter bit SplitPsum  = 1'b0,   // 64-bit {fp32, int32} partial sums (needs EnableBf16)
+  localparam int unsigned PsumW = (EnableBf16 && SplitPsum) ? 64 : 32
 ) (
   input  logic        clk_i,
   input  logic        rst_ni,
@@ -31,8 +39,8 @@ module tpu_pe #(
   output logic        bf16_o,
   output logic        swap_o,
   // partial sums, top to bottom
-  input  logic [31:0] psum_i,
-  output logic [31:0] psum_o,
+  input  logic [PsumW-1:0] psum_i,
+  output logic [PsumW-1:0] psum_o,
   // weight shift chains into the shadow register
   input  logic        wshift_en_i,
   input  logic        wshift_tr_i,
@@ -50,7 +58,6 @@ module tpu_pe #(
   logic [31:0]   prod;
   logic [Ww-1:0] act_q;
   logic          swap_q;
-  logic [31:0]   psum_q;
 
   assign sel_eff  = sel_q ^ swap_i;
   assign w_act    = sel_eff ? w1_q : w0_q;
@@ -88,32 +95,46 @@ module tpu_pe #(
     act_q <= act_i[Ww-1:0];
   end
 
-  if (EnableBf16) begin : g_bf16
-    logic bf16_q;
-`ifdef VERILATOR
-    // Two result registers, each written on its own branch: with one register Verilator folds the
-    // branches into one conditional expression and evaluates the fp path for int8 rows too.
-    logic [31:0] psum_fp_q, psum_int_q;
+  if (EnableBf16 && SplitPsum) begin : g_bf16_split
+    logic        bf16_q;
+    logic [63:0] psum_q;  // {fp32 sum, int32 sum}: one variable, so the PE below reads it directly
     always_ff @(posedge clk_i) begin
       bf16_q <= bf16_i;
-      if (bf16_i) psum_fp_q  <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul(act_i, w_act));
-      else        psum_int_q <= psum_i + prod;
+      if (bf16_i) psum_q[63:32] <= tpu_fp_pkg::fp32_add(psum_i[63:32], tpu_fp_pkg::bf16_mul(act_i, w_act));
+      else        psum_q[31:0]  <= psum_i[31:0] + prod;
     end
-    assign psum_q = bf16_q ? psum_fp_q : psum_int_q;
-`else
+    assign psum_o    = psum_q;
+    assign act_o     = act_q;
+    assign bf16_o    = bf16_q;
+    assign wshadow_o = w_shadow;
+  end else if (EnableBf16) begin : g_bf16
+    // One signed 9x9 multiplier for both modes (one DSP block): an int8 row multiplies the
+    // sign-extended bytes, a bf16 row the two significands {1, m[6:0]} (non-negative). Either
+    // product fits in the low 16 bits.
+    logic               bf16_q;
+    logic [31:0]        psum_q;
+    logic signed [8:0]  mul_a, mul_b;
+    logic signed [17:0] mul_p;
+    assign mul_a = bf16_i ? {2'b01, act_i[6:0]} : {act_i[7], act_i[7:0]};
+    assign mul_b = bf16_i ? {2'b01, w_act[6:0]} : {w_act[7], w_act[7:0]};
+    assign mul_p = mul_a * mul_b;
     always_ff @(posedge clk_i) begin
       bf16_q <= bf16_i;
-      if (bf16_i) psum_q <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul(act_i, w_act));
-      else        psum_q <= psum_i + prod;
+      if (bf16_i) psum_q <= tpu_fp_pkg::fp32_add(psum_i, tpu_fp_pkg::bf16_mul_sig(act_i, w_act, mul_p[15:0]));
+      else        psum_q <= psum_i + {{16{mul_p[15]}}, mul_p[15:0]};
     end
-`endif
+    logic unused_prod;
+    assign unused_prod = ^{prod, mul_p[17:16]};
+    assign psum_o    = psum_q;
     assign act_o     = act_q;
     assign bf16_o    = bf16_q;
     assign wshadow_o = w_shadow;
   end else begin : g_int8
+    logic [31:0] psum_q;
     always_ff @(posedge clk_i) begin
       psum_q <= psum_i + prod;
     end
+    assign psum_o    = psum_q;
     assign act_o     = {8'd0, act_q};
     assign bf16_o    = 1'b0;
     assign wshadow_o = {{8{w_shadow[7]}}, w_shadow};
@@ -122,6 +143,5 @@ module tpu_pe #(
   end
 
   assign swap_o = swap_q;
-  assign psum_o = psum_q;
 
 endmodule

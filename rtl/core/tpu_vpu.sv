@@ -13,7 +13,7 @@
 // is written); the compute engine dispatches VECTOR only with no MATMUL result outstanding and no
 // ACTIVATE in flight, and holds those back while busy_o (the unit owns the engine-side ACC
 // ports meanwhile).
-// The lane arithmetic lives in clocked blocks under the stage enables (tpu_fp32.svh functions):
+// The lane arithmetic lives in clocked blocks under the stage enables (tpu_fp_pkg functions):
 // an idle unit evaluates no floating-point logic in simulation.
 `include "tpu_assert.svh"
 
@@ -46,7 +46,6 @@ module tpu_vpu #(
   output logic                  busy_o,
   output logic                  done_o
 );
-  `include "tpu_fp32.svh"
 
   localparam int unsigned N = ArrayN;
 
@@ -176,8 +175,8 @@ module tpu_vpu #(
       w_b_q    <= reads_b(op_q) ? b_rd_data_i : '0;
       for (int unsigned j = 0; j < N; j++) begin
         if (op_q == VMul || op_q == VAxpy || op_q == VScale) begin
-          w_m_q[32*j +: 32] <= tpu_fp32_mul_f(a_rd_data_i[32*j +: 32],
-                                              (op_q == VMul) ? b_rd_data_i[32*j +: 32] : scalar_q);
+          w_m_q[32*j +: 32] <= tpu_fp_pkg::fp32_mul(a_rd_data_i[32*j +: 32],
+                                                         (op_q == VMul) ? b_rd_data_i[32*j +: 32] : scalar_q);
         end
       end
     end
@@ -217,14 +216,14 @@ module tpu_vpu #(
           VColsum: begin x = sum_q[32*j +: 32]; y = a;                 end
           default: begin x = a;                 y = b;                 end
         endcase
-        sum = tpu_fp32_add_f(x, y);
+        sum = tpu_fp_pkg::fp32_add(x, y);
         mx  = vmax(a, (op_q == VMaxs) ? scalar_q : b);
         case (op_q)
           VAdd, VSub, VAxpy, VColsum: r = sum;
           VMul, VScale:               r = m;
           VMax, VMaxs:                r = mx;
           VSelect:                    r = vselect(a, b);
-          VRound:                     r = tpu_fp32_round_bf16_f(a);
+          VRound:                     r = {tpu_fp_pkg::fp32_to_bf16(a), 16'd0};
           default:                    r = 32'h7FC0_0000;
         endcase
         o_data_q[32*j +: 32] <= r;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Lattice ECP5 synthesis with Yosys 0.23 (synth_ecp5) and a resource report.
 #   usage: scripts/fpga/ecp5.sh [device|ulx3s] [output-dir]
-#     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA
-#             (the array size to compare with other targets; its ~330 multipliers exceed the
-#             LFE5U-85F's 156 MULT18X18D, see docs/fpga.md)
+#     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA, int8-only
+#             (EnableBf16 0, as on the boards; the array size to compare with other targets; its
+#             ~330 multipliers exceed the LFE5U-85F's 156 MULT18X18D, see docs/fpga.md; the
+#             bf16 array's cost is scripts/fpga/array.sh's)
 #     ulx3s   rtl/fpga/tpu_ulx3s_top.sv: the device + UART bridge + 128 KiB host memory in EBR,
 #             with the parameters of that top (constraints/ulx3s.lpf for pins)
 # Debian 12 ships no nextpnr-ecp5 (nor prjtrellis' ecppack): this stops after synthesis, so there
@@ -25,7 +26,7 @@ case "${variant}" in
   device)
     fpga_sources "${FPGA_RTL}/tpu.f"
     top=tpu_top
-    params="${ECP5_PARAMS:--set ArrayN 16 -set UbDepth 4096 -set WbDepth 1024 -set AccDepth 1024 -set DmaDataW 128 -set QueueDepth 8 -set AxiIdW 4}"
+    params="${ECP5_PARAMS:--set ArrayN 16 -set UbDepth 4096 -set WbDepth 1024 -set AccDepth 1024 -set DmaDataW 128 -set QueueDepth 8 -set AxiIdW 4 -set EnableBf16 0}"
     chparam="chparam ${params} tpu_top"
     synth_opt=""
     ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Xilinx 7-series synthesis with Yosys 0.23 (synth_xilinx -family xc7) and a resource report.
 #   usage: scripts/fpga/xilinx.sh [device|arty] [output-dir]
-#     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA
+#     device  tpu_top alone, N=16, UB 4096 x 16 B, WB 1024, ACC 1024 x 64 B, 128-bit DMA, int8-only
+#             (EnableBf16 0, as on the boards; the bf16 array: scripts/fpga/array.sh)
 #             (a core: no I/O buffers; about 330 DSP48E1: a Kintex-7-class part)
 #     arty    rtl/fpga/tpu_arty_top.sv: the device + UART bridge + 128 KiB host memory in block
 #             RAM, with the parameters of that top (constraints/arty_a7_35t.xdc for pins)
@@ -24,7 +25,7 @@ case "${variant}" in
   device)
     fpga_sources "${FPGA_RTL}/tpu.f"
     top=tpu_top
-    params="${XILINX_PARAMS:--set ArrayN 16 -set UbDepth 4096 -set WbDepth 1024 -set AccDepth 1024 -set DmaDataW 128 -set QueueDepth 8 -set AxiIdW 4}"
+    params="${XILINX_PARAMS:--set ArrayN 16 -set UbDepth 4096 -set WbDepth 1024 -set AccDepth 1024 -set DmaDataW 128 -set QueueDepth 8 -set AxiIdW 4 -set EnableBf16 0}"
     chparam="chparam ${params} tpu_top"
     iopad="-noiopad"
     ;;

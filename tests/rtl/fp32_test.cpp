@@ -1,8 +1,9 @@
 // The fp32 cells of the vector unit against the contract's C++ twin (tpuw/numerics.h):
-// tpu_fp32_mul (the cell) and tpu_fp32.svh's add and fp32 -> bf16 -> fp32 rounding (through the
-// test wrapper tpu_fp32_tb), on every pair of a corner list (zeros, subnormals, the smallest and
-// largest normals, infinities, NaNs with payloads, ties) and on a million random pairs drawn to
-// hit cancellation, exponent gaps, underflow right at 2^-126 and overflow.
+// tpu_fp32_mul (the cell) and tpu_fp_pkg's add (the device's one fp32 adder) and
+// fp32 -> bf16 -> fp32 rounding (through the test wrapper tpu_fp32_tb), on every pair of a corner
+// list (zeros, subnormals, the smallest and largest normals, infinities, NaNs with payloads, ties)
+// and on a million random pairs drawn to hit cancellation, exponent gaps, underflow right at
+// 2^-126 and overflow.
 #include <gtest/gtest.h>
 
 #include <cstdint>

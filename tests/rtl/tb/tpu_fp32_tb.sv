@@ -1,4 +1,5 @@
-// Test wrapper: the fp32 functions of rtl/include/tpu_fp32.svh as combinational outputs.
+// Test wrapper: the vector unit's fp32 functions of rtl/pkg/tpu_fp_pkg.sv as combinational
+// outputs (the add and the fp32 -> bf16 -> fp32 rounding of VECTOR's VRound).
 module tpu_fp32_tb (
   input  logic [31:0] a_i,
   input  logic [31:0] b_i,
@@ -6,10 +7,9 @@ module tpu_fp32_tb (
   output logic [31:0] add_o,
   output logic [31:0] round_o
 );
-  `include "tpu_fp32.svh"
 
-  assign mul_o   = tpu_fp32_mul_f(a_i, b_i);
-  assign add_o   = tpu_fp32_add_f(a_i, b_i);
-  assign round_o = tpu_fp32_round_bf16_f(a_i);
+  assign mul_o   = tpu_fp_pkg::fp32_mul(a_i, b_i);
+  assign add_o   = tpu_fp_pkg::fp32_add(a_i, b_i);
+  assign round_o = {tpu_fp_pkg::fp32_to_bf16(a_i), 16'd0};
 
 endmodule
