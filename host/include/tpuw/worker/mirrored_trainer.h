@@ -36,6 +36,7 @@
 // rank (from one of its own replicas).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -91,10 +92,17 @@ struct MirroredStats {
   double exchange_seconds = 0;   ///< in the ranks' allgather (packing and unpacking included)
   /// gather + reduce + broadcast + exchange.
   double comm_seconds() const { return gather_seconds + reduce_seconds + broadcast_seconds + exchange_seconds; }
-  /// hidden / comm (0 without communication).
-  double hidden_fraction() const { return comm_seconds() > 0 ? hidden_seconds / comm_seconds() : 0.0; }
-  /// hidden / reduce: how much of the host reduction itself ran behind the devices' compute.
-  double reduce_hidden_fraction() const { return reduce_seconds > 0 ? hidden_seconds / reduce_seconds : 0.0; }
+  /// hidden / comm (0 without communication), at most 1.
+  double hidden_fraction() const { return fraction(hidden_seconds, comm_seconds()); }
+  /// hidden / reduce: how much of the host reduction itself ran behind the devices' compute, at
+  /// most 1.
+  double reduce_hidden_fraction() const { return fraction(hidden_seconds, reduce_seconds); }
+
+ private:
+  // hidden_seconds is a sum of interval overlaps and reduce_seconds a sum of the same intervals'
+  // lengths, added in another order: when everything is hidden the two differ in the last bits,
+  // and the ratio can come out a few ulps above 1. Clamp, so a report never says "100.0000000003%".
+  static double fraction(double part, double whole) { return whole > 0 ? std::min(1.0, part / whole) : 0.0; }
 };
 
 /// The fixed reduction: sums `parts` (equal sizes) elementwise in the tree described at the top of
