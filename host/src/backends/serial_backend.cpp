@@ -384,9 +384,11 @@ class SerialBackendImpl final : public SerialBackend {
       if (code != kOk) {
         const char* why = code == kRange   ? "address, length or rate out of range"
                           : code == kBusErr ? "the register access answered an AXI error"
-                          : code == kBadCmd ? "unknown command"
+                          : code == kBadCmd ? "unknown command (is the board's bitstream older than this driver?)"
                                             : "unknown response code";
-        throw Error(code == kBadCmd ? ErrorKind::kInternal : ErrorKind::kInvalidArgument,
+        // A command the board does not know is a version mismatch between bitstream and driver,
+        // not a bug in either: kUnsupported (exit 2) with a hint, not kInternal.
+        throw Error(code == kBadCmd ? ErrorKind::kUnsupported : ErrorKind::kInvalidArgument,
                     fmt::format("serial: board on '{}' rejected {} 0x{:x} (n={}): {} (code {})", link_->name(),
                                 cmd_name(cmd), addr, n, why, code));
       }

@@ -44,6 +44,7 @@ void put32(std::vector<uint8_t>& v, uint32_t x) {
 struct BoardLies {
   uint32_t clock_hz = 12'000'000;  // what INFO reports
   std::optional<uint32_t> array_n_reg;  // what the ARRAY_N register reads (default: the truth)
+  std::optional<uint8_t> unknown_cmd;   // a command this (older) bitstream answers with code 2
 };
 
 // A ByteLink with a board on the other end: requests are answered at once from a RefDevice, which
@@ -112,6 +113,10 @@ class FakeBoard final : public serial::ByteLink {
       std::vector<uint8_t> frame(rx_.begin(), rx_.begin() + static_cast<long>(9 + plen));
       rx_.erase(rx_.begin(), rx_.begin() + static_cast<long>(9 + plen));
       advance();
+      if (lies_.unknown_cmd == cmd) {
+        respond(2, seq, {});
+        continue;
+      }
       std::vector<uint8_t> out;
       switch (cmd) {
         case 0: break;
@@ -181,7 +186,7 @@ TEST(LyingBoard, OneHertzClockDoesNotStretchTheTimeout) {
   DeviceOptions o;
   o.timeout_seconds = 0.5;
   o.timeout_cycles = UINT64_MAX;  // only the wall clock bounds this wait
-  Device dev = open_board({.clock_hz = 1, .array_n_reg = std::nullopt}, o);
+  Device dev = open_board({.clock_hz = 1, .array_n_reg = std::nullopt, .unknown_cmd = std::nullopt}, o);
   expect_timeout_within(dev, 10.0);
   dev.reset();
   dev.run(std::vector<isa::Word>{});  // still usable
@@ -193,7 +198,7 @@ TEST(LyingBoard, FourGigahertzClockNeitherShortensNorStretches) {
   DeviceOptions o;
   o.timeout_seconds = 0.5;
   o.timeout_cycles = UINT64_MAX;
-  Device dev = open_board({.clock_hz = 4000000000u, .array_n_reg = std::nullopt}, o);
+  Device dev = open_board({.clock_hz = 4000000000u, .array_n_reg = std::nullopt, .unknown_cmd = std::nullopt}, o);
   std::vector<int8_t> a(8 * 8, 3), b(8 * 8, -2);
   const runtime::GemmShape shape{8, 8, 8};
   EXPECT_EQ(runtime::gemm(dev, a, b, shape).c, runtime::gemm_cpu(a, b, shape));
@@ -222,11 +227,29 @@ TEST(LyingBoard, ConfigurationComesFromTheRegisters) {
 TEST(LyingBoard, ImplausibleConfigurationIsRefused) {
   for (uint32_t n : {0u, 1u << 20}) {
     try {
-      (void)open_board({.clock_hz = 12000000, .array_n_reg = n});
+      (void)open_board({.clock_hz = 12000000, .array_n_reg = n, .unknown_cmd = std::nullopt});
       FAIL() << "opened with ARRAY_N " << n;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
       EXPECT_NE(std::string(e.what()).find("ARRAY_N"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A board whose bitstream does not know a command the driver needs (here the burst memory read)
+// answers "unknown command": a version mismatch, reported as unsupported (exit 2) with a hint and
+// the command named, not as an internal error; nothing is retried.
+TEST(LyingBoard, UnknownCommandIsAVersionMismatchNotABug) {
+  for (uint8_t cmd : {uint8_t{4}, uint8_t{5}}) {
+    Device dev = open_board({.clock_hz = 12000000, .array_n_reg = std::nullopt, .unknown_cmd = cmd});
+    std::vector<int8_t> a(8 * 8, 1), b(8 * 8, 1);
+    try {
+      (void)runtime::gemm(dev, a, b, runtime::GemmShape{8, 8, 8});
+      FAIL() << "command " << int{cmd} << " refused by the board, yet the GEMM succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("unknown command"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bitstream"), std::string::npos) << e.what();
     }
   }
 }
