@@ -105,6 +105,12 @@ elif CASE.startswith("mpi_"):
         sys.exit(77)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
+    if "ASAN_OPTIONS" in env:
+        # OpenMPI 4.1 leaks in MPI_Init from its dlopen'ed components (frames LSan reports as
+        # "<unknown module>", which a suppression file cannot name): leak checking is off for the
+        # mpirun cases only; ASan's memory errors and UBSan stay on, and the in-process
+        # MirroredTrainer tests keep the leak check on the trainer's own code.
+        env["ASAN_OPTIONS"] += ":detect_leaks=0"
 
     def mpi(np_, out_, *extra):
         t0 = time.monotonic()

@@ -198,6 +198,8 @@ elif CASE == "bf16_json":
     expect(j8["precision"] == "int8" and "input_scale" in j8, "int8 report keys changed")
 
 elif CASE == "bf16_rtl_batches":
+    if run("info", "--backend", "rtl", "--json")[0] != 0:
+        sys.exit(77)  # a build without the rtl backend
     ref_out, rtl_out = os.path.join(TMP, "ref.npy"), os.path.join(TMP, "rtl.npy")
     run_ok("run", MODEL, "--input", TEST_X, "--output", ref_out, "--precision", "bf16", "--backend", "ref", "-q")
     so = run_ok("run", MODEL, "--input", TEST_X, "--output", rtl_out, "--precision", "bf16", "--backend", "rtl",
