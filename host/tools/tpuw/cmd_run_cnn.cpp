@@ -180,7 +180,7 @@ std::vector<float> float_outputs(const Graph& og, const Images& in, uint64_t fea
 
 // One row of the per-layer report, summed over the batches.
 struct LayerRow {
-  std::string name, kind;  // kind: conv or dense
+  std::string name, kind;  // kind: conv (convolutions and average pools), maxpool_host or dense
   std::string shape;       // conv: CxHxW -> OxHoxWo, kernel; dense: m x k x n
   uint64_t macs = 0;
   bool relu = false;
@@ -203,6 +203,7 @@ double ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>
 uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_t rows) {
   uint64_t need = 0;
   for (const nn::QConv2d& l : q.convs) {
+    if (l.max_pool) continue;  // on the host
     const runtime::ConvPlan p = runtime::plan_conv(params, l.geom, rows);
     need += p.in_bytes() + p.w_bytes() + p.param_bytes() + p.out_bytes() + 4 * 4096;
   }
@@ -294,7 +295,7 @@ int run_cnn_model(const CnnRunOpts& o) {
       const nn::ConvGeometry& gm = l.geom;
       LayerRow& t = rows[i];
       t.name = l.name;
-      t.kind = "conv";
+      t.kind = cr.host ? "maxpool_host" : "conv";
       t.shape = fmt::format("{}x{}x{}>{}x{}x{} k{}x{}/{}", gm.in_c, gm.in_h, gm.in_w, gm.out_c, gm.out_h(), gm.out_w(),
                             gm.kernel_h, gm.kernel_w, gm.stride_h);
       t.relu = l.relu;
@@ -448,8 +449,13 @@ int run_cnn_model(const CnnRunOpts& o) {
              "util", "rd bytes", "wr bytes", "min bytes", "x min", "cycles went to: mxu / w-stall / w-shift / dma-wait / act");
   for (size_t i = 0; i < rows.size(); ++i) {
     const LayerRow& t = rows[i];
-    std::string name = t.name + (t.relu ? " +relu" : "");
+    std::string name = t.name + (t.relu ? " +relu" : "") + (t.kind == "maxpool_host" ? " [host]" : "");
     if (name.size() > 28) name = name.substr(0, 25) + "...";
+    if (t.kind == "maxpool_host") {
+      fmt::print("  {:<3} {:<28} {:<26} {:>10}  int8 max on the host between device programs (exact; no device bytes)\n",
+                 i, name, t.shape, "-");
+      continue;
+    }
     fmt::print("  {:<3} {:<28} {:<26} {:>10} {:>6.3f} {:>10} {:>10} {:>10} {:>6.2f}  {} / {} / {} / {} / {}\n", i, name,
                t.shape, t.cycles, util(t.macs, array_n, t.cycles), t.rd_bytes, t.wr_bytes, t.min_bytes,
                ratio(t.rd_bytes + t.wr_bytes, t.min_bytes), pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
