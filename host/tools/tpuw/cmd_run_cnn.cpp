@@ -228,8 +228,10 @@ bool is_cnn_model(const std::string& path) {
     return false;  // the dense-layer path reports the file's problem in its usual words
   }
   for (const compiler::Node& n : g.nodes) {
-    if (n.op == Op::kConv || n.op == Op::kAveragePool || n.op == Op::kGlobalAveragePool || n.op == Op::kPad) return true;
-    if (n.op == Op::kUnknown && (n.op_type == "MaxPool" || n.op_type == "GlobalMaxPool")) return true;
+    if (n.op == Op::kConv || n.op == Op::kAveragePool || n.op == Op::kGlobalAveragePool || n.op == Op::kMaxPool ||
+        n.op == Op::kPad || n.op_type == "GlobalMaxPool") {
+      return true;
+    }
   }
   return false;
 }
