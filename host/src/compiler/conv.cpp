@@ -65,6 +65,17 @@ std::vector<double> dense_weights(const Graph& g, const Node& n, const nn::ConvG
 
 void check_conv_attributes(const Graph& g, const Node& n) {
   if (n.op == Op::kGlobalAveragePool) return;
+  if (n.op == Op::kMaxPool) {
+    if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "MaxPool needs attribute 'kernel_shape'");
+    const int64_t ceil_mode = attr_int(g, n, "ceil_mode", 0);
+    if (ceil_mode != 0 && ceil_mode != 1) g.fail(ErrorKind::kBadFile, n, fmt::format("ceil_mode {}: must be 0 or 1", ceil_mode));
+    if (attr_int(g, n, "storage_order", 0) != 0) {
+      g.fail(ErrorKind::kUnsupported, n, "storage_order=1 (column-major Indices) is not supported");
+    }
+    if (n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
+      g.fail(ErrorKind::kUnsupported, n, "the Indices output of MaxPool is not supported (only the pooled values)");
+    }
+  }
   if (n.op == Op::kAveragePool) {
     if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "AveragePool needs attribute 'kernel_shape'");
     const int64_t ceil_mode = attr_int(g, n, "ceil_mode", 0);
@@ -131,7 +142,21 @@ nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
     pads[i + 2] = total - pads[i];
   }
   const bool padded = std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; });
-  if (padded && attr_int(g, n, "count_include_pad", 0) == 0) {
+  if (n.op == Op::kMaxPool && attr_int(g, n, "ceil_mode", 0) != 0) {
+    // ceil_mode as PyTorch and ONNX's reference compute it: out = ceil((in + pads - span) / stride) + 1,
+    // minus one when the last window would start in the end padding; the partial last window is
+    // extra end padding, which a max ignores.
+    for (size_t i = 0; i < 2; ++i) {
+      const int64_t in = dx[2 + i], span = dl[i] * (ks[i] - 1) + 1, total = in + pads[i] + pads[i + 2];
+      if (total < span) continue;  // conv_geometry reports the window larger than the input
+      int64_t out = (total - span + st[i] - 1) / st[i] + 1;
+      if ((out - 1) * st[i] >= in + pads[i]) --out;
+      pads[i + 2] += std::max<int64_t>((out - 1) * st[i] + span - total, 0);
+    }
+  }
+  if (n.op == Op::kMaxPool) {
+    // Pads hold no value for a max (they are skipped); ceil_mode is folded into the pads above.
+  } else if (padded && attr_int(g, n, "count_include_pad", 0) == 0) {
     g.fail(ErrorKind::kUnsupported, n,
            "count_include_pad=0 with pads is not supported yet (the device divides every window by its full size, "
            "count_include_pad=1)");
@@ -146,7 +171,7 @@ nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
   geo.pad_left = static_cast<uint32_t>(pads[1]);
   geo.pad_bottom = static_cast<uint32_t>(pads[2]);
   geo.pad_right = static_cast<uint32_t>(pads[3]);
-  if (attr_int(g, n, "ceil_mode", 0) != 0 && geo.out_h() > 0 && geo.out_w() > 0) {
+  if (n.op != Op::kMaxPool && attr_int(g, n, "ceil_mode", 0) != 0 && geo.out_h() > 0 && geo.out_w() > 0) {
     const uint64_t rh = (uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom - (uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1)) % geo.stride_h;
     const uint64_t rw = (uint64_t{geo.in_w} + geo.pad_left + geo.pad_right - (uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1)) % geo.stride_w;
     if (rh != 0 || rw != 0) {
@@ -396,6 +421,28 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
   if (x.size() != batch * C * H * W) {
     g.fail(ErrorKind::kInvalidArgument, n, fmt::format("input has {} values, expected {}", x.size(), batch * C * H * W));
   }
+  if (n.op == Op::kMaxPool) {
+    // Max over the window's pixels inside the image (pads are skipped).
+    std::vector<float> y(batch * O * Ho * Wo);
+    for (uint64_t bc = 0; bc < batch * C; ++bc) {
+      const float* img = x.data() + bc * H * W;
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (uint64_t dy = 0; dy < KH; ++dy) {
+            const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
+            if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+            for (uint64_t dx = 0; dx < KW; ++dx) {
+              const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
+              if (ix >= 0 && ix < static_cast<int64_t>(W)) m = std::max(m, img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)]);
+            }
+          }
+          y[(bc * Ho + oy) * Wo + ox] = m;
+        }
+      }
+    }
+    return y;
+  }
   if (n.op != Op::kConv) {
     // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
     std::vector<float> y(batch * O * Ho * Wo);
@@ -461,6 +508,15 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
   q.relu = attr_int(g, n, "relu", 0) != 0;
   q.out_scale = out_scale;
   const uint64_t O = q.geom.out_c;
+  if (n.op == Op::kMaxPool) {
+    // int8 max of the input as it is: requantization is monotonic, so the max of the quantized
+    // values is the quantized max (in and out scales are equal; compile_quantized_cnn sees to it).
+    if (in_scale != out_scale) {
+      g.fail(ErrorKind::kInternal, n, fmt::format("a max pool keeps its scale ({:g} in, {:g} out)", in_scale, out_scale));
+    }
+    q.max_pool = true;
+    return q;
+  }
   if (n.op != Op::kConv) {
     // Identity weights (1 on the channel diagonal of every tap) and the window size in the
     // requantization: y = round(sum * in_scale / (KH * KW * out_scale)).
@@ -543,7 +599,9 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   ValueId act = input;
   size_t i = 0;
   std::vector<const Node*> convs;
-  auto is_conv_like = [](Op op) { return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool; };
+  auto is_conv_like = [](Op op) {
+    return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
+  };
   for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
     if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
     convs.push_back(&g.nodes[i]);
@@ -553,7 +611,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
     if (i < g.nodes.size()) {
       g.fail(ErrorKind::kUnsupported, g.nodes[i],
-             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool and GlobalAveragePool layers, "
+             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
              "then Flatten/Reshape and dense layers");
     }
     g.fail(ErrorKind::kUnsupported, "the model ends with a Conv; a CNN needs a Flatten and a dense head");
@@ -598,13 +656,22 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   quantize(hg, flat_calib, rows);
   net.head = lower_to_qnetwork(hg);
 
+  // Output scales, last layer first: calibrated (the last one is the head's input scale), except
+  // that a MaxPool's input takes its output's scale (int8 max is then exact).
+  std::vector<float> out_scales(convs.size());
+  for (size_t c = convs.size(); c-- > 0;) {
+    if (c + 1 < convs.size() && convs[c + 1]->op == Op::kMaxPool) {
+      out_scales[c] = out_scales[c + 1];
+    } else {
+      out_scales[c] = c + 1 == convs.size() ? net.head.input_scale
+                                            : nn::symmetric_scale(acts[static_cast<size_t>(convs[c]->outputs[0])]);
+    }
+  }
+  if (convs[0]->op == Op::kMaxPool) net.input_scale = out_scales[0];
   float scale = net.input_scale;
   for (size_t c = 0; c < convs.size(); ++c) {
-    const Node& n = *convs[c];
-    const float out_scale = c + 1 == convs.size() ? net.head.input_scale
-                                                  : nn::symmetric_scale(acts[static_cast<size_t>(n.outputs[0])]);
-    net.convs.push_back(quantize_conv(g, n, scale, out_scale));
-    scale = out_scale;
+    net.convs.push_back(quantize_conv(g, *convs[c], scale, out_scales[c]));
+    scale = out_scales[c];
   }
   net.check();
   return net;

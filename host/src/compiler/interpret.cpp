@@ -57,7 +57,8 @@ class Interpreter {
       case Op::kDense: return dense(n);
       case Op::kConv:
       case Op::kAveragePool:
-      case Op::kGlobalAveragePool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
+      case Op::kGlobalAveragePool:
+      case Op::kMaxPool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
       case Op::kFlatten:
       case Op::kReshape: out(n) = in(n, 0); return;
       case Op::kSoftmax: {

@@ -45,6 +45,7 @@ const std::vector<OpRule>& rules() {
       {Op::kAveragePool,
        {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}, 1, 1},
       {Op::kGlobalAveragePool, {}, 1, 1},
+      {Op::kMaxPool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}, 1, 1},
       {Op::kPad, {"mode", "pads", "value"}, 1, 4},
       {Op::kDense, {"relu"}, 3, 3},
   };
@@ -60,7 +61,7 @@ void check_node(const Graph& g, const Node& n) {
   const auto rule = std::find_if(rs.begin(), rs.end(), [&](const OpRule& r) { return r.op == n.op; });
   if (n.op == Op::kUnknown || rule == rs.end()) {
     g.fail(ErrorKind::kUnsupported, n,
-           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, Pad, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
+           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {
@@ -92,7 +93,7 @@ void check_node(const Graph& g, const Node& n) {
                                                      : fmt::format("{} to {}", rule->min_in, rule->max_in)));
     }
     if (n.outputs.empty() || n.outputs[0] == kNoValue) g.fail(ErrorKind::kBadFile, n, "has no output");
-    const size_t max_out = n.op == Op::kDropout ? 2 : 1;
+    const size_t max_out = n.op == Op::kDropout || n.op == Op::kMaxPool ? 2 : 1;  // MaxPool: Indices
     if (n.outputs.size() > max_out) {
       g.fail(ErrorKind::kBadFile, n, fmt::format("has {} outputs; {} defines at most {}", n.outputs.size(), n.op_type, max_out));
     }
@@ -129,7 +130,8 @@ void check_node(const Graph& g, const Node& n) {
     case Op::kConcat: (void)attr_int(g, n, "axis", 0); break;
     case Op::kReshape: (void)attr_int(g, n, "allowzero", 0); break;
     case Op::kConv:
-    case Op::kAveragePool: check_conv_attributes(g, n); break;
+    case Op::kAveragePool:
+    case Op::kMaxPool: check_conv_attributes(g, n); break;
     case Op::kShape:
       (void)attr_int(g, n, "start", 0);
       (void)attr_int(g, n, "end", 0);

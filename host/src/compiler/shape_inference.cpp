@@ -77,6 +77,7 @@ class Inference {
       }
       case Op::kAveragePool:
       case Op::kGlobalAveragePool:
+      case Op::kMaxPool:
       case Op::kConv: {
         const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : x;
         if (!known(x) || !known(w) || (!g_.is_constant(w) && n.op == Op::kConv && !strict_)) return;

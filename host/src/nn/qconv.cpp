@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
 
@@ -53,6 +55,14 @@ void ConvGeometry::check(const std::string& where) const {
 void QConv2d::check() const {
   const std::string where = fmt::format("conv '{}'", name);
   geom.check(where);
+  if (max_pool) {
+    if (geom.in_c != geom.out_c || !w_q.empty() || !bias_q.empty() || !mult.empty() || !shift.empty() || relu) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: a max pool has in_c == out_c ({} / {}), no weights, bias, mult, shift or relu", where,
+                              geom.in_c, geom.out_c));
+    }
+    return;
+  }
   const uint64_t oc = geom.out_c;
   const uint64_t wn = oc * geom.in_c * uint64_t{geom.kernel_h} * geom.kernel_w;
   if (w_q.size() != wn || bias_q.size() != oc || mult.size() != oc || shift.size() != oc) {
@@ -75,6 +85,26 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
                                                          l.name, x.size(), batch * C * H * W));
   }
   std::vector<int8_t> y(batch * O * Ho * Wo);
+  if (l.max_pool) {
+    for (uint64_t bc = 0; bc < batch * C; ++bc) {
+      const int8_t* img = x.data() + bc * H * W;
+      for (uint64_t oy = 0; oy < Ho; ++oy) {
+        for (uint64_t ox = 0; ox < Wo; ++ox) {
+          int8_t m = -128;
+          for (uint64_t dy = 0; dy < KH; ++dy) {
+            const int64_t iy = static_cast<int64_t>(oy * g.stride_h + dy * g.dilation_h) - g.pad_top;
+            if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+            for (uint64_t dx = 0; dx < KW; ++dx) {
+              const int64_t ix = static_cast<int64_t>(ox * g.stride_w + dx * g.dilation_w) - g.pad_left;
+              if (ix >= 0 && ix < static_cast<int64_t>(W)) m = std::max(m, img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)]);
+            }
+          }
+          y[(bc * Ho + oy) * Wo + ox] = m;
+        }
+      }
+    }
+    return y;
+  }
   for (uint64_t b = 0; b < batch; ++b) {
     for (uint64_t o = 0; o < O; ++o) {
       for (uint64_t oy = 0; oy < Ho; ++oy) {
@@ -111,6 +141,10 @@ void QCnn::check() const {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("cnn: conv '{}' expects {}x{}x{} but its input is {}x{}x{}", l.name, l.geom.in_c,
                               l.geom.in_h, l.geom.in_w, c, h, w));
+    }
+    if (l.max_pool && l.out_scale != scale) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: max pool '{}' has output scale {:g}, its input's is {:g}",
+                                                           l.name, l.out_scale, scale));
     }
     c = l.geom.out_c, h = l.geom.out_h(), w = l.geom.out_w();
     scale = l.out_scale;

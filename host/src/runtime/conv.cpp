@@ -391,6 +391,18 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
   CnnRunResult r;
   std::vector<int8_t> a(x_q.begin(), x_q.end());
   for (const QConv2d& l : net.convs) {
+    if (l.max_pool) {
+      ConvRunResult h;
+      h.host = true;
+      h.plan.geom = l.geom;
+      h.plan.batch = batch;
+      const auto t0 = std::chrono::steady_clock::now();
+      h.y = nn::conv2d_int(l, a, batch);
+      h.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      a = h.y;
+      r.convs.push_back(std::move(h));
+      continue;
+    }
     r.convs.push_back(run_conv2d(device, l, a, batch));
     const ConvRunResult& c = r.convs.back();
     a = c.y;

@@ -42,6 +42,7 @@
 #include "tpuw/runtime/trace.h"
 #include "tpuw/worker/strategies.h"
 #include "cli_common.h"
+#include "cmd_run_cnn.h"
 
 namespace tpuw::cli {
 
@@ -561,6 +562,33 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
   return report_single(o, net, nullptr, in, in, s, array_n, res, labels.size());
 }
 
+// A model with convolutions or pooling: int8 on one device through cmd_run_cnn.cpp.
+int run_cnn_branch(const RunOpts& o) {
+  if (o.precision != "int8") {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs in int8 for now (--precision bf16 is dense "
+                                                     "layers only)", o.model));
+  }
+  if (multi_selected(o.multi)) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one device for now (no --devices/--strategy)", o.model));
+  }
+  if (!o.trace.empty()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: --trace records dense-layer models only for now", o.model));
+  }
+  CnnRunOpts c;
+  c.model = o.model;
+  c.input = o.input;
+  c.output = o.output;
+  c.labels = o.labels;
+  c.calibrate = o.calibrate;
+  c.backend = o.backend;
+  c.array_n = o.array_n;
+  c.batch = o.batch;
+  c.json = o.json;
+  c.quiet = o.quiet;
+  c.check = o.check;
+  return run_cnn_model(c);
+}
+
 int run_command(const RunOpts& o) {
   const bool bf16 = o.precision == "bf16";
   if (bf16 && !o.calibrate.empty()) {
@@ -576,6 +604,7 @@ int run_command(const RunOpts& o) {
   std::unique_ptr<Trace> trace_owner = o.trace.empty() ? nullptr : std::make_unique<Trace>();
   Trace* trace = trace_owner.get();
   // ---- inputs (everything checked before the device is opened) --------------------------------
+  if (is_cnn_model(o.model)) return run_cnn_branch(o);
   auto import_span = Trace::scope(trace, main_track(trace), "import model and inputs");
   const nn::FloatNetwork net = nn::import_onnx(o.model);
   if (net.layers.empty()) {

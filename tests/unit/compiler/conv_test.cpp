@@ -363,11 +363,11 @@ TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
     mb.input("x", {-1, 1, 4, 4});
     mb.init("w", {2, 1, 3, 3}, std::vector<float>(18, 0.1f));
     mb.node("Conv", {"x", "w"}, {"c"}, "conv");
-    auto& p = mb.node("MaxPool", {"c"}, {"p"}, "pool");
+    auto& p = mb.node("LpPool", {"c"}, {"p"}, "pool");
     attr_ints(p, "kernel_shape", {2, 2});
     mb.output("p");
     expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(16, 0.5f), 1); },
-                 ErrorKind::kUnsupported, {"node 'pool' (MaxPool)", "operator is not supported"});
+                 ErrorKind::kUnsupported, {"node 'pool' (LpPool)", "operator is not supported"});
   }
 }
 

@@ -2,6 +2,10 @@
 // float reference (interpret_float) and int8 quantization to nn::QConv2d (tpuw/nn/qconv.h), which
 // the device runs as an implicit GEMM (tpuw/runtime/conv.h; docs/network_compiler.md).
 //
+// MaxPool (kernel_shape, strides, pads, dilations, auto_pad, ceil_mode as PyTorch computes it: the
+// partial last window becomes end padding, which a max skips) shares the geometry rules; its Indices
+// output and storage_order=1 are refused.
+//
 // Supported: 2-D Conv (x [batch, C, H, W], constant weight [O, C, KH, KW], optional constant bias
 // [O]), any kernel size, strides, dilations, explicit pads (asymmetric too) or auto_pad
 // (NOTSET, VALID, SAME_UPPER, SAME_LOWER), any group (grouped and depthwise convolutions run as
@@ -63,8 +67,10 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
 /// interpret_float: per-tensor activation scales max|x| / 127 (symmetric_scale), every Conv through
 /// quantize_conv, the head through the quantize pass (its input scale is the last conv's output
-/// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights. Anything
-/// else (MaxPool, branches) is Error(kUnsupported) naming the node.
+/// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights; a MaxPool
+/// becomes a max-pool layer (nn::QConv2d::max_pool, int8 max on the host) whose input takes its
+/// output's scale, so the layer before it is quantized straight to that scale and the int8 max is
+/// exact. Anything else (branches) is Error(kUnsupported) naming the node.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

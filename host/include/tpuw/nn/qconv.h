@@ -47,6 +47,11 @@ struct QConv2d {
   std::vector<uint8_t> shift;   // [out_c], 0..63
   bool relu = false;
   float out_scale = 1.0f;       // scale of the int8 output tensor (real = q * out_scale)
+  /// A max pool (ONNX MaxPool) instead of a convolution: y = the max of the window's int8 inputs
+  /// inside the image (pads are skipped; a window with none gives -128), in_c == out_c, the input's
+  /// scale kept, w_q/bias_q/mult/shift empty and relu false. Runs on the host between the device
+  /// programs (runtime::run_cnn), exact because requantization is monotonic.
+  bool max_pool = false;
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;

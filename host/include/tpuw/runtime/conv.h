@@ -110,6 +110,8 @@ struct ConvRunResult {
   uint64_t moved_bytes = 0;     // PERF_RD_BYTES + PERF_WR_BYTES (fetch and fence included)
   uint64_t instructions = 0;    // including the FENCE
   double wall_s = 0;
+  bool host = false;            // a max pool run on the host (nn::conv2d_int): no device program,
+                                // plan has only geom and batch, every counter 0
 };
 
 /// Runs the layer on `device`. Throws Error(kInvalidArgument) for a layer whose arrays do not match
@@ -118,7 +120,9 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
 
 /// A whole quantized CNN (nn::QCnn, from compiler::compile_quantized_cnn): every convolution is
 /// one device program (run_conv2d), the dense head one more (run_network); the int8 activations
-/// pass through host memory between them (NCHW, flattened in that order for the head).
+/// pass through host memory between them (NCHW, flattened in that order for the head). A max pool
+/// (QConv2d::max_pool) runs on the host on those int8 activations (ConvRunResult::host): exact, no
+/// device bytes; a device max pool is not built yet (docs/network_compiler.md).
 struct CnnRunResult {
   std::vector<int32_t> output_i32;     // [batch][n_last]: acc + bias_q of the last layer
   std::vector<ConvRunResult> convs;    // per convolution (its y is the next layer's input)

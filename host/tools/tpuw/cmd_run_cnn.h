@@ -1,0 +1,32 @@
+// tpuw run for convolutional models: a model whose graph has a Conv or a pooling layer goes through
+// compiler::compile_quantized_cnn (int8, calibrated) and runtime::run_cnn instead of the dense-layer
+// path of cmd_run.cpp, with the same options and outputs (docs/network_compiler.md, "tpuw run and CNNs").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tpuw::cli {
+
+/// The options of `tpuw run` the CNN path uses (filled by cmd_run.cpp from its RunOpts).
+struct CnnRunOpts {
+  std::string model, input, output, labels, calibrate;
+  std::string backend = "rtl";
+  unsigned array_n = 16;
+  uint64_t batch = 0;  // 0: all rows in one run
+  bool json = false;
+  bool quiet = false;
+  bool check = false;
+};
+
+/// Whether the ONNX model at `path` is a CNN (its graph has a Conv, AveragePool,
+/// GlobalAveragePool, MaxPool or Pad node); false for a file the graph importer refuses (the
+/// dense-layer path then reports it).
+bool is_cnn_model(const std::string& path);
+
+/// Runs a CNN model: prints the report (or --json), writes --output; returns the exit code 0.
+/// Throws tpuw::Error for bad input (before the device is opened), a --check mismatch and device
+/// faults.
+int run_cnn_model(const CnnRunOpts& o);
+
+}  // namespace tpuw::cli

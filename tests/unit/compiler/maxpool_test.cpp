@@ -1,0 +1,147 @@
+// MaxPool in CNNs (tpuw/compiler/conv.h, nn::QConv2d::max_pool): output sizes with pads, strides
+// and ceil_mode as PyTorch computes them, the int8 max on the host bit-exact with the integer pass,
+// the scale kept across the pool, refused cases, and the PyTorch-exported Fashion-MNIST CNN
+// (examples/fashion_mnist/train_cnn.py: conv-relu-maxpool x 2, x.view(x.size(0), -1), Linear).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "compiler_testlib.h"
+#include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/onnx_importer.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/compiler/quantize.h"
+#include "tpuw/device.h"
+#include "tpuw/nn/quantize.h"
+#include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/npy.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using testing::expect_error;
+using testing::graph_of;
+using testing::ModelBuilder;
+using testing::random_floats;
+
+void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto_AttributeType_INTS);
+  for (const int64_t x : v) a->add_ints(x);
+}
+
+// x [batch, 2, size, size] -> MaxPool (out x out) -> Flatten -> Gemm(4).
+ModelBuilder pool_model(int64_t size, int64_t k, int64_t s, int64_t pad, int64_t ceil, int64_t out,
+                        bool indices = false) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, size, size});
+  std::vector<std::string> outs{"p"};
+  if (indices) outs.push_back("idx");
+  auto& p = mb.node("MaxPool", {"x"}, outs, "pool");
+  attr_ints(p, "kernel_shape", {k, k});
+  attr_ints(p, "strides", {s, s});
+  if (pad != 0) attr_ints(p, "pads", {pad, pad, pad, pad});
+  if (ceil != 0) ModelBuilder::attr_i(p, "ceil_mode", ceil);
+  auto& f = mb.node("Flatten", {"p"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  const int64_t feat = 2 * out * out;
+  mb.init("fc.w", {4, feat}, random_floats(static_cast<size_t>(4 * feat), -0.5f, 0.5f, 3));
+  mb.init("fc.b", {4}, random_floats(4, -0.1f, 0.1f, 4));
+  auto& gm = mb.node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  ModelBuilder::attr_i(gm, "transB", 1);
+  mb.output("y");
+  return mb;
+}
+
+TEST(MaxPool, OutputSizesFollowPyTorch) {
+  struct Case {
+    int64_t size, k, s, pad, ceil;
+    uint32_t out;
+  };
+  // torch.nn.MaxPool2d(k, s, pad, ceil_mode) on size x size.
+  for (const Case c : {Case{5, 2, 2, 0, 0, 2}, Case{5, 2, 2, 0, 1, 3}, Case{6, 3, 2, 1, 1, 4}, Case{5, 2, 2, 1, 1, 3},
+                       Case{11, 2, 2, 0, 1, 6}, Case{7, 3, 1, 1, 0, 7}}) {
+    const uint64_t batch = 3;
+    const uint64_t feat = 2 * static_cast<uint64_t>(c.size * c.size);
+    const std::vector<float> x = random_floats(batch * feat, -1.0f, 1.0f, 11);
+    const nn::QCnn q = compile_quantized_cnn(graph_of(pool_model(c.size, c.k, c.s, c.pad, c.ceil, c.out)), x, batch);
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].max_pool);
+    EXPECT_EQ(q.convs[0].geom.out_h(), c.out) << c.size << " k" << c.k << " s" << c.s << " p" << c.pad << " ceil" << c.ceil;
+    EXPECT_EQ(q.convs[0].out_scale, q.input_scale);  // the scale is kept
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    // The pooled int8 values are the quantized float max, exactly.
+    const std::vector<int8_t> pooled = nn::conv2d_int(q.convs[0], xq, batch);
+    const Graph og = optimize(graph_of(pool_model(c.size, c.k, c.s, c.pad, c.ceil, c.out)));
+    const auto acts = interpret_float(og, x, batch);
+    const std::vector<float>& pf = acts[static_cast<size_t>(og.nodes[0].outputs[0])];
+    ASSERT_EQ(pf.size(), pooled.size());
+    for (size_t i = 0; i < pf.size(); ++i) ASSERT_EQ(pooled[i], nn::quantize_value(pf[i], q.input_scale)) << i;
+    Device dev = Device::open("ref", BackendConfig{});
+    const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+    EXPECT_TRUE(r.convs[0].host);
+    EXPECT_EQ(r.convs[0].y, pooled);
+    EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  }
+}
+
+TEST(MaxPool, UnsupportedCasesAreNamed) {
+  const std::vector<float> x(50, 0.5f);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(pool_model(5, 2, 2, 0, 0, 2, true)), x, 1); },
+               ErrorKind::kUnsupported, {"node 'pool' (MaxPool)", "Indices"});
+  ModelBuilder mb = pool_model(5, 2, 2, 0, 0, 2);
+  ModelBuilder::attr_i(*mb.graph().mutable_node(0), "storage_order", 1);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), x, 1); }, ErrorKind::kUnsupported,
+               {"node 'pool' (MaxPool)", "storage_order"});
+  ModelBuilder nok = pool_model(5, 2, 2, 0, 0, 2);
+  nok.graph().mutable_node(0)->mutable_attribute()->DeleteSubrange(0, 1);  // kernel_shape
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(nok), x, 1); }, ErrorKind::kBadFile,
+               {"node 'pool' (MaxPool)", "kernel_shape"});
+}
+
+// The PyTorch-exported Fashion-MNIST CNN: the float interpreter reproduces PyTorch's logits, int8 on
+// the device (ref) is bit-exact with the integer pass and within 1 point of float accuracy.
+TEST(MaxPool, FashionCnnFromPyTorch) {
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/fashion_mnist/";
+  const Graph g = import_onnx_file(dir + "fashion_cnn.onnx");
+  const npy::Array test_x = npy::load(dir + "fashion_test_x.npy");
+  const npy::Array test_y = npy::load(dir + "fashion_test_y.npy");
+  const npy::Array expected = npy::load(dir + "fashion_cnn_expected.npy");
+  const uint64_t n = 300;  // a part of the 1000 committed images keeps the test quick
+  std::vector<float> x;
+  for (uint8_t b : test_x.view<uint8_t>().subspan(0, n * 784)) x.push_back(static_cast<float>(b));
+  const Graph og = optimize(g);
+  const auto t = interpret_float(og, x, n);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  const std::span<const float> want = expected.view<float>();
+  for (size_t i = 0; i < yf.size(); ++i) ASSERT_NEAR(yf[i], want[i], 2e-3) << "element " << i;
+
+  const nn::QCnn q = compile_quantized_cnn(g, x, n);
+  ASSERT_EQ(q.convs.size(), 4u);  // conv1, pool1, conv2, pool2
+  EXPECT_TRUE(q.convs[1].max_pool && q.convs[3].max_pool);
+  EXPECT_EQ(q.convs[3].geom.out_h(), 6u);  // ceil_mode: 11 -> 6
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, n);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, n));
+  const std::vector<float> yq = nn::dequantize_output(q.head, r.output_i32, n);
+  const auto pf = nn::argmax_rows(yf, 10), pq = nn::argmax_rows(yq, 10);
+  const std::span<const int64_t> labels = test_y.view<int64_t>();
+  size_t ok_f = 0, ok_q = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    ok_f += pf[i] == labels[i];
+    ok_q += pq[i] == labels[i];
+  }
+  const double acc_f = 100.0 * static_cast<double>(ok_f) / static_cast<double>(n);
+  const double acc_q = 100.0 * static_cast<double>(ok_q) / static_cast<double>(n);
+  EXPECT_GT(acc_f, 85.0);
+  EXPECT_LE(std::fabs(acc_q - acc_f), 1.0) << "float " << acc_f << "%, int8 " << acc_q << "%";
+}
+
+}  // namespace
+}  // namespace tpuw::compiler
