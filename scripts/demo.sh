@@ -24,5 +24,8 @@ echo "== tpuw run: digits classifier (64-32-10 MLP, int8) on the rtl backend, 35
   --labels examples/digits/test_y.npy --calibrate examples/digits/calib_x.npy \
   --output build/digits_probs.npy --backend rtl
 echo
+echo "== tpuw run: a CNN from PyTorch (Fashion-MNIST, conv-relu-maxpool x 2 + linear, int8): ref 1000 images, rtl 100"
+ROWS=100 examples/fashion_mnist/run_cnn.sh build
+echo
 echo "== tpuw train: Fashion-MNIST MLP 784-256-10 on the device (bf16, ref backend), 60,000 images, 5 epochs"
 LIMIT=0 examples/fashion_mnist/run.sh build
