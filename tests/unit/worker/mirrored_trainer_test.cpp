@@ -469,5 +469,20 @@ TEST(MirroredTrainer, AnErrorOnOneRankStopsEveryRank) {
   }
 }
 
+TEST(MirroredTrainer, AnUpdateErrorOnOneRankStopsEveryRank) {
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  // The update is sharded over the ranks' replicas: a fault in rank 1's update shard (one device,
+  // nothing to reload from) travels in the shards' allgather.
+  const std::vector<RankResult> got = train_ranks(2, 1, [](MirroredOptions& o, int rank) {
+    if (rank != 1) return;
+    auto inj = std::make_shared<Injector>(0, 2, "update layer 1");
+    o.fault_hook = [inj](DeviceSlot& s, int64_t st, const std::string& ph) { (*inj)(s, st, ph); };
+  });
+  for (const RankResult& r : got) {
+    EXPECT_NE(r.error.find("rank 1: "), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("no other device holds a replica"), std::string::npos) << r.error;
+  }
+}
+
 }  // namespace
 }  // namespace tpuw::worker
