@@ -129,9 +129,15 @@ int main(int argc, char** argv) {
       tpuw::worker::MirroredTrainer t(w, model, batch, sgd, mo);
       (void)t.step(xs[0], ys[0], batch);  // compiles the split programs
       tpuw::worker::MirroredStats before = t.totals();
-      uint64_t cycles = 0;
+      uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0;
       const auto t0 = Clock::now();
-      for (int64_t s = 1; s <= steps; ++s) cycles += t.step(xs[static_cast<size_t>(s)], ys[static_cast<size_t>(s)], batch).cycles;
+      for (int64_t s = 1; s <= steps; ++s) {
+        const tpuw::runtime::TrainStepReport r = t.step(xs[static_cast<size_t>(s)], ys[static_cast<size_t>(s)], batch);
+        cycles += r.cycles;
+        fwd += r.forward_cycles;
+        bwd += r.backward_cycles;
+        upd += r.update_cycles;
+      }
       const double sec = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps);
       const tpuw::worker::MirroredStats& after = t.totals();
       const double n = static_cast<double>(steps);
@@ -140,6 +146,11 @@ int main(int argc, char** argv) {
       const double gather = static_cast<double>(after.gather_bytes - before.gather_bytes) / n;
       const double bcast = static_cast<double>(after.broadcast_bytes - before.broadcast_bytes) / n;
       const double reduce = (after.reduce_seconds - before.reduce_seconds) / n;
+      const double gather_s = (after.gather_seconds - before.gather_seconds) / n;
+      const double bcast_s = (after.broadcast_seconds - before.broadcast_seconds) / n;
+      const double compute_s = (after.compute_seconds - before.compute_seconds) / n;
+      const double update_s = (after.update_seconds - before.update_seconds) / n;
+      const auto per = [&](uint64_t v) { return v / static_cast<uint64_t>(steps); };
       const tpuw::runtime::TrainState st = t.state();
       if (k == devices.front()) {
         ref = st;
@@ -152,6 +163,10 @@ int main(int argc, char** argv) {
       }
       runs.push_back({{"devices", k}, {"seconds_per_step", sec}, {"steps_per_s", 1.0 / sec},
                       {"speedup", base_sec / sec}, {"cycles_per_step", cycles / static_cast<uint64_t>(steps)},
+                      {"forward_cycles_per_step", per(fwd)}, {"backward_cycles_per_step", per(bwd)},
+                      {"update_cycles_per_step", per(upd)}, {"compute_seconds_per_step", compute_s},
+                      {"update_seconds_per_step", update_s}, {"gather_seconds_per_step", gather_s},
+                      {"broadcast_seconds_per_step", bcast_s},
                       {"gather_bytes_per_step", gather}, {"broadcast_bytes_per_step", bcast},
                       {"comm_seconds_per_step", comm}, {"reduce_seconds_per_step", reduce},
                       {"hidden_seconds_per_step", hidden}, {"hidden_fraction", comm > 0 ? hidden / comm : 0.0}});
@@ -161,6 +176,9 @@ int main(int argc, char** argv) {
                    "({:.0f}%)\n",
                    k, sec, 1.0 / sec, base_sec / sec, cycles / static_cast<uint64_t>(steps), gather, bcast, 1e3 * comm,
                    1e3 * reduce, 1e3 * hidden, comm > 0 ? 100.0 * hidden / comm : 0.0);
+        fmt::print("     slowest device: forward {} + backward {} + update {} cycles; wall: compute phase {:.1f} ms "
+                   "(gather {:.1f} ms over the devices), update phase {:.1f} ms (broadcast {:.1f} ms over the devices)\n",
+                   per(fwd), per(bwd), per(upd), 1e3 * compute_s, 1e3 * gather_s, 1e3 * update_s, 1e3 * bcast_s);
       }
     }
     j["mirrored"] = runs;

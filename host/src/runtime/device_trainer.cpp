@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "step_builder.h"
 #include "tpuw/error.h"
@@ -100,6 +101,8 @@ struct DeviceTrainer::Impl {
   // The split step (mirrored training): per layer the unfused backward and update, compiled on
   // first use.
   std::vector<std::vector<isa::Word>> layer_backward, layer_update;
+  // Sharded update programs: shard_updates[shards][l][shard], compiled on first use.
+  std::map<size_t, std::vector<std::vector<std::vector<isa::Word>>>> shard_updates;
 
   Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerSchedule& o)
       : dev(d), model(std::move(m)), batch(b), sgd(s), opts(o) {}
@@ -120,6 +123,16 @@ struct DeviceTrainer::Impl {
   void emit_backward(StepBuilder& sb, bool fused) const;
   void emit_update(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy, uint64_t bytes,
                    uint64_t& set) const;
+  /// emit_update on the flat ACC rows [row_begin, row_end) of the parameter only (a shard).
+  void emit_update_rows(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy, uint64_t row_begin,
+                        uint64_t row_end, uint64_t& set) const;
+  /// Shard `shard` of `shards` of layer l: flat rows (ArrayN fp32 values each) of the weight and of
+  /// the bias arrays.
+  struct ShardRows {
+    uint64_t w0, w1, b0, b1;
+  };
+  ShardRows shard_rows(size_t l, size_t shard, size_t shards) const;
+  const std::vector<isa::Word>& shard_update_code(size_t l, size_t shard, size_t shards);
   uint64_t run(size_t prog);
   uint64_t run_code(const std::vector<isa::Word>& code);
   void compile_split();
@@ -354,9 +367,14 @@ void DeviceTrainer::Impl::emit_dz(StepBuilder& sb, size_t l, bool fused) const {
 // through the ACC), so the buffers need no host-side hazard tracking.
 void DeviceTrainer::Impl::emit_update(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy,
                                       uint64_t bytes, uint64_t& set) const {
+  emit_update_rows(sb, master, grad, mom, copy, 0, bytes / (4 * uint64_t{an}), set);
+}
+
+void DeviceTrainer::Impl::emit_update_rows(StepBuilder& sb, size_t master, size_t grad, size_t mom, size_t copy,
+                                           uint64_t row_begin, uint64_t row_end, uint64_t& set) const {
   const DeviceParams& p = dev.info().params;
   const uint64_t an4 = 4 * uint64_t{an};
-  const uint64_t total = bytes / an4;
+  const uint64_t total = row_end;
   // Whole ACC chunks (ArrayN rows, the hazard unit), so the sets do not share one.
   const uint64_t cap = std::max<uint64_t>(round_down(std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096}), an),
                                           std::min<uint64_t>({p.acc_depth / 6, p.ub_depth / 4, 4096, an}));
@@ -375,7 +393,7 @@ void DeviceTrainer::Impl::emit_update(StepBuilder& sb, size_t master, size_t gra
     }
     sb.compute(std::move(v), reads, sb.acc(dst, rows));
   };
-  for (uint64_t r0 = 0; r0 < total; r0 += cap, ++set) {
+  for (uint64_t r0 = row_begin; r0 < total; r0 += cap, ++set) {
     const uint64_t rows = std::min(cap, total - r0);
     const uint64_t base = (set % 2) * 3 * cap;
     const uint64_t mreg = base, greg = base + cap, vreg = base + 2 * cap;
@@ -764,6 +782,118 @@ uint64_t DeviceTrainer::apply_update(size_t l) {
   Impl& im = *impl_;
   im.compile_split();
   return im.run_code(im.layer_update.at(l));
+}
+
+DeviceTrainer::Impl::ShardRows DeviceTrainer::Impl::shard_rows(size_t l, size_t shard, size_t shards) const {
+  if (shards < 1 || shard >= shards) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: update shard {} of {}", shard, shards));
+  }
+  const LayerBufs& b = lay.layers.at(l);
+  const uint64_t an4 = 4 * uint64_t{an};
+  const uint64_t tw = lay.sizes[b.wm] / an4, tb = b.bm != kNone ? lay.sizes[b.bm] / an4 : 0;
+  const auto cut = [&](uint64_t total, size_t i) { return total * i / shards; };
+  return ShardRows{cut(tw, shard), cut(tw, shard + 1), cut(tb, shard), cut(tb, shard + 1)};
+}
+
+const std::vector<isa::Word>& DeviceTrainer::Impl::shard_update_code(size_t l, size_t shard, size_t shards) {
+  (void)shard_rows(l, shard, shards);  // checks the arguments
+  auto& progs_s = shard_updates[shards];
+  if (progs_s.empty()) progs_s.resize(model.layers.size());
+  auto& per = progs_s.at(l);
+  if (per.empty()) {
+    per.resize(shards);
+    for (size_t s = 0; s < shards; ++s) {
+      const ShardRows q = shard_rows(l, s, shards);
+      const LayerBufs& b = lay.layers[l];
+      StepBuilder sb(dev.info().params, bufs.size());
+      uint64_t set = 0;
+      emit_update_rows(sb, b.wm, b.g, b.v, b.wb, q.w0, q.w1, set);
+      if (b.bm != kNone) emit_update_rows(sb, b.bm, b.bg, b.bv, kNone, q.b0, q.b1, set);
+      per[s] = sb.finish().code;
+    }
+  }
+  return per[shard];
+}
+
+uint64_t DeviceTrainer::apply_update_shard(size_t l, size_t shard, size_t shards) {
+  Impl& im = *impl_;
+  if (shards == 1) return apply_update(l);  // the same program
+  return im.run_code(im.shard_update_code(l, shard, shards));
+}
+
+uint64_t DeviceTrainer::gradient_shard_elems(size_t l, size_t shard, size_t shards) const {
+  const Impl::ShardRows r = impl_->shard_rows(l, shard, shards);
+  return impl_->an * (r.w1 - r.w0 + r.b1 - r.b0);
+}
+
+void DeviceTrainer::write_gradient_shard(size_t l, size_t shard, size_t shards, std::span<const float> grad) {
+  Impl& im = *impl_;
+  const LayerBufs& b = im.lay.layers.at(l);
+  if (grad.size() != gradient_elems(l)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: layer {} gradient has {} values, expected {}",
+                                                         l, grad.size(), gradient_elems(l)));
+  }
+  const Impl::ShardRows r = im.shard_rows(l, shard, shards);
+  const uint64_t an = im.an, wbytes = im.lay.sizes[b.wm];
+  if (r.w1 > r.w0) im.dev.write(im.bufs[b.g], 4 * an * r.w0, grad.data() + an * r.w0, 4 * an * (r.w1 - r.w0));
+  if (b.bm != kNone && r.b1 > r.b0) {
+    im.dev.write(im.bufs[b.bg], 4 * an * r.b0, grad.data() + wbytes / 4 + an * r.b0, 4 * an * (r.b1 - r.b0));
+  }
+}
+
+namespace {
+// A shard's pieces of layer l's variables: (buffer, byte offset, bytes), in a fixed order.
+struct Piece {
+  size_t buf;
+  uint64_t off, bytes;
+};
+
+std::vector<Piece> shard_pieces(const LayerBufs& b, uint64_t an, uint64_t w0, uint64_t w1, uint64_t b0,
+                                       uint64_t b1) {
+  std::vector<Piece> v;
+  if (w1 > w0) {
+    v.push_back({b.wm, 4 * an * w0, 4 * an * (w1 - w0)});
+    v.push_back({b.wb, 2 * an * w0, 2 * an * (w1 - w0)});
+    v.push_back({b.v, 4 * an * w0, 4 * an * (w1 - w0)});
+  }
+  if (b.bm != kNone && b1 > b0) {
+    v.push_back({b.bm, 4 * an * b0, 4 * an * (b1 - b0)});
+    v.push_back({b.bv, 4 * an * b0, 4 * an * (b1 - b0)});
+  }
+  return v;
+}
+}  // namespace
+
+std::vector<uint8_t> DeviceTrainer::shard_bytes(size_t l, size_t shard, size_t shards) const {
+  const Impl& im = *impl_;
+  const Impl::ShardRows r = im.shard_rows(l, shard, shards);
+  const std::vector<Piece> ps = shard_pieces(im.lay.layers.at(l), im.an, r.w0, r.w1, r.b0, r.b1);
+  uint64_t total = 0;
+  for (const Piece& p : ps) total += p.bytes;
+  std::vector<uint8_t> out(total);
+  uint64_t off = 0;
+  for (const Piece& p : ps) {
+    im.dev.read(im.bufs[p.buf], p.off, out.data() + off, p.bytes);
+    off += p.bytes;
+  }
+  return out;
+}
+
+void DeviceTrainer::load_shard_bytes(size_t l, size_t shard, size_t shards, std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  const Impl::ShardRows r = im.shard_rows(l, shard, shards);
+  const std::vector<Piece> ps = shard_pieces(im.lay.layers.at(l), im.an, r.w0, r.w1, r.b0, r.b1);
+  uint64_t total = 0;
+  for (const Piece& p : ps) total += p.bytes;
+  if (bytes.size() != total) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: layer {} shard {} of {}: {} bytes, expected {}",
+                                                         l, shard, shards, bytes.size(), total));
+  }
+  uint64_t off = 0;
+  for (const Piece& p : ps) {
+    im.dev.write(im.bufs[p.buf], p.off, bytes.data() + off, p.bytes);
+    off += p.bytes;
+  }
 }
 
 namespace {

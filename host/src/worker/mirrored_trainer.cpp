@@ -199,6 +199,9 @@ struct UpdateOut {
   uint64_t cycles = 0;
   uint64_t broadcast_bytes = 0;
   double broadcast_s = 0;
+  std::vector<std::vector<uint8_t>> shard;  // sharded update: this device's updated shard per layer
+  uint64_t shard_bytes = 0;                 // updated shards written into this replica
+  double shard_s = 0;                       // reading its shard and writing the others'
 };
 
 // Softmax cross-entropy of one row with the gradient divided by the step's rows (as
@@ -629,24 +632,43 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   st.reduce_seconds = ctx->reduce_s;
   st.compute_seconds = seconds(ctx->t0, t_compute);
 
-  // Update phase: every replica the same reduced gradient, the same program.
-  const auto update = [&im, ctx, L](DeviceSlot& s) {
+  // Update phase: every replica the same reduced gradient. Sharded (P·K > 1, the default): replica
+  // g = rank·K + d updates shard g of P·K of every layer (ZeRO-1 style), then the updated shards
+  // are copied into every other replica (across ranks by one allgather), so each replica again
+  // holds all variables, bit-identical to the whole update. Not sharded: every replica runs the
+  // whole update program.
+  const size_t S = im.opts.shard_update ? replicas : 1;
+  const size_t g0 = S > 1 ? R * im.K : 0;  // this rank's first shard
+  const auto update = [&im, ctx, L, S, g0](DeviceSlot& s) {
     UpdateOut o;
     runtime::DeviceTrainer* t = replica(s);
     if (t == nullptr) {
       o.lost = true;
       return o;
     }
+    const size_t shard = S > 1 ? g0 + s.index : 0;
     for (size_t l = 0; l < L; ++l) {
       im.hook(s, fmt::format("update layer {}", l));
       const auto w0 = Clock::now();
-      t->write_gradient(l, ctx->root(l));
+      if (S > 1) {
+        t->write_gradient_shard(l, shard, S, ctx->root(l));
+        o.broadcast_bytes += 4 * t->gradient_shard_elems(l, shard, S);
+      } else {
+        t->write_gradient(l, ctx->root(l));
+        o.broadcast_bytes += 4 * ctx->root(l).size();
+      }
       const auto w1 = Clock::now();
       o.broadcast_s += seconds(w0, w1);
-      o.broadcast_bytes += 4 * ctx->root(l).size();
       im.span(s.index, fmt::format("broadcast layer {}", l), w0, w1);
-      o.cycles += t->apply_update(l);
+      o.cycles += t->apply_update_shard(l, shard, S);
       im.span(s.index, fmt::format("update layer {}", l), w1, Clock::now());
+    }
+    if (S > 1) {
+      const auto x0 = Clock::now();
+      for (size_t l = 0; l < L; ++l) o.shard.push_back(t->shard_bytes(l, shard, S));
+      const auto x1 = Clock::now();
+      o.shard_s += seconds(x0, x1);
+      im.span(s.index, "read updated shard", x0, x1);
     }
     return o;
   };
@@ -668,15 +690,145 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
       failed.emplace_back(d, e.what());
     }
   }
-  // A replica that failed during the update takes the updated variables of a healthy one.
-  for (const auto& [d, why] : failed) {
-    im.reload(d, why + ", during the update");
-    ++st.recoveries;
+  if (S == 1) {
+    // A replica that failed during the update takes the updated variables of a healthy one.
+    for (const auto& [d, why] : failed) {
+      im.reload(d, why + ", during the update");
+      ++st.recoveries;
+    }
+  } else {
+    // Only replica g ever updates shard g, so every other replica still holds shard g's starting
+    // values: reload a failed device from one of this rank's others and redo its shard. With
+    // several ranks an error here travels in the shards' allgather, as in the compute phase.
+    std::string error;
+    ErrorKind error_kind = ErrorKind::kInternal;
+    try {
+      for (auto [d, why] : failed) {
+        for (unsigned tries = 1;; ++tries) {
+          if (tries > im.opts.max_recoveries) {
+            throw Error(ErrorKind::kDeviceFault,
+                        fmt::format("mirrored training, step {}: device {} failed {} times in its update, last: {}",
+                                    im.steps + 1, d, tries - 1, why));
+          }
+          im.reload(d, why + ", during the update");
+          ++st.recoveries;
+          im.events.push_back(fmt::format("step {}: device {} redoes its update shard", im.steps + 1, d));
+          try {
+            uo[d] = im.worker.submit(update, TaskOptions{.device = d, .name = fmt::format("mirrored: update {}", d)})
+                        .get();
+            if (!uo[d].lost) break;
+            why = "its replica was lost in a device reset";
+          } catch (const Error& e) {
+            if (!is_device_failure(e.kind())) throw;
+            why = e.what();
+          }
+        }
+      }
+    } catch (const Error& e) {
+      if (P == 1) throw;
+      error = e.what();
+      error_kind = e.kind();
+    }
+    // shards[g][l]: replica g's updated shard of layer l.
+    std::vector<std::vector<std::vector<uint8_t>>> shards(S);
+    if (error.empty()) {
+      for (unsigned d = 0; d < im.K; ++d) shards[g0 + d] = std::move(uo[d].shard);
+    }
+    if (P > 1) {
+      const auto x0 = Clock::now();
+      Writer w;
+      if (!error.empty()) {
+        w.put<uint8_t>(1);
+        w.put<uint32_t>(static_cast<uint32_t>(error_kind));
+        w.put_array(error.data(), error.size());
+      } else {
+        w.put<uint8_t>(0);
+        for (unsigned d = 0; d < im.K; ++d) {
+          for (const std::vector<uint8_t>& b : shards[g0 + d]) w.put_array(b.data(), b.size());
+        }
+      }
+      std::vector<std::vector<uint8_t>> all;
+      try {
+        all = im.opts.collective->allgather(w.bytes);
+      } catch (const Error& e) {
+        if (!error.empty()) throw Error(error_kind, fmt::format("rank {}: {}", R, error));
+        throw Error(e.kind(), fmt::format("rank {}: mirrored training, step {}: {}", R, im.steps + 1, e.what()));
+      }
+      if (!error.empty()) throw Error(error_kind, fmt::format("rank {}: {}", R, error));
+      for (size_t q = 0; q < all.size(); ++q) {
+        Reader rd(all[q], static_cast<int>(q));
+        if (rd.get<uint8_t>() != 0) {
+          const auto kind = static_cast<ErrorKind>(rd.get<uint32_t>());
+          const std::vector<char> msg = rd.get_array<char>();
+          throw Error(kind, fmt::format("rank {}: {}", q, std::string(msg.begin(), msg.end())));
+        }
+      }
+      for (size_t q = 0; q < all.size(); ++q) {
+        if (q == R) continue;
+        st.exchange_bytes += all[q].size();
+        Reader rd(all[q], static_cast<int>(q));
+        (void)rd.get<uint8_t>();
+        for (size_t d = 0; d < im.K; ++d) {
+          for (size_t l = 0; l < L; ++l) shards[q * im.K + d].push_back(rd.get_array<uint8_t>());
+        }
+        if (!rd.done()) throw Error(ErrorKind::kInternal, fmt::format("mirrored: rank {} sent extra shard bytes", q));
+      }
+      const auto x1 = Clock::now();
+      st.exchange_seconds += seconds(x0, x1);
+      if (im.opts.trace) im.opts.trace(fmt::format("rank {}", R), "exchange shards", x0, x1);
+    }
+    // Every replica takes the other replicas' updated shards.
+    const auto take = [&im, &shards, L, S, g0](DeviceSlot& s) {
+      UpdateOut o;
+      runtime::DeviceTrainer* t = replica(s);
+      if (t == nullptr) {
+        o.lost = true;
+        return o;
+      }
+      const auto x0 = Clock::now();
+      for (size_t q = 0; q < S; ++q) {
+        if (q == g0 + s.index) continue;
+        for (size_t l = 0; l < L; ++l) {
+          t->load_shard_bytes(l, q, S, shards[q].at(l));
+          o.shard_bytes += shards[q][l].size();
+        }
+      }
+      const auto x1 = Clock::now();
+      o.shard_s = seconds(x0, x1);
+      im.span(s.index, "load updated shards", x0, x1);
+      return o;
+    };
+    std::vector<std::optional<std::future<UpdateOut>>> ts(im.K);
+    for (unsigned d = 0; d < im.K; ++d) {
+      ts[d] = im.worker.submit(take, TaskOptions{.device = d, .name = fmt::format("mirrored: shards {}", d)});
+    }
+    failed.clear();
+    for (unsigned d = 0; d < im.K; ++d) {
+      try {
+        const UpdateOut o = ts[d]->get();
+        uo[d].shard_bytes += o.shard_bytes;
+        uo[d].shard_s += o.shard_s;
+        if (o.lost) failed.emplace_back(d, "its replica was lost in a device reset");
+      } catch (const Error& e) {
+        if (!is_device_failure(e.kind())) {
+          drain(ts);
+          throw;
+        }
+        failed.emplace_back(d, e.what());
+      }
+    }
+    // Those that completed hold the whole updated state.
+    for (const auto& [d, why] : failed) {
+      im.reload(d, why + ", while taking the updated shards");
+      ++st.recoveries;
+    }
   }
   st.update_seconds = seconds(t_compute, Clock::now());
   for (unsigned d = 0; d < im.K; ++d) {
     st.broadcast_bytes += uo[d].broadcast_bytes;
     st.broadcast_seconds += uo[d].broadcast_s;
+    st.shard_bytes += uo[d].shard_bytes;
+    st.shard_seconds += uo[d].shard_s;
   }
 
   runtime::TrainStepReport r;
@@ -718,6 +870,8 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   tot.recoveries += st.recoveries;
   tot.exchange_bytes += st.exchange_bytes;
   tot.exchange_seconds += st.exchange_seconds;
+  tot.shard_bytes += st.shard_bytes;
+  tot.shard_seconds += st.shard_seconds;
   return r;
 }
 

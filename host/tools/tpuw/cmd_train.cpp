@@ -575,6 +575,8 @@ int train_command(const TrainOpts& o) {
       j["ranks"] = mpi ? mpi->size() : 1;
       j["exchange_bytes_per_step"] = static_cast<double>(ms.exchange_bytes) * per;
       j["exchange_seconds_per_step"] = ms.exchange_seconds * per;
+      j["shard_bytes_per_step"] = static_cast<double>(ms.shard_bytes) * per;
+      j["shard_seconds_per_step"] = ms.shard_seconds * per;
       j["events"] = mirrored->events();
     }
     std::cout << j.dump(2) << "\n";

@@ -238,6 +238,65 @@ TEST(MirroredTrainer, FaultedDeviceIsReloadedAndTheStepRedone) {
   }
 }
 
+TEST(MirroredTrainer, ShardedUpdateIsTheWholeUpdate) {
+  // The update sharded over K devices (the default) gives the bits of every device running the
+  // whole update, for shards that do not divide the rows evenly (K = 3; N = 16 and 4, so some
+  // bias shards are empty), and costs each device about 1/K of the update's cycles.
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  for (uint32_t an : {16u, 4u}) {
+    for (unsigned k : {2u, 3u}) {
+      const std::string what = fmt::format("N={} K={}", an, k);
+      MirroredOptions whole = chunks(6);
+      whole.shard_update = false;
+      Worker w1(worker_options(k, an));
+      MirroredTrainer a(w1, small_mlp(21), kBatch, kSgd, whole);
+      const TrainRun want = train(a);
+      Worker w2(worker_options(k, an));
+      MirroredTrainer b(w2, small_mlp(21), kBatch, kSgd, chunks(6));
+      const TrainRun got = train(b);
+      expect_same_bits(want, got, what);
+      EXPECT_EQ(a.totals().shard_bytes, 0u) << what;
+      EXPECT_GT(b.totals().shard_bytes, 0u) << what;
+      EXPECT_LT(b.totals().broadcast_bytes, a.totals().broadcast_bytes) << what;
+      // A replica holding a stale shard would change the next steps' losses or gradients: the
+      // three steps compared above cover that every replica holds the whole updated state.
+      // Per step, the slowest device's update cycles shrink with K.
+      const Batch x = make_batch(kBatch, 77);
+      const uint64_t ua = a.step(x.x, x.y, kBatch).update_cycles, ub = b.step(x.x, x.y, kBatch).update_cycles;
+      EXPECT_LT(ub * (k - 1), ua) << what << ": " << ub << " vs " << ua;
+      const runtime::TrainState sa = a.state(), sb = b.state();
+      EXPECT_EQ(sa.params, sb.params) << what;
+    }
+  }
+}
+
+TEST(MirroredTrainer, FaultedDeviceInAShardedUpdateIsReloaded) {
+  // K = 3: a fault in device 2's (or device 0's) update shard; the others have finished theirs.
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  TrainRun clean;
+  {
+    Worker w(worker_options(1));
+    MirroredTrainer m(w, small_mlp(23), kBatch, kSgd, chunks(3));
+    clean = train(m);
+  }
+  for (const unsigned dev : {2u, 0u}) {
+    Worker w(worker_options(3));
+    auto inj = std::make_shared<Injector>(dev, 3, "update layer 1");
+    MirroredOptions o;
+    o.chunks = 3;
+    o.fault_hook = [inj](DeviceSlot& s, int64_t st, const std::string& ph) { (*inj)(s, st, ph); };
+    MirroredTrainer m(w, small_mlp(23), kBatch, kSgd, o);
+    const TrainRun got = train(m);
+    EXPECT_EQ(inj->fired.load(), 1);
+    expect_same_bits(clean, got, fmt::format("device {}", dev));
+    EXPECT_EQ(m.totals().recoveries, 1u);
+    ASSERT_EQ(m.events().size(), 2u);
+    EXPECT_NE(m.events()[0].find(fmt::format("step 3: device {} failed", dev)), std::string::npos) << m.events()[0];
+    EXPECT_NE(m.events()[1].find(fmt::format("device {} redoes its update shard", dev)), std::string::npos)
+        << m.events()[1];
+  }
+}
+
 TEST(MirroredTrainer, FaultWithoutAnotherReplicaFailsClearly) {
   if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
   Worker w(worker_options(1));
@@ -402,6 +461,21 @@ TEST(MirroredTrainer, AnErrorOnOneRankStopsEveryRank) {
   const std::vector<RankResult> got = train_ranks(2, 1, [](MirroredOptions& o, int rank) {
     if (rank != 1) return;
     auto inj = std::make_shared<Injector>(0, 2, "backward chunk 3 layer 0");
+    o.fault_hook = [inj](DeviceSlot& s, int64_t st, const std::string& ph) { (*inj)(s, st, ph); };
+  });
+  for (const RankResult& r : got) {
+    EXPECT_NE(r.error.find("rank 1: "), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("no other device holds a replica"), std::string::npos) << r.error;
+  }
+}
+
+TEST(MirroredTrainer, AnUpdateErrorOnOneRankStopsEveryRank) {
+  if (!has_features()) GTEST_SKIP() << "ref backend without FEATURES.BF16/TRANSPOSE";
+  // The update is sharded over the ranks' replicas: a fault in rank 1's update shard (one device,
+  // nothing to reload from) travels in the shards' allgather.
+  const std::vector<RankResult> got = train_ranks(2, 1, [](MirroredOptions& o, int rank) {
+    if (rank != 1) return;
+    auto inj = std::make_shared<Injector>(0, 2, "update layer 1");
     o.fault_hook = [inj](DeviceSlot& s, int64_t st, const std::string& ph) { (*inj)(s, st, ph); };
   });
   for (const RankResult& r : got) {

@@ -95,6 +95,19 @@ class DeviceTrainer final : public Trainer {
   /// Runs layer l's SGD update program on the gradient in device memory (masters, momentum, bf16
   /// copy); returns its cycles.
   uint64_t apply_update(size_t l);
+  /// The update sharded over `shards` replicas (ZeRO-1 style, docs/scaling.md): shard s of layer l
+  /// is the flat rows [s·R/shards, (s+1)·R/shards) of each of its padded fp32 arrays (R rows of
+  /// ArrayN values; weight and bias cut alike), the bf16 copy alongside. The update is elementwise,
+  /// so every shard's values are the bits the whole update gives. apply_update_shard runs the
+  /// update program restricted to that shard (shards == 1: apply_update) and returns its cycles;
+  /// write_gradient_shard writes that shard's part of `grad` (all gradient_elems(l) values);
+  /// shard_bytes / load_shard_bytes move that shard's masters, bf16 copy and momentum as raw bytes.
+  uint64_t apply_update_shard(size_t l, size_t shard, size_t shards);
+  void write_gradient_shard(size_t l, size_t shard, size_t shards, std::span<const float> grad);
+  /// Gradient values write_gradient_shard writes.
+  uint64_t gradient_shard_elems(size_t l, size_t shard, size_t shards) const;
+  std::vector<uint8_t> shard_bytes(size_t l, size_t shard, size_t shards) const;
+  void load_shard_bytes(size_t l, size_t shard, size_t shards, std::span<const uint8_t> bytes);
   /// The replica's variables as raw device bytes (every layer's fp32 masters, bf16 copies, fp32
   /// momentum, padding included), and the way back: what a reset replica reloads from a healthy one.
   std::vector<uint8_t> replica_bytes() const;

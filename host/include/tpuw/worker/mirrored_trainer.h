@@ -63,6 +63,11 @@ struct MirroredOptions {
   /// (from 1) and a phase name: "forward chunk C", "backward chunk C layer L", "update layer L".
   /// Tests inject faults here (SimControl).
   std::function<void(DeviceSlot& slot, int64_t step, const std::string& phase)> fault_hook;
+  /// Shard the update over the K devices (ZeRO-1 style, docs/scaling.md): device d updates 1/K of
+  /// every layer's variables, then the updated shards are copied into every other replica, so each
+  /// device again holds a whole replica. The bits are those of the whole update on every device
+  /// (false), which costs every device the whole update program.
+  bool shard_update = true;
   /// Other processes training the same model on the same data (nullptr: this process alone). Must
   /// outlive the trainer.
   Collective* collective = nullptr;
@@ -90,8 +95,12 @@ struct MirroredStats {
   uint64_t recoveries = 0;       ///< device parts redone after a fault
   uint64_t exchange_bytes = 0;   ///< bytes received from other ranks (tree nodes, losses)
   double exchange_seconds = 0;   ///< in the ranks' allgather (packing and unpacking included)
-  /// gather + reduce + broadcast + exchange.
-  double comm_seconds() const { return gather_seconds + reduce_seconds + broadcast_seconds + exchange_seconds; }
+  uint64_t shard_bytes = 0;      ///< sharded update: updated variables copied between replicas
+  double shard_seconds = 0;      ///< sharded update: reading and writing those (summed over devices)
+  /// gather + reduce + broadcast + exchange + shard.
+  double comm_seconds() const {
+    return gather_seconds + reduce_seconds + broadcast_seconds + exchange_seconds + shard_seconds;
+  }
   /// hidden / comm (0 without communication), at most 1.
   double hidden_fraction() const { return fraction(hidden_seconds, comm_seconds()); }
   /// hidden / reduce: how much of the host reduction itself ran behind the devices' compute, at
