@@ -103,6 +103,8 @@ struct DeviceTrainer::Impl {
   std::vector<std::vector<isa::Word>> layer_backward, layer_update;
   // Sharded update programs: shard_updates[shards][l][shard], compiled on first use.
   std::map<size_t, std::vector<std::vector<std::vector<isa::Word>>>> shard_updates;
+  // The stage split (pipeline training): per layer the forward GEMM, compiled on first use.
+  std::vector<std::vector<isa::Word>> layer_forward;
 
   Impl(Device& d, compiler::TrainModel m, int64_t b, const SgdConfig& s, const DeviceTrainerSchedule& o)
       : dev(d), model(std::move(m)), batch(b), sgd(s), opts(o) {}
@@ -112,6 +114,8 @@ struct DeviceTrainer::Impl {
   uint64_t cp() const { return round_up(static_cast<uint64_t>(model.classes()), an); }
 
   void compile();
+  void emit_forward_layer(StepBuilder& sb, size_t l) const;
+  std::vector<size_t> stash_buffers(size_t l0, size_t l1) const;
   /// Local rows of one dZ column block: the gradient, Z, the bias rows (gradient, master,
   /// momentum) and the UB rows of its bf16 copy.
   struct DzArea {
@@ -148,24 +152,7 @@ void DeviceTrainer::Impl::compile() {
   // Forward.
   {
     StepBuilder sb(params, bufs.size());
-    for (size_t l = 0; l < L; ++l) {
-      const compiler::TrainLayer& ly = model.layers[l];
-      const LayerBufs& b = lay.layers[l];
-      const bool last = l + 1 == L;
-      Bf16GemmSpec s;
-      s.shape = {bp, static_cast<uint64_t>(ly.in), static_cast<uint64_t>(ly.out)};
-      s.trans_b = ly.weight_out_in;
-      s.bias = !ly.bias.empty();
-      s.bf16_out = !last;
-      s.relu = !last && ly.relu;
-      s.z_out = s.relu;
-      const size_t a = l == 0 ? lay.x0 : lay.layers[l - 1].h;
-      const size_t c = last ? lay.logits : b.h;
-      Bf16GemmAddrs ad{addr(a), addr(b.wb), addr(c), s.bias ? addr(b.bm) : 0, s.z_out ? addr(b.z) : 0};
-      detail::Bf16GemmHostBufs hb{a, b.wb, c, s.bias ? std::optional<size_t>(b.bm) : std::nullopt,
-                                  s.z_out ? std::optional<size_t>(b.z) : std::nullopt};
-      detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, s), ad, hb);
-    }
+    for (size_t l = 0; l < L; ++l) emit_forward_layer(sb, l);
     progs[0] = sb.finish().code;
   }
   // Backward, and backward with the update fused.
@@ -185,6 +172,29 @@ void DeviceTrainer::Impl::compile() {
     }
     progs[2] = sb.finish().code;
   }
+}
+
+// Layer l's forward GEMM: X . op(W_bf16) with the fp32 bias preloaded, ReLU and bf16 rounding by
+// ACTIVATE into the next layer's input (and the fp32 Z kept for the ReLU derivative); fp32 logits
+// for the last layer. The forward program is these in layer order; the stage split runs one alone.
+void DeviceTrainer::Impl::emit_forward_layer(StepBuilder& sb, size_t l) const {
+  const DeviceParams& params = dev.info().params;
+  const compiler::TrainLayer& ly = model.layers[l];
+  const LayerBufs& b = lay.layers[l];
+  const bool last = l + 1 == model.layers.size();
+  Bf16GemmSpec s;
+  s.shape = {bp, static_cast<uint64_t>(ly.in), static_cast<uint64_t>(ly.out)};
+  s.trans_b = ly.weight_out_in;
+  s.bias = !ly.bias.empty();
+  s.bf16_out = !last;
+  s.relu = !last && ly.relu;
+  s.z_out = s.relu;
+  const size_t a = l == 0 ? lay.x0 : lay.layers[l - 1].h;
+  const size_t c = last ? lay.logits : b.h;
+  Bf16GemmAddrs ad{addr(a), addr(b.wb), addr(c), s.bias ? addr(b.bm) : 0, s.z_out ? addr(b.z) : 0};
+  detail::Bf16GemmHostBufs hb{a, b.wb, c, s.bias ? std::optional<size_t>(b.bm) : std::nullopt,
+                              s.z_out ? std::optional<size_t>(b.z) : std::nullopt};
+  detail::emit_gemm_bf16(sb, plan_gemm_bf16(params, s), ad, hb);
 }
 
 void DeviceTrainer::Impl::emit_backward(StepBuilder& sb, bool fused) const {
@@ -932,6 +942,130 @@ void DeviceTrainer::load_replica_bytes(std::span<const uint8_t> bytes) {
   }
   uint64_t off = 0;
   for (size_t i : replica_buffers(im.lay)) {
+    im.dev.write(im.bufs[i], 0, bytes.data() + off, im.lay.sizes[i]);
+    off += im.lay.sizes[i];
+  }
+}
+
+// --- The stage split (pipeline training) ---
+
+void DeviceTrainer::write_input(std::span<const float> inputs, int64_t rows) { impl_->write_input(inputs, rows); }
+
+uint64_t DeviceTrainer::forward_layer(size_t l) {
+  Impl& im = *impl_;
+  if (im.layer_forward.empty()) {
+    std::vector<std::vector<isa::Word>> fwd(im.model.layers.size());
+    for (size_t k = 0; k < fwd.size(); ++k) {
+      StepBuilder sb(im.dev.info().params, im.bufs.size());
+      im.emit_forward_layer(sb, k);
+      fwd[k] = sb.finish().code;
+    }
+    im.layer_forward = std::move(fwd);
+  }
+  return im.run_code(im.layer_forward.at(l));
+}
+
+std::vector<float> DeviceTrainer::read_logits(int64_t rows) const {
+  const Impl& im = *impl_;
+  if (rows < 1 || rows > im.batch) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: {} logit rows (batch {})", rows, im.batch));
+  }
+  std::vector<float> p(static_cast<size_t>(rows) * im.cp());
+  im.dev.read(im.bufs[im.lay.logits], 0, p.data(), p.size() * 4);
+  return unpad_f32(p, static_cast<uint64_t>(rows), static_cast<uint64_t>(im.model.classes()), im.an);
+}
+
+namespace {
+// Layer l's buffer `which` (h or dx), or Error(kInvalidArgument) naming what the layer lacks.
+size_t stage_buffer(const Layout& lay, size_t l, bool dx) {
+  if (l >= lay.layers.size()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: no layer {} ({} layers)", l, lay.layers.size()));
+  }
+  const size_t i = dx ? lay.layers[l].dx : lay.layers[l].h;
+  if (i == kNone) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("device trainer: layer {} has no {} at a stage boundary", l,
+                            dx ? "input gradient (it is the first)" : "activation output (it is the last)"));
+  }
+  return i;
+}
+}  // namespace
+
+std::vector<uint8_t> DeviceTrainer::read_activation(size_t l) const {
+  const Impl& im = *impl_;
+  const size_t i = stage_buffer(im.lay, l, false);
+  std::vector<uint8_t> v(im.lay.sizes[i]);
+  im.dev.read(im.bufs[i], 0, v.data(), v.size());
+  return v;
+}
+
+void DeviceTrainer::write_activation(size_t l, std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  const size_t i = stage_buffer(im.lay, l, false);
+  if (bytes.size() != im.lay.sizes[i]) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: layer {} activation of {} bytes, expected {}",
+                                                         l, bytes.size(), im.lay.sizes[i]));
+  }
+  im.dev.write(im.bufs[i], 0, bytes.data(), bytes.size());
+}
+
+std::vector<uint8_t> DeviceTrainer::read_input_grad(size_t l) const {
+  const Impl& im = *impl_;
+  const size_t i = stage_buffer(im.lay, l, true);
+  std::vector<uint8_t> v(im.lay.sizes[i]);
+  im.dev.read(im.bufs[i], 0, v.data(), v.size());
+  return v;
+}
+
+void DeviceTrainer::write_input_grad(size_t l, std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  const size_t i = stage_buffer(im.lay, l, true);
+  if (bytes.size() != im.lay.sizes[i]) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("device trainer: layer {} input gradient of {} bytes, "
+                                                         "expected {}", l, bytes.size(), im.lay.sizes[i]));
+  }
+  im.dev.write(im.bufs[i], 0, bytes.data(), bytes.size());
+}
+
+std::vector<size_t> DeviceTrainer::Impl::stash_buffers(size_t l0, size_t l1) const {
+  if (l0 >= l1 || l1 > lay.layers.size()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("device trainer: layers [{}, {}) are not a stage of {} layers", l0, l1, lay.layers.size()));
+  }
+  std::vector<size_t> v{l0 == 0 ? lay.x0 : lay.layers[l0 - 1].h};
+  for (size_t l = l0; l < l1; ++l) {
+    if (l + 1 < l1) v.push_back(lay.layers[l].h);
+    if (lay.layers[l].z != kNone) v.push_back(lay.layers[l].z);
+  }
+  return v;
+}
+
+std::vector<uint8_t> DeviceTrainer::stash_activations(size_t l0, size_t l1) const {
+  const Impl& im = *impl_;
+  const std::vector<size_t> bs = im.stash_buffers(l0, l1);
+  uint64_t total = 0;
+  for (size_t i : bs) total += im.lay.sizes[i];
+  std::vector<uint8_t> out(total);
+  uint64_t off = 0;
+  for (size_t i : bs) {
+    im.dev.read(im.bufs[i], 0, out.data() + off, im.lay.sizes[i]);
+    off += im.lay.sizes[i];
+  }
+  return out;
+}
+
+void DeviceTrainer::restore_activations(size_t l0, size_t l1, std::span<const uint8_t> bytes) {
+  Impl& im = *impl_;
+  const std::vector<size_t> bs = im.stash_buffers(l0, l1);
+  uint64_t total = 0;
+  for (size_t i : bs) total += im.lay.sizes[i];
+  if (bytes.size() != total) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("device trainer: stash of layers [{}, {}) has {} bytes, expected {}", l0, l1, bytes.size(),
+                            total));
+  }
+  uint64_t off = 0;
+  for (size_t i : bs) {
     im.dev.write(im.bufs[i], 0, bytes.data() + off, im.lay.sizes[i]);
     off += im.lay.sizes[i];
   }

@@ -296,6 +296,10 @@ std::vector<float> tree_sum(std::vector<std::vector<float>> parts) {
   return std::move(parts[0]);
 }
 
+double softmax_cross_entropy_row(const float* z, int64_t label, int64_t classes, int64_t step_rows, float* grad) {
+  return row_loss(z, label, classes, step_rows, grad);
+}
+
 struct MirroredTrainer::Impl {
   Worker& worker;
   compiler::TrainModel model;

@@ -2,13 +2,14 @@
 //            [--weight-decay WD] --output TRAINED.onnx [--backend rtl|ref|host] [--validate XV.npy
 //            --validate-labels YV.npy] [--checkpoint DIR [--checkpoint-every STEPS]] [--resume DIR]
 //            [--shuffle --seed S] [--limit N] [--json] [--progress]
-//            [--devices K --strategy mirrored [--chunks C]]
+//            [--devices K --strategy mirrored|pipeline [--chunks C]]
 //
 //   1. check every option and input before anything runs (exit 2, nothing written): the model is
 //      trainable (runtime::describe_trainable names the node otherwise), inputs float32 with the
 //      model's input shape and finite, labels integer classes of the model, the same row count
 //   2. build the trainer: HostFloatTrainer (host) or runtime::make_device_trainer (rtl, ref), or
-//      with --devices K a worker::MirroredTrainer on a K-device worker::Worker (docs/scaling.md)
+//      with --devices K a worker::MirroredTrainer or worker::PipelineTrainer on a K-device
+//      worker::Worker (docs/scaling.md)
 //   3. --resume: the checkpoint's state and position (tpuw/runtime/train_checkpoint.h)
 //   4. epochs of steps of --batch rows (the last one partial) in file order or, with --shuffle, in
 //      the order of a seeded Fisher-Yates shuffle per epoch; checkpoints as asked; a loss that is
@@ -43,6 +44,7 @@
 #include "tpuw/runtime/train_checkpoint.h"
 #include "tpuw/sim_control.h"
 #include "tpuw/worker/mirrored_trainer.h"
+#include "tpuw/worker/pipeline_trainer.h"
 #include "tpuw/worker/worker.h"
 
 namespace tpuw::cli {
@@ -274,12 +276,28 @@ int train_command(const TrainOpts& o) {
   }
   const runtime::SgdConfig sgd{o.lr, o.momentum, o.weight_decay};
   runtime::check_sgd_config(sgd);
+  const bool pipeline = o.strategy == "pipeline";
   if (o.devices > 0) {
-    if (o.strategy != "mirrored") {
-      throw Error(ErrorKind::kUnsupported, fmt::format("--strategy {}: not implemented yet (mirrored is)", o.strategy));
+    if (o.strategy != "mirrored" && !pipeline) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--strategy {}: expected mirrored or pipeline", o.strategy));
     }
     if (o.backend == "host") throw Error(ErrorKind::kInvalidArgument, "--devices needs a device backend (rtl or ref)");
-    if (o.chunks < 1 || o.chunks > o.batch || o.chunks % o.devices != 0) {
+    if (pipeline) {
+      // --chunks is the micro-batch count: the same chunks, the same fixed sum, the same weights as
+      // --strategy mirrored --chunks C on any K.
+      if (o.chunks < 1 || o.chunks > o.batch) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--chunks {}: the micro-batches per batch must be in [1, --batch {}]", o.chunks, o.batch));
+      }
+      if (!o.inject_fault.empty()) {
+        throw Error(ErrorKind::kUnsupported,
+                    "--inject-fault: pipeline training does not recover from device faults (each stage holds the only "
+                    "copy of its layers); use --strategy mirrored, or resume a pipeline run from a --checkpoint");
+      }
+      if (launched_by_mpirun()) {
+        throw Error(ErrorKind::kUnsupported, "--strategy pipeline runs in one process: not under mpirun (use mirrored)");
+      }
+    } else if (o.chunks < 1 || o.chunks > o.batch || o.chunks % o.devices != 0) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("--chunks {}: must be in [1, --batch {}] and a multiple of --devices {}", o.chunks,
                               o.batch, o.devices));
@@ -338,7 +356,28 @@ int train_command(const TrainOpts& o) {
   auto compile_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
                                             "compile + upload parameters");
   worker::MirroredTrainer* mirrored = nullptr;
-  if (o.devices > 0) {
+  worker::PipelineTrainer* piped = nullptr;
+  if (o.devices > 0 && pipeline) {
+    compiler::TrainModel model = compiler::build_training_model(compiler::import_onnx_graph(model_bytes, o.model));
+    if (o.devices > model.layers.size()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("--devices {} --strategy pipeline: the model has {} layers, at most one stage per layer",
+                              o.devices, model.layers.size()));
+    }
+    worker::WorkerOptions wo;
+    wo.backend = o.backend;
+    wo.devices = o.devices;
+    wo.max_attempts = 1;  // a stage's variables exist only on its device: no retry elsewhere
+    wo.config.array_n = o.array_n;
+    const uint64_t need = worker::PipelineTrainer::memory_bytes(model, o.batch, o.chunks, o.array_n) + (16ull << 20);
+    wo.config.memory.size =
+        std::max<uint64_t>(wo.config.memory.size, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+    workers = std::make_unique<worker::Worker>(wo);
+    auto pt = std::make_unique<worker::PipelineTrainer>(*workers, std::move(model), o.batch, sgd,
+                                                        worker::PipelineOptions{.micro_batches = o.chunks});
+    piped = pt.get();
+    trainer = std::move(pt);
+  } else if (o.devices > 0) {
     compiler::TrainModel model = compiler::build_training_model(compiler::import_onnx_graph(model_bytes, o.model));
     worker::WorkerOptions wo;
     wo.backend = o.backend;
@@ -579,6 +618,34 @@ int train_command(const TrainOpts& o) {
       j["shard_seconds_per_step"] = ms.shard_seconds * per;
       j["events"] = mirrored->events();
     }
+    if (piped != nullptr) {
+      // Busy fractions of the steady state: the last full-batch step (every full step has the same
+      // cycles); the totals include a short last batch.
+      const worker::PipelineStats& ps = piped->last_full_step().steps > 0 ? piped->last_full_step() : piped->totals();
+      const worker::PipelineStats& pt = piped->totals();
+      j["devices"] = o.devices;
+      j["strategy"] = o.strategy;
+      j["chunks"] = o.chunks;
+      j["micro_batches"] = piped->micro_batches();
+      j["micro_rows"] = piped->micro_rows();
+      json js = json::array();
+      for (const worker::PipelineStage& sg : piped->stages()) {
+        js.push_back({{"device", sg.device},
+                      {"layers", {sg.first_layer, sg.first_layer + sg.layers - 1}},
+                      {"macs_per_row", sg.macs_per_row},
+                      {"busy_cycles_per_step", ps.steps > 0 ? static_cast<double>(ps.busy_cycles[sg.device]) /
+                                                                  static_cast<double>(ps.steps)
+                                                            : 0.0},
+                      {"busy_fraction", ps.busy_fraction(sg.device)}});
+      }
+      j["stages"] = js;
+      j["steady_cycles_per_step"] =
+          static_cast<double>(ps.step_cycles) / static_cast<double>(std::max<int64_t>(ps.steps, 1));
+      j["bubble_fraction"] = ps.bubble_fraction();
+      j["boundary_bytes_per_step"] = static_cast<double>(pt.boundary_bytes) * per;
+      j["stash_bytes_per_step"] = static_cast<double>(pt.stash_bytes) * per;
+      j["gather_bytes_per_step"] = static_cast<double>(pt.gather_bytes) * per;
+    }
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
@@ -605,6 +672,20 @@ int train_command(const TrainOpts& o) {
                1e3 * ms.hidden_seconds * per, 100.0 * ms.hidden_fraction(), 1e3 * ms.reduce_seconds * per,
                100.0 * ms.reduce_hidden_fraction(), ms.recoveries);
     for (const std::string& ev : mirrored->events()) fmt::print("  {}\n", ev);
+  }
+  if (piped != nullptr) {
+    const worker::PipelineStats& ps = piped->last_full_step().steps > 0 ? piped->last_full_step() : piped->totals();
+    const worker::PipelineStats& pt = piped->totals();
+    std::string stages;
+    for (const worker::PipelineStage& sg : piped->stages()) {
+      stages += fmt::format("{}device {} layers {}-{} busy {:.3f}", stages.empty() ? "" : ", ", sg.device,
+                            sg.first_layer, sg.first_layer + sg.layers - 1, ps.busy_fraction(sg.device));
+    }
+    fmt::print("pipeline on {} devices, {} micro-batches of {} rows: {} (steady state, {:.0f} cycles per step); bubble "
+               "{:.3f}; per step {:.0f} bytes across stage boundaries, {:.0f} bytes stashed\n",
+               o.devices, piped->micro_batches(), piped->micro_rows(), stages,
+               static_cast<double>(ps.step_cycles) / static_cast<double>(std::max<int64_t>(ps.steps, 1)),
+               ps.bubble_fraction(), static_cast<double>(pt.boundary_bytes) * per, static_cast<double>(pt.stash_bytes) * per);
   }
   if (!o.checkpoint.empty()) fmt::print("checkpoint: {} (step {})\n", o.checkpoint, st.steps);
   fmt::print("trained model -> {} ({} initializers updated)\n", o.output, st.params.size());
@@ -656,13 +737,14 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
   sub->add_flag("--progress", o->progress, "show the progress bar on stderr even when it is not a terminal");
   sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
   sub->add_option("--devices", o->devices,
-                  "train on K devices with mirrored variables (rtl, ref; docs/scaling.md); 0: one device, the fused "
-                  "step")
+                  "train on K devices (rtl, ref; docs/scaling.md): mirrored variables, or pipeline stages; 0: one "
+                  "device, the fused step")
       ->capture_default_str();
-  sub->add_option("--strategy", o->strategy, "multi-device strategy: mirrored")->capture_default_str();
+  sub->add_option("--strategy", o->strategy, "multi-device strategy: mirrored (replicas, batch sharded) or pipeline (layers "
+                  "split into stages, GPipe micro-batches)")->capture_default_str();
   sub->add_option("--chunks", o->chunks,
-                  "gradient chunks per batch with --devices (a multiple of K): the fixed reduction order, the same "
-                  "weights for every K")
+                  "gradient chunks per batch with --devices (mirrored: a multiple of K; pipeline: the micro-batches): "
+                  "the fixed reduction order, the same weights for every K and either strategy")
       ->capture_default_str();
   sub->add_option("--mpi-timeout", o->mpi_timeout,
                   "under mpirun: seconds a rank waits for the others in the gradient exchange before it ends the job")

@@ -2,7 +2,11 @@
 """tpuw train --devices K --strategy mirrored (docs/scaling.md), driven as a user would: the trained
 file is byte-identical for K = 1, 2, 4 with the same --chunks; an injected device fault is recovered
 (reported in --json, same bytes); a checkpoint written with K = 2 resumes with K = 4 to the same
-bytes; bad options exit 2; 2 rtl devices == 1 ref device (skipped without rtl). Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
+bytes; bad options exit 2; 2 rtl devices == 1 ref device (skipped without rtl). Pipeline training
+(--strategy pipeline, a 4-layer MLP made by examples/fashion_mnist/make_mlp.py): K = 1, 2, 4 stages
+byte-identical to mirrored on one device with the same --chunks, per-device busy fractions in --json;
+a K = 2 checkpoint resumes on K = 4; bad options (K > layers, --inject-fault) exit 2; 2 rtl stages ==
+1 ref device. Under `mpirun -np 2 --oversubscribe` (skipped when tpuw is built without
 MPI or mpirun is missing): 2 ranks x 1 and x 2 devices give the same bytes as one device, a rank whose
 device fails ends every rank with that rank's error (exit 4), a rank that exits ends the job.
 
@@ -78,7 +82,7 @@ elif CASE == "mirrored_resume":
 elif CASE == "mirrored_bad_options":
     for extra, want in ((["--devices", "4", "--chunks", "2"], "a multiple of --devices 4"),
                         (["--devices", "2", "--chunks", "128"], "--chunks 128"),
-                        (["--devices", "2", "--strategy", "pipeline"], "--strategy pipeline: not implemented"),
+                        (["--devices", "2", "--strategy", "ring"], "--strategy ring: expected mirrored or pipeline"),
                         (["--inject-fault", "0:1:forward chunk 0"], "--inject-fault needs --devices")):
         rc, so, se = train(out("bad.onnx"), *extra)
         expect(rc == 2 and want in se, f"{extra}: exit {rc}, stderr {se}")
@@ -86,6 +90,68 @@ elif CASE == "mirrored_bad_options":
     rc, so, se = cli.run("train", MODEL, "--input", X, "--labels", Y, "--output", out("bad.onnx"), "--backend",
                          "host", "--devices", "2")
     expect(rc == 2 and "--devices needs a device backend" in se, f"host: exit {rc}, stderr {se}")
+
+elif CASE.startswith("pipeline_"):
+    M4 = out("mlp4.onnx")
+    p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "fashion_mnist", "make_mlp.py"), M4, "--sizes",
+                        "64,48,32,24,10", "--seed", "1"], capture_output=True, text=True)
+    expect(p.returncode == 0, f"make_mlp.py: {p.stderr}")
+
+    def train4(out_, *extra, backend="ref"):
+        return cli.run("train", M4, "--input", X, "--labels", Y, "--output", out_, "--backend", backend, "-q",
+                       *HYPER, *extra)
+
+    def train4_ok(out_, *extra):
+        rc, so, se = train4(out_, *extra)
+        expect(rc == 0, f"{extra}: exit {rc}; stderr: {se}")
+        return so
+
+    if CASE == "pipeline_bits":
+        train4_ok(out("mirrored.onnx"), "--epochs", "2", "--devices", "1", "--chunks", "4")
+        for k in (1, 2, 4):
+            j = json.loads(train4_ok(out(f"p{k}.onnx"), "--epochs", "2", "--devices", str(k), "--strategy", "pipeline",
+                                     "--chunks", "4", "--json"))
+            expect(j["strategy"] == "pipeline" and j["devices"] == k and j["micro_batches"] == 4, f"{j}")
+            expect(j["micro_rows"] == 16 and j["steps"] == 10 and len(j["stages"]) == k, f"{j}")
+            layers = [lay for s in j["stages"] for lay in range(s["layers"][0], s["layers"][1] + 1)]
+            expect(layers == [0, 1, 2, 3], f"stages do not cover the layers in order: {j['stages']}")
+            for s in j["stages"]:
+                expect(0 < s["busy_fraction"] <= 1, f"{s}")
+            expect(0 <= j["bubble_fraction"] < 1, f"{j}")
+            expect((j["boundary_bytes_per_step"] > 0) == (k > 1), f"{j}")
+            expect(filecmp.cmp(out("mirrored.onnx"), out(f"p{k}.onnx"), shallow=False),
+                   f"pipeline K={k} != mirrored on one device")
+        so = train4_ok(out("human.onnx"), "--max-steps", "2", "--devices", "2", "--strategy", "pipeline", "--chunks",
+                       "4")
+        expect("pipeline on 2 devices, 4 micro-batches of 16 rows: device 0 layers 0-" in so and "bubble" in so, so)
+    elif CASE == "pipeline_resume":
+        train4_ok(out("full.onnx"), "--epochs", "2", "--devices", "2", "--strategy", "pipeline", "--chunks", "4")
+        ck = out("ck")
+        train4_ok(out("half.onnx"), "--epochs", "2", "--devices", "2", "--strategy", "pipeline", "--chunks", "4",
+                  "--checkpoint", ck, "--max-steps", "7")
+        train4_ok(out("resumed.onnx"), "--epochs", "2", "--devices", "4", "--strategy", "pipeline", "--chunks", "4",
+                  "--resume", ck)
+        expect(filecmp.cmp(out("full.onnx"), out("resumed.onnx"), shallow=False), "resumed on K=4 != K=2 throughout")
+    elif CASE == "pipeline_bad_options":
+        for extra, want in ((["--devices", "5"], "--devices 5 --strategy pipeline: the model has 4 layers"),
+                            (["--devices", "2", "--chunks", "65"], "--chunks 65"),
+                            (["--devices", "2", "--inject-fault", "0:1:forward chunk 0"],
+                             "pipeline training does not recover from device faults")):
+            rc, so, se = train4(out("bad.onnx"), "--strategy", "pipeline", *extra)
+            expect(rc == 2 and want in se, f"{extra}: exit {rc}, stderr {se}")
+            expect(not os.path.exists(out("bad.onnx")), f"{extra}: output written")
+    elif CASE == "pipeline_rtl":
+        # 3 steps on 2 rtl stages == 1 ref device, byte for byte.
+        train4_ok(out("ref.onnx"), "--max-steps", "3", "--devices", "1", "--chunks", "4")
+        rc, so, se = train4(out("rtl.onnx"), "--max-steps", "3", "--devices", "2", "--strategy", "pipeline",
+                            "--chunks", "4", backend="rtl")
+        if rc == 2 and "not available in this build" in se:
+            print("SKIP: the rtl backend is not built")
+            sys.exit(77)
+        expect(rc == 0, f"exit {rc}; stderr: {se}")
+        expect(filecmp.cmp(out("ref.onnx"), out("rtl.onnx"), shallow=False), "2 rtl stages != 1 ref device")
+    else:
+        sys.exit(f"unknown case {CASE}")
 
 elif CASE == "mirrored_rtl":
     # One short check on the verilated device: 3 steps on 2 rtl devices == 1 ref device, byte for byte.

@@ -113,6 +113,35 @@ class DeviceTrainer final : public Trainer {
   std::vector<uint8_t> replica_bytes() const;
   void load_replica_bytes(std::span<const uint8_t> bytes);
 
+  // --- The stage split for pipeline training (tpuw/worker/pipeline_trainer.h, docs/scaling.md) ---
+  // A pipeline stage holds a whole DeviceTrainer (the same buffer layout on every stage) but runs
+  // only its own layers, one micro-batch at a time: write_input() (first stage), forward_layer(l)
+  // for its layers (the forward program cut per layer: each layer the same GEMM, so the same bits),
+  // read_logits() (last stage) or read_activation() of its last layer to hand on; backward_layer()
+  // as in the split step above, with write_input_grad() of the layer above from the next stage and
+  // read_input_grad() of its first layer for the previous one. The boundary buffers travel as raw
+  // device bytes, padding included: exactly the bytes one device would have had there. The forward
+  // buffers a stage's backward reads are overwritten by the next micro-batch: stash_activations()
+  // after a micro-batch's forward and restore_activations() before its backward keep them per
+  // micro-batch (GPipe without recomputation).
+
+  /// Writes `rows` (<= batch) rows of model input (as forward_chunk does, without running anything).
+  void write_input(std::span<const float> inputs, int64_t rows);
+  /// The forward program of layer l alone (reads its input buffer, writes its output); its cycles.
+  uint64_t forward_layer(size_t l);
+  /// The last layer's fp32 logits, [rows, classes], of the last forward pass.
+  std::vector<float> read_logits(int64_t rows) const;
+  /// Layer l's bf16 output (layer l+1's input) as raw device bytes; l < layers() - 1.
+  std::vector<uint8_t> read_activation(size_t l) const;
+  void write_activation(size_t l, std::span<const uint8_t> bytes);
+  /// Layer l's fp32 input gradient dX as raw device bytes (what backward_layer(l - 1) reads); l > 0.
+  std::vector<uint8_t> read_input_grad(size_t l) const;
+  void write_input_grad(size_t l, std::span<const uint8_t> bytes);
+  /// The forward buffers the backward of layers [l0, l1) reads: the input of l0, the outputs of
+  /// l0 .. l1-2, the pre-activations of l0 .. l1-1.
+  std::vector<uint8_t> stash_activations(size_t l0, size_t l1) const;
+  void restore_activations(size_t l0, size_t l1, std::span<const uint8_t> bytes);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

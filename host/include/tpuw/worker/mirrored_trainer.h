@@ -118,6 +118,11 @@ struct MirroredStats {
 /// this header, fp32 round to nearest even. Exposed for tests and the MPI path.
 std::vector<float> tree_sum(std::vector<std::vector<float>> parts);
 
+/// The softmax cross-entropy of one row of logits `z` (`classes` values) with label `label`, and
+/// its gradient into `grad` divided by the step's rows: per row exactly what
+/// compiler::softmax_cross_entropy computes over the whole step. Shared with pipeline training.
+double softmax_cross_entropy_row(const float* z, int64_t label, int64_t classes, int64_t step_rows, float* grad);
+
 class MirroredTrainer final : public runtime::Trainer {
  public:
   /// Creates a replica of `model` (its initial parameters) on every device of `worker`, each for
