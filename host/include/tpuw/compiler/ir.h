@@ -111,6 +111,11 @@ enum class Op : uint8_t {
   kAveragePool,        // run as a convolution with identity weights / window size (conv.h)
   kGlobalAveragePool,
   kPad,                // constant zero padding of H and W: folded into the Conv / AveragePool after it
+  kSub,                // Sub/Mul/Div/BatchNormalization/Transpose: per-row affine maps, run as or
+  kMul,                // folded into dense layers (tpuw/compiler/feature_maps.h)
+  kDiv,
+  kBatchNormalization,
+  kTranspose,
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
   kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))
