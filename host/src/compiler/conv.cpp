@@ -579,7 +579,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   const ValueId input = g.inputs[0].value;
   const Dims& din = *g.value(input).shape;
   if (din.size() != 4) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("input '{}' has shape {}; a CNN's input is [batch, channels, height, "
+    g.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, "
                                                 "width]", g.value(input).name, dims_string(din)));
   }
   if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
@@ -614,7 +614,9 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
              "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
              "then Flatten/Reshape and dense layers");
     }
-    g.fail(ErrorKind::kUnsupported, "the model ends with a Conv; a CNN needs a Flatten and a dense head");
+    g.fail(ErrorKind::kUnsupported, *convs.back(),
+           fmt::format("is the model's last layer (graph output '{}'): a CNN ends in Flatten/Reshape and dense "
+                       "layers; feature-map outputs are not supported yet", g.outputs[0].name));
   }
   const Node& flat = g.nodes[i++];
   if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {

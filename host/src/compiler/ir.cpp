@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 23> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 28> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -67,6 +67,11 @@ constexpr std::array<std::pair<Op, std::string_view>, 23> kOpNames{{
     {Op::kGlobalAveragePool, "GlobalAveragePool"},
     {Op::kPad, "Pad"},
     {Op::kMaxPool, "MaxPool"},
+    {Op::kSub, "Sub"},
+    {Op::kMul, "Mul"},
+    {Op::kDiv, "Div"},
+    {Op::kBatchNormalization, "BatchNormalization"},
+    {Op::kTranspose, "Transpose"},
     {Op::kDense, "Dense"},
     {Op::kQuantize, "Quantize"},
     {Op::kQDense, "QDense"},

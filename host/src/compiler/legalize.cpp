@@ -47,6 +47,11 @@ const std::vector<OpRule>& rules() {
       {Op::kGlobalAveragePool, {}, 1, 1},
       {Op::kMaxPool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}, 1, 1},
       {Op::kPad, {"mode", "pads", "value"}, 1, 4},
+      {Op::kSub, {"broadcast", "axis"}, 2, 2},
+      {Op::kMul, {"broadcast", "axis"}, 2, 2},
+      {Op::kDiv, {"broadcast", "axis"}, 2, 2},
+      {Op::kBatchNormalization, {"epsilon", "momentum", "spatial", "training_mode"}, 5, 5},
+      {Op::kTranspose, {"perm"}, 1, 1},
       {Op::kDense, {"relu"}, 3, 3},
   };
   return r;
@@ -61,7 +66,8 @@ void check_node(const Graph& g, const Node& n) {
   const auto rule = std::find_if(rs.begin(), rs.end(), [&](const OpRule& r) { return r.op == n.op; });
   if (n.op == Op::kUnknown || rule == rs.end()) {
     g.fail(ErrorKind::kUnsupported, n,
-           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Relu, Flatten, Reshape, Softmax, Identity, "
+           "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Sub, Mul, Div, "
+           "BatchNormalization, Transpose, Relu, Flatten, Reshape, Softmax, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {
@@ -93,7 +99,9 @@ void check_node(const Graph& g, const Node& n) {
                                                      : fmt::format("{} to {}", rule->min_in, rule->max_in)));
     }
     if (n.outputs.empty() || n.outputs[0] == kNoValue) g.fail(ErrorKind::kBadFile, n, "has no output");
-    const size_t max_out = n.op == Op::kDropout || n.op == Op::kMaxPool ? 2 : 1;  // MaxPool: Indices
+    const size_t max_out = n.op == Op::kDropout || n.op == Op::kMaxPool ? 2  // MaxPool: Indices
+                           : n.op == Op::kBatchNormalization               ? 3
+                                                                            : 1;
     if (n.outputs.size() > max_out) {
       g.fail(ErrorKind::kBadFile, n, fmt::format("has {} outputs; {} defines at most {}", n.outputs.size(), n.op_type, max_out));
     }
@@ -129,6 +137,17 @@ void check_node(const Graph& g, const Node& n) {
     case Op::kGather:
     case Op::kConcat: (void)attr_int(g, n, "axis", 0); break;
     case Op::kReshape: (void)attr_int(g, n, "allowzero", 0); break;
+    case Op::kBatchNormalization:
+      if (attr_int(g, n, "training_mode", 0) != 0) {
+        g.fail(ErrorKind::kUnsupported, n, "training_mode=1 (statistics over the batch) is not supported");
+      }
+      (void)attr_float(g, n, "epsilon", 1e-5f);
+      break;
+    case Op::kTranspose: {
+      const Attribute* a = n.attr("perm");
+      if (a != nullptr && a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'perm' is not a list of ints");
+      break;
+    }
     case Op::kConv:
     case Op::kAveragePool:
     case Op::kMaxPool: check_conv_attributes(g, n); break;

@@ -27,6 +27,8 @@ std::string upper(std::string_view s) {
   return r;
 }
 
+constexpr uint32_t kMaxIdentityFeatures = 4096;
+
 class Lowering {
  public:
   explicit Lowering(const Graph& g) : g_(g) { net_.source = g.source; }
@@ -36,6 +38,7 @@ class Lowering {
     for (const Node& n : g_.nodes) node(n);
     output();
     finish_layer();
+    if (net_.layers.empty()) identity_layer();
     return std::move(net_);
   }
 
@@ -84,12 +87,26 @@ class Lowering {
       if (g_.is_constant(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is a constant, not computed from the input");
       g_.fail(ErrorKind::kUnsupported, where + ": is not computed by the layer chain from the graph input");
     }
-    const Dims f = features(*g_.value(act_).shape);
-    if (f.size() != 1) {
-      g_.fail(ErrorKind::kUnsupported,
-              fmt::format("{}: has feature shape {}; the output must be [batch, features]", where, dims_string(f)));
-    }
+    // A feature shape of rank > 1 ([batch, 4, 5]) is output flattened row-major, like Flatten.
     net_.output_name = o.name;
+  }
+
+  // A model whose operators are all shape changes or host operators (a Flatten, a Softmax) still
+  // runs one device program: an identity layer (exact in int8: w_q = 127 on the diagonal and
+  // requantization by 1/127; exact in bf16).
+  void identity_layer() {
+    if (net_.input_features > kMaxIdentityFeatures) {
+      g_.fail(ErrorKind::kUnsupported,
+              fmt::format("the model has no matrix operator, and an identity layer over {} features (more than {}) "
+                          "is too large to run it on the device", net_.input_features, kMaxIdentityFeatures));
+    }
+    nn::DenseLayer l;
+    l.name = "identity (the model has no matrix operator)";
+    l.k = l.n = net_.input_features;
+    l.w.assign(size_t{l.k} * l.n, 0.0f);
+    for (uint32_t i = 0; i < l.k; ++i) l.w[size_t{i} * l.n + i] = 1.0f;
+    l.b.assign(l.n, 0.0f);
+    net_.layers.push_back(std::move(l));
   }
 
   bool is_act(ValueId v) const {
@@ -166,7 +183,7 @@ class Lowering {
     nn::DenseLayer l;
     l.k = static_cast<uint32_t>((*w.shape)[0]);
     l.n = static_cast<uint32_t>((*w.shape)[1]);
-    if (features(*g_.value(n.inputs[0]).shape) != Dims{int64_t{l.k}}) {
+    if (checked_elements(features(*g_.value(n.inputs[0]).shape)) != int64_t{l.k}) {
       throw Error(ErrorKind::kInternal, fmt::format("{}: node '{}': Dense input does not match its weight", g_.source, n.name));
     }
     l.w.assign(w.data->f.begin(), w.data->f.end());

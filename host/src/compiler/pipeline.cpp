@@ -1,5 +1,6 @@
 // The pass pipeline (tpuw/compiler/passes.h; docs/compiler.md lists it with each pass's guarantee).
 #include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/feature_maps.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -20,6 +21,7 @@ Graph optimize(Graph g) {
   verify(g);
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
+  lower_feature_maps(g);
   fold_pads(g);
   fuse_conv_relu(g);
   verify(g);

@@ -58,7 +58,38 @@ class Inference {
       }
       case Op::kGemm:
       case Op::kMatMul: return matrix(n);
-      case Op::kAdd: return add(n);
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv: return add(n);
+      case Op::kBatchNormalization: {
+        if (!known(n.inputs[0])) return;
+        set(n.outputs[0], g_.value(n.inputs[0]).dtype, *shape(n.inputs[0]));
+        return;
+      }
+      case Op::kTranspose: {
+        if (!known(n.inputs[0])) return;
+        const Dims& d = *shape(n.inputs[0]);
+        const Attribute* a = n.attr("perm");
+        Dims out;
+        if (a == nullptr) {
+          out.assign(d.rbegin(), d.rend());
+        } else {
+          if (a->ints.size() != d.size()) {
+            fail(ErrorKind::kBadFile, fmt::format("perm has {} entries for a rank-{} input", a->ints.size(), d.size()));
+          }
+          for (const int64_t p : a->ints) {
+            if (p < 0 || p >= static_cast<int64_t>(d.size())) fail(ErrorKind::kBadFile, fmt::format("perm {} is out of range", p));
+            out.push_back(d[static_cast<size_t>(p)]);
+          }
+        }
+        if (strict_ && (out.empty() || out[0] != kBatch)) {
+          fail(ErrorKind::kUnsupported, fmt::format("permutation moves the batch axis ({} to {}); only permutations that "
+                                                    "keep axis 0 first are supported", dims_string(d), dims_string(out)));
+        }
+        set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+        return;
+      }
       case Op::kFlatten: return flatten(n);
       case Op::kReshape: return reshape(n);
       case Op::kShape: return shape_op(n);

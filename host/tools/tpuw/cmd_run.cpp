@@ -565,8 +565,9 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
 // A model with convolutions or pooling: int8 on one device through cmd_run_cnn.cpp.
 int run_cnn_branch(const RunOpts& o) {
   if (o.precision != "int8") {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs in int8 for now (--precision bf16 is dense "
-                                                     "layers only)", o.model));
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: {}: --precision bf16 runs dense-layer models only; convolutions and pooling run "
+                            "in int8 for now", o.model, cnn_node_label(o.model)));
   }
   if (multi_selected(o.multi)) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one device for now (no --devices/--strategy)", o.model));

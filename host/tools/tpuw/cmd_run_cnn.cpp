@@ -63,7 +63,7 @@ InputShape input_shape(const Graph& g, const std::string& model) {
   const std::vector<int64_t>& d = gi.declared;
   if (!gi.has_shape || d.size() != 4 || d[1] <= 0 || d[2] <= 0 || d[3] <= 0) {
     throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: input '{}' has shape {}; a CNN's input is [batch, channels, height, width] with "
+                fmt::format("{}: graph input '{}' has shape {}; a CNN's input is [batch, channels, height, width] with "
                             "known channels, height and width",
                             model, v.name, gi.has_shape ? compiler::dims_string(d) : std::string("unknown")));
   }
@@ -220,21 +220,23 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
 
 }  // namespace
 
-bool is_cnn_model(const std::string& path) {
+std::string cnn_node_label(const std::string& path) {
   Graph g;
   try {
     g = compiler::import_onnx_file(path);
   } catch (const Error&) {
-    return false;  // the dense-layer path reports the file's problem in its usual words
+    return {};  // the dense-layer path reports the file's problem in its usual words
   }
   for (const compiler::Node& n : g.nodes) {
     if (n.op == Op::kConv || n.op == Op::kAveragePool || n.op == Op::kGlobalAveragePool || n.op == Op::kMaxPool ||
         n.op == Op::kPad || n.op_type == "GlobalMaxPool") {
-      return true;
+      return fmt::format("node '{}' ({})", n.name, n.op_type);
     }
   }
-  return false;
+  return {};
 }
+
+bool is_cnn_model(const std::string& path) { return !cnn_node_label(path).empty(); }
 
 int run_cnn_model(const CnnRunOpts& o) {
   // ---- inputs (everything checked before the device is opened) ----------------------------------

@@ -24,6 +24,10 @@ struct CnnRunOpts {
 /// dense-layer path then reports it).
 bool is_cnn_model(const std::string& path);
 
+/// "node 'NAME' (OP)" of the model's first convolution, pooling or Pad node (what makes it a CNN),
+/// for refusals that must name the node; empty when there is none or the file does not import.
+std::string cnn_node_label(const std::string& path);
+
 /// Runs a CNN model: prints the report (or --json), writes --output; returns the exit code 0.
 /// Throws tpuw::Error for bad input (before the device is opened), a --check mismatch and device
 /// faults.

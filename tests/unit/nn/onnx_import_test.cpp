@@ -317,7 +317,8 @@ TEST(OnnxImportUnsupported, BranchAndActivationAdd) {
   mb2.node("Relu", {"m"}, {"r"}, "relu");
   mb2.node("Add", {"r", "B"}, {"y"}, "late_bias");
   mb2.output("y");
-  expect_error(mb2, ErrorKind::kUnsupported, {"node 'late_bias' (Add)", "after Relu"});
+  // A constant Add after Relu runs as its own per-feature layer (tpuw/compiler/feature_maps.h).
+  EXPECT_EQ(mb2.import().layers.size(), 2u);
 }
 
 TEST(OnnxImportUnsupported, FlattenAxisZeroAndBatchMergingReshape) {
@@ -337,7 +338,10 @@ TEST(OnnxImportUnsupported, ReluOnInputAndOperatorAfterSoftmax) {
   ModelBuilder mb = one_layer();
   mb.node("Relu", {"x"}, {"y"}, "r0");
   mb.output("y");
-  expect_error(mb, ErrorKind::kUnsupported, {"node 'r0' (Relu)", "graph input"});
+  // Relu on the graph input runs as an identity layer with ReLU (tpuw/compiler/feature_maps.h).
+  const FloatNetwork r0 = mb.import();
+  ASSERT_EQ(r0.layers.size(), 1u);
+  EXPECT_TRUE(r0.layers[0].relu);
   ModelBuilder mb2 = one_layer();
   mb2.node("MatMul", {"x", "W"}, {"m"}, "mm");
   mb2.node("Softmax", {"m"}, {"p"}, "sm");

@@ -112,6 +112,11 @@ enum class Op : uint8_t {
   kGlobalAveragePool,
   kPad,                // constant zero padding of H and W: folded into the Conv / AveragePool after it
   kMaxPool,            // 2-D max pooling: int8 max on the host between device programs (conv.h)
+  kSub,                // Sub/Mul/Div/BatchNormalization/Transpose: per-row affine maps, run as or
+  kMul,                // folded into dense layers (tpuw/compiler/feature_maps.h)
+  kDiv,
+  kBatchNormalization,
+  kTranspose,
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
   kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))
