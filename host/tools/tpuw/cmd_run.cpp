@@ -13,6 +13,8 @@
 //   With --devices K / --strategy data|pipeline the rows run on K devices (tpuw/worker/strategies.h,
 //   --batch is then the micro-batch) and the report gives each device's share, busy time and the
 //   overlap instead of the per-layer table.
+//   Under `mpirun -np P` the rows are split into P contiguous blocks, one per rank, and gathered on
+//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md).
 #include "cmd_run.h"
 
 #include <CLI/CLI.hpp>
@@ -934,7 +936,8 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
                 "integer model; bf16: the fp32 output against the bf16 contract); exit 3 on a difference");
   sub->add_option("--trace", o->trace,
                   "write a timeline as Chrome trace-event JSON (open in ui.perfetto.dev or chrome://tracing): host "
-                  "compile/upload/submit/wait and the device's programs in device cycles (docs/tracing.md)");
+                  "compile/upload/submit/wait and the device's programs in device cycles; with --devices a track per "
+                  "device, under mpirun every rank's tracks in one file written by rank 0 (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("-q,--quiet", o->quiet, "no progress on stderr");
   sub->add_option("--mpi-timeout", o->mpi_timeout,
