@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "tpuw/error.h"
 #include "tpuw/file_io.h"
 
 namespace tpuw::runtime {
@@ -54,6 +55,10 @@ Trace::Track Trace::device_lane(unsigned device, const std::string& device_name,
 
 int64_t Trace::now_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+int64_t Trace::ns_at(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - t0_).count();
 }
 
 void Trace::host_span(Track t, const std::string& name, const std::string& cat, int64_t begin_ns, int64_t end_ns,
@@ -222,11 +227,46 @@ std::string trace_device_name(const Device& device) {
   return fmt::format("{} N={}", device.info().backend, device.info().params.array_n);
 }
 
-void Trace::write(const std::filesystem::path& path) const {
-  const std::string text = to_json().dump(1) + "\n";
+void Trace::write(const std::filesystem::path& path) const { write_trace_json(path, to_json()); }
+
+void write_trace_json(const std::filesystem::path& path, const nlohmann::ordered_json& trace) {
+  const std::string text = trace.dump(1) + "\n";
   AtomicFile f(path, "the trace file");
   f.write(std::string_view(text));
   f.commit();
+}
+
+nlohmann::ordered_json merge_rank_traces(const std::vector<nlohmann::ordered_json>& ranks) {
+  using json = nlohmann::ordered_json;
+  json ev = json::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int base = static_cast<int>(r) * kRankPidStride;
+    if (!ranks[r].contains("traceEvents") || !ranks[r]["traceEvents"].is_array()) {
+      throw Error(ErrorKind::kInternal, fmt::format("trace of rank {}: no traceEvents list", r));
+    }
+    for (json e : ranks[r]["traceEvents"]) {
+      const int pid = e.at("pid").get<int>();
+      if (pid < 0 || pid >= kRankPidStride) {
+        throw Error(ErrorKind::kInternal, fmt::format("trace of rank {}: pid {} outside [0, {})", r, pid, kRankPidStride));
+      }
+      e["pid"] = base + pid;
+      const std::string name = e.at("name").get<std::string>();
+      if (name == "process_name") {
+        e["args"]["name"] = fmt::format("rank {}: {}", r, e["args"]["name"].get<std::string>());
+      } else if (name == "process_sort_index") {
+        e["args"]["sort_index"] = base + pid;
+      }
+      ev.push_back(std::move(e));
+    }
+  }
+  json out;
+  out["traceEvents"] = std::move(ev);
+  out["displayTimeUnit"] = "ns";
+  out["otherData"] = {{"producer", "tpuw"},
+                      {"ranks", ranks.size()},
+                      {"host_clock", "wall-clock microseconds since the rank's trace began (pid 1000 * rank + 1)"},
+                      {"device_clock", "device cycles, shown as microseconds (pid 1000 * rank + 100 + device index)"}};
+  return out;
 }
 
 }  // namespace tpuw::runtime

@@ -96,11 +96,33 @@ struct TaskUse {
 using GetFn = std::function<std::optional<std::span<const int8_t>>(uint64_t j, bool block)>;
 using PutFn = std::function<void(uint64_t j, runtime::NetworkRunResult&& r)>;
 
+// Counters of `now` minus `before` (both cumulative since the same clear_perf()).
+PerfCounters perf_delta(const PerfCounters& now, const PerfCounters& before) {
+  PerfCounters d;
+  d.cycles = now.cycles - before.cycles;
+  d.mxu_active = now.mxu_active - before.mxu_active;
+  d.weight_stall = now.weight_stall - before.weight_stall;
+  d.weight_shift = now.weight_shift - before.weight_shift;
+  d.dma_wait = now.dma_wait - before.dma_wait;
+  d.act_busy = now.act_busy - before.act_busy;
+  d.instret = now.instret - before.instret;
+  d.rd_bytes = now.rd_bytes - before.rd_bytes;
+  d.wr_bytes = now.wr_bytes - before.wr_bytes;
+  return d;
+}
+
+// The host track of the thread driving device `index` (--trace).
+std::string driver_thread(unsigned index) { return fmt::format("device {} driver", index); }
+
 void stream(DeviceSlot& slot, ResidentNetwork& rn, uint64_t first, uint64_t count, const GetFn& get, const PutFn& put,
-            TaskUse& use) {
+            TaskUse& use, runtime::Trace* trace) {
   Device& dev = slot.device;
   dev.clear_perf();
-  auto timed = [&](auto&& fn) {
+  const runtime::Trace::Track track = trace != nullptr ? trace->host_thread(driver_thread(slot.index)) : runtime::Trace::Track{};
+  const std::string dev_name = trace != nullptr ? runtime::trace_device_name(dev) : std::string();
+  PerfCounters seen;  // counters already laid on the device's tracks
+  auto timed = [&](auto&& fn, const std::string& what) {
+    auto span = runtime::Trace::scope(trace, track, what);
     const auto t0 = Clock::now();
     fn();
     const auto t1 = Clock::now();
@@ -116,7 +138,15 @@ void stream(DeviceSlot& slot, ResidentNetwork& rn, uint64_t first, uint64_t coun
   auto finish = [&] {
     const InFlight f = *pending;
     pending.reset();
-    timed([&] { dev.wait(f.fence); });
+    timed([&] { dev.wait(f.fence); }, trace != nullptr ? fmt::format("wait micro-batch {}", f.j) : std::string());
+    if (trace != nullptr) {
+      // The simulated device advances only inside wait(): the counters since the last wait are
+      // this micro-batch's program.
+      const PerfCounters now = dev.perf();
+      trace->device_program(slot.index, dev_name, fmt::format("micro-batch {} ({} rows)", f.j, rn.micro_batch),
+                            perf_delta(now, seen));
+      seen = now;
+    }
     runtime::NetworkRunResult r;
     const ResidentNetwork::BatchSlot& s = rn.slots[f.slot];
     runtime::read_network_output(dev, s.program, s.buffers, r);
@@ -131,7 +161,8 @@ void stream(DeviceSlot& slot, ResidentNetwork& rn, uint64_t first, uint64_t coun
     // Slot j % 2 was last used by micro-batch j-2, which has finished (only j-1 can be pending).
     const size_t si = j % 2;
     uint32_t fence = 0;
-    timed([&] { fence = runtime::submit_network(dev, rn.slots[si].program, rn.slots[si].buffers, *in); });
+    timed([&] { fence = runtime::submit_network(dev, rn.slots[si].program, rn.slots[si].buffers, *in); },
+          trace != nullptr ? fmt::format("submit micro-batch {}", j) : std::string());
     if (pending) finish();  // micro-batch j is queued behind j-1: the device does not drain
     pending = InFlight{j, fence, si};
     ++use.items;
@@ -294,7 +325,11 @@ NetworkStrategyResult run_data(Worker& worker, const nn::QNetwork& net, std::spa
             out.out_q.resize((r1 - r0) * n_out);
           }
           out.use.macs = (r1 - r0) * net_macs;
+          auto up_span = runtime::Trace::scope(
+              opt->trace, opt->trace != nullptr ? opt->trace->host_thread(driver_thread(slot.index)) : runtime::Trace::Track{},
+              "upload weights + compile");
           std::shared_ptr<ResidentNetwork> rn = resident_network(slot, key, net, mb, opt->plan, out.use.uploaded);
+          up_span.end();
           std::vector<int8_t> pad;
           const GetFn get = [&](uint64_t j, bool) -> std::optional<std::span<const int8_t>> {
             return micro_input(x, batch, k0, mb, j, pad);
@@ -307,7 +342,7 @@ NetworkStrategyResult run_data(Worker& worker, const nn::QNetwork& net, std::spa
               std::copy_n(r.output_q.begin(), rows * n_out, out.out_q.begin() + static_cast<ptrdiff_t>((a - r0) * n_out));
             }
           };
-          stream(slot, *rn, first, count, get, put, out.use);
+          stream(slot, *rn, first, count, get, put, out.use, opt->trace);
           return out;
         },
         TaskOptions{std::nullopt, fmt::format("data micro-batches {}-{}", first, last - 1)}));
@@ -380,7 +415,11 @@ NetworkStrategyResult run_pipeline(Worker& worker, const nn::QNetwork& net, std:
           TaskUse use;
           use.device = slot.index;
           use.macs = batch * stage_macs[s];
+          auto up_span = runtime::Trace::scope(
+              opt->trace, opt->trace != nullptr ? opt->trace->host_thread(driver_thread(slot.index)) : runtime::Trace::Track{},
+              "upload weights + compile");
           std::shared_ptr<ResidentNetwork> rn = resident_network(slot, keys[s], sub[s], mb, opt->plan, use.uploaded);
+          up_span.end();
           std::vector<int8_t> pad;
           std::shared_ptr<const std::vector<int8_t>> held;
           const GetFn get = [&](uint64_t j, bool block) -> std::optional<std::span<const int8_t>> {
@@ -396,7 +435,7 @@ NetworkStrategyResult run_pipeline(Worker& worker, const nn::QNetwork& net, std:
               channels[s + 1]->put(j, std::move(r.output_q));
             }
           };
-          stream(slot, *rn, 0, m, get, put, use);
+          stream(slot, *rn, 0, m, get, put, use, opt->trace);
           return use;
         },
         TaskOptions{s, fmt::format("pipeline stage {} (layers {}-{})", s, stages[s].first, stages[s].second)}));
@@ -540,7 +579,7 @@ NetworkStrategyResult run_network_parallel(Worker& worker, const nn::QNetwork& n
 }
 
 GemmStrategyResult gemm_parallel(Worker& worker, std::span<const int8_t> a, std::span<const int8_t> b,
-                                 const runtime::GemmShape& shape) {
+                                 const runtime::GemmShape& shape, runtime::Trace* trace) {
   if (shape.m == 0 || shape.k == 0 || shape.n == 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("gemm: shape {}x{}x{} has a zero dimension", shape.m, shape.k, shape.n));
@@ -563,9 +602,21 @@ GemmStrategyResult gemm_parallel(Worker& worker, std::span<const int8_t> a, std:
       std::copy_n(b.begin() + static_cast<ptrdiff_t>(r * shape.n + c0), nb, bb.begin() + static_cast<ptrdiff_t>(r * nb));
     }
     futures.push_back(worker.submit(
-        [a, bb = std::move(bb), shape, nb](DeviceSlot& slot) {
+        [a, bb = std::move(bb), shape, nb, c0, c1, trace](DeviceSlot& slot) {
           BlockOut out;
+          const int64_t begin_ns = trace != nullptr ? trace->now_ns() : 0;
           const runtime::GemmResult r = runtime::gemm(slot.device, a, bb, {shape.m, shape.k, nb});
+          if (trace != nullptr) {
+            // Split at the measured submit + wait time (compile and upload before it).
+            const int64_t end_ns = trace->now_ns();
+            const int64_t run_ns = std::min<int64_t>(end_ns - begin_ns, static_cast<int64_t>(r.wall_s * 1e9));
+            const runtime::Trace::Track t = trace->host_thread(driver_thread(slot.index));
+            trace->host_span(t, fmt::format("gemm columns {}-{}", c0, c1 - 1), "host", begin_ns, end_ns);
+            trace->host_span(t, "compile + upload", "host", begin_ns, end_ns - run_ns);
+            trace->host_span(t, "submit + wait", "host", end_ns - run_ns, end_ns);
+            trace->device_program(slot.index, runtime::trace_device_name(slot.device),
+                                  fmt::format("int8 gemm columns {}-{}", c0, c1 - 1), r.perf);
+          }
           out.c = r.c;
           out.use.device = slot.index;
           out.use.items = 1;

@@ -169,8 +169,15 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
   wo.backend = o.backend;
   wo.config = backend_config(o, mem);
   wo.devices = o.multi.devices;
+  const std::unique_ptr<runtime::Trace> trace = make_trace(g);
+  auto open_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
+                                         fmt::format("open {} devices", wo.devices));
   worker::Worker w(wo);
-  const worker::GemmStrategyResult r = worker::gemm_parallel(w, op.a, op.b, op.shape);
+  open_span.end();
+  auto run_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
+                                        fmt::format("int8 gemm on {} devices", w.size()));
+  const worker::GemmStrategyResult r = worker::gemm_parallel(w, op.a, op.b, op.shape, trace.get());
+  run_span.end();
   json check_json = nullptr;
   if (g.check) {
     // The same GEMM on one device of the same backend, and on the CPU.
@@ -179,11 +186,14 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
     DeviceOpts oo = o;
     oo.wave.clear();
     Device dev1 = Device::open(o.backend, backend_config(oo, mem));
-    compare(r.c, runtime::gemm(dev1, op.a, op.b, op.shape).c, op.shape, fmt::format("{} x{}", o.backend, w.size()),
-            fmt::format("{} x1", o.backend));
+    const int64_t t_check = trace ? trace->now_ns() : 0;
+    const runtime::GemmResult r1 = runtime::gemm(dev1, op.a, op.b, op.shape);
+    trace_gemm(trace.get(), t_check, r1.wall_s, w.size(), dev1, "int8 gemm (--check, one device)", r1.perf);
+    compare(r.c, r1.c, op.shape, fmt::format("{} x{}", o.backend, w.size()), fmt::format("{} x1", o.backend));
     check_json["one_device"] = "equal";
   }
   if (!g.out.empty()) npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  if (trace) trace->write(g.trace);
   const worker::StrategyReport& rep = r.report;
   uint64_t cycles = 0;
   for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
@@ -342,9 +352,6 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                             fmt::join(backend_array_sizes("ref"), ", ")));
   }
   if (!g.trace.empty()) {
-    if (multi_selected(o.multi)) {
-      throw Error(ErrorKind::kInvalidArgument, "--trace records one device for now (no --devices/--strategy)");
-    }
     const fs::path parent = fs::path(g.trace).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec)) {
@@ -472,7 +479,8 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
   ge->add_option("--seed", g.seed, "seed of the random operands")->check(unsigned_check())->capture_default_str();
   ge->add_option("--trace", g.trace,
                  "write a timeline as Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing): host and device "
-                 "spans of the GEMM (and of --check's second backend); docs/tracing.md");
+                 "spans of the GEMM (and of --check's second backend); with --devices K one host track and one device "
+                 "process per device; docs/tracing.md");
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
   add_device_options(ge, gemm_o, true);

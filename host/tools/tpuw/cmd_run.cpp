@@ -13,6 +13,8 @@
 //   With --devices K / --strategy data|pipeline the rows run on K devices (tpuw/worker/strategies.h,
 //   --batch is then the micro-batch) and the report gives each device's share, busy time and the
 //   overlap instead of the per-layer table.
+//   Under `mpirun -np P` the rows are split into P contiguous blocks, one per rank, and gathered on
+//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md).
 #include "cmd_run.h"
 
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -43,6 +46,7 @@
 #include "tpuw/worker/strategies.h"
 #include "cli_common.h"
 #include "cmd_run_cnn.h"
+#include "mpi_collective.h"
 
 namespace tpuw::cli {
 
@@ -56,6 +60,8 @@ struct RunOpts {
   bool quiet = false;
   bool check = false;
   MultiOpts multi;
+  double mpi_timeout = 120.0;     // under mpirun: seconds a rank waits for the others
+  std::string inject_rank_fail;   // hidden, tests: "R" (rank R's run fails) or "R:exit" (rank R exits)
 };
 
 namespace {
@@ -289,7 +295,7 @@ void print_result_tail(const RunOpts& o, size_t label_rows, double acc_int8, dou
 }
 
 int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const std::vector<int8_t>& x_q,
-              const Rows& in, const std::vector<int64_t>& labels, const Rows& cal) {
+              const Rows& in, const std::vector<int64_t>& labels, const Rows& cal, runtime::Trace* trace) {
   const uint32_t classes = net.output_features();
   const worker::Strategy strategy = worker::parse_strategy(o.multi.strategy.empty() ? "data" : o.multi.strategy).value();
   const DeviceParams* params = find_device_config(o.array_n);
@@ -309,16 +315,26 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   wo.config.array_n = o.array_n;
   wo.config.memory.size = mem;
   wo.devices = o.multi.devices;
+  const runtime::Trace::Track main = trace != nullptr ? trace->host_thread("main") : runtime::Trace::Track{};
+  auto open_span = runtime::Trace::scope(trace, main, fmt::format("open {} devices", wo.devices));
   worker::Worker w(wo);
+  open_span.end();
   worker::NetworkStrategyOptions so;
   so.strategy = strategy;
   so.micro_batch = o.batch;
+  so.trace = trace;
+  auto run_span = runtime::Trace::scope(trace, main, fmt::format("{} rows on {} devices ({})", in.rows, w.size(),
+                                                                  worker::to_string(strategy)));
   const worker::NetworkStrategyResult r = worker::run_network_parallel(w, q, x_q, in.rows, so);
+  run_span.end();
   const std::vector<int32_t>& raw = r.output_i32;
   if (raw.size() != in.rows * classes) {
     throw Error(ErrorKind::kInternal, fmt::format("network run returned {} outputs, expected {}", raw.size(), in.rows * classes));
   }
+  auto out_span = runtime::Trace::scope(trace, main, "outputs (check, accuracy, write)");
   const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
+  out_span.end();
+  if (trace != nullptr) trace->write(o.trace);
 
   const worker::StrategyReport& rep = r.report;
   uint64_t cycles = 0;
@@ -484,6 +500,9 @@ uint64_t memory_for(uint64_t need, uint64_t chunk) {
   return mem;
 }
 
+RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, std::vector<float> y,
+                               const std::vector<int64_t>& labels, unsigned array_n);
+
 // --precision bf16: the float network on the device in bf16 (tpuw/runtime/network_bf16.h).
 int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, const std::vector<int64_t>& labels,
              const DeviceParams& params, runtime::Trace* trace) {
@@ -535,8 +554,20 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
   }
   if (progress_shown) fmt::print(stderr, "\n");
 
-  RunOutputs res;
   auto check_span = Trace::scope(trace, main_track(trace), "outputs (check, accuracy, write)");
+  const RunOutputs res = finish_outputs_bf16(o, net, in, std::move(y), labels, array_n);
+  check_span.end();
+  if (trace != nullptr) trace->write(o.trace);
+  return report_single(o, net, nullptr, in, in, s, array_n, res, labels.size());
+}
+
+// What the one-rank and the several-rank bf16 paths do with the device's fp32 output `y` (before
+// the host operator): --check it against the CPU bf16 model, apply the host operator, score
+// --labels and write --output.
+RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, std::vector<float> y,
+                               const std::vector<int64_t>& labels, unsigned array_n) {
+  const uint32_t classes = net.output_features();
+  RunOutputs res;
   if (o.check) {
     // Rows are independent in the contract: the whole input at once equals the batches.
     const std::vector<float> golden = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
@@ -557,9 +588,198 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
     res.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
   }
   if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
-  check_span.end();
-  if (trace != nullptr) trace->write(o.trace);
-  return report_single(o, net, nullptr, in, in, s, array_n, res, labels.size());
+  return res;
+}
+
+// ---- mpirun -np P tpuw run: the rows sharded over the ranks (docs/scaling.md) -------------------
+// Every rank has read the model, the input, the labels and the calibration rows, and (int8)
+// quantized with the activation scales calibrated on the whole calibration set: the same
+// deterministic computation on the same bytes, so every rank holds the same QNetwork bit for bit.
+// Rank r runs rows [r * rows / P, (r + 1) * rows / P) -- int8 on its K devices through the data
+// (or pipeline) strategy, bf16 on one device in batches of --batch -- and sends rank 0 its status,
+// figures, output and trace in one allgather. Rank 0 alone checks, scores, writes --output and
+// --trace and prints the report (one line per rank). A rank whose run fails sends its error: every
+// rank then ends with "rank R: ..." (the first failing rank); a rank that dies makes the others'
+// allgather time out after --mpi-timeout seconds (Error kTimeout, then MPI_Abort).
+
+// One rank's message to rank 0: a JSON header (status, figures, trace) and the raw output bytes.
+std::vector<uint8_t> pack_rank(const json& head, std::span<const uint8_t> output) {
+  const std::string h = head.dump();
+  std::vector<uint8_t> out(8 + h.size() + output.size());
+  const uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  if (!output.empty()) std::memcpy(out.data() + 8 + h.size(), output.data(), output.size());
+  return out;
+}
+
+std::pair<json, std::span<const uint8_t>> unpack_rank(const std::vector<uint8_t>& msg, size_t rank) {
+  uint64_t n = 0;
+  if (msg.size() < 8 || (std::memcpy(&n, msg.data(), 8), n > msg.size() - 8)) {
+    throw Error(ErrorKind::kInternal, fmt::format("MPI: the message of rank {} is malformed ({} bytes)", rank, msg.size()));
+  }
+  json head = json::parse(std::string_view(reinterpret_cast<const char*>(msg.data()) + 8, n));
+  return {std::move(head), std::span<const uint8_t>(msg.data() + 8 + n, msg.size() - 8 - n)};
+}
+
+int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const std::vector<int8_t>& x_q,
+              const Rows& in, const std::vector<int64_t>& labels, const Rows& cal, runtime::Trace* trace) {
+  const std::unique_ptr<worker::Collective> mpi = open_mpi(o.mpi_timeout);
+  const auto P = static_cast<uint64_t>(mpi->size());
+  const auto R = static_cast<uint64_t>(mpi->rank());
+  const uint32_t classes = net.output_features();
+  const uint64_t r0 = in.rows * R / P, r1 = in.rows * (R + 1) / P, rows = r1 - r0;
+  const bool bf16 = q == nullptr;
+  const Trace::Track main = main_track(trace);
+  (void)mpi->allgather({});  // every rank is up: the wall time starts together
+  const auto t0 = std::chrono::steady_clock::now();
+
+  json head = {{"rank", R}, {"first_row", r0}, {"rows", rows}};
+  std::vector<uint8_t> out_bytes;
+  try {
+    if (!o.inject_rank_fail.empty() && std::stoull(o.inject_rank_fail) == R) {
+      if (o.inject_rank_fail.ends_with(":exit")) std::_Exit(1);  // dies without a word: the others time out
+      throw Error(ErrorKind::kDeviceFault, "injected failure (--inject-rank-failure)");
+    }
+    auto run_span = Trace::scope(trace, main, fmt::format("rank {}: rows {}-{}", R, r0, r1 == 0 ? 0 : r1 - 1));
+    uint64_t cycles = 0;
+    double wall = 0;
+    if (rows > 0 && !bf16) {
+      const worker::Strategy strategy =
+          worker::parse_strategy(o.multi.strategy.empty() ? "data" : o.multi.strategy).value();
+      const uint64_t mb = std::min<uint64_t>(o.batch == 0 ? 256 : o.batch, rows);
+      const runtime::NetworkPlan plan = runtime::plan_network(*find_device_config(o.array_n), *q, mb);
+      worker::WorkerOptions wo;
+      wo.backend = o.backend;
+      wo.config.array_n = o.array_n;
+      wo.config.memory.size = memory_for(plan.weight_bytes + plan.param_bytes +
+                                             2 * (plan.input_bytes + plan.spill_bytes + plan.output_bytes + 4 * 4096),
+                                         mb);
+      wo.devices = o.multi.devices;
+      worker::Worker w(wo);
+      worker::NetworkStrategyOptions so;
+      so.strategy = strategy;
+      so.micro_batch = o.batch;
+      so.trace = trace;
+      const std::span<const int8_t> xs(x_q.data() + r0 * q->input_features, rows * q->input_features);
+      const worker::NetworkStrategyResult r = worker::run_network_parallel(w, *q, xs, rows, so);
+      if (r.output_i32.size() != rows * classes) {
+        throw Error(ErrorKind::kInternal,
+                    fmt::format("network run returned {} outputs, expected {}", r.output_i32.size(), rows * classes));
+      }
+      out_bytes.resize(r.output_i32.size() * 4);
+      std::memcpy(out_bytes.data(), r.output_i32.data(), out_bytes.size());
+      for (const worker::DeviceUse& d : r.report.per_device) cycles += d.perf.cycles;
+      wall = r.report.wall_s;
+      head["devices"] = r.report.devices;
+      head["overlap"] = r.report.overlap;
+      head["micro_batches"] = r.report.micro_batches;
+    } else if (rows > 0) {
+      const uint64_t chunk = o.batch == 0 ? rows : std::min<uint64_t>(o.batch, rows);
+      BackendConfig bc;
+      bc.array_n = o.array_n;
+      bc.memory.size = memory_for(runtime::network_bf16_memory_bytes(*find_device_config(o.array_n), net, chunk), chunk);
+      Device dev = Device::open(o.backend, bc);
+      std::vector<float> y;
+      for (uint64_t a = r0; a < r1; a += chunk) {
+        const uint64_t n = std::min(chunk, r1 - a);
+        runtime::Bf16NetworkOptions nopt;
+        nopt.trace = trace_hook(trace, dev);
+        const std::span<const float> xs(in.x.data() + a * net.input_features, n * net.input_features);
+        const runtime::Bf16NetworkRunResult r = runtime::run_network_bf16(dev, net, xs, n, nopt);
+        if (r.output.size() != n * classes) {
+          throw Error(ErrorKind::kInternal,
+                      fmt::format("network run returned {} outputs, expected {}", r.output.size(), n * classes));
+        }
+        y.insert(y.end(), r.output.begin(), r.output.end());
+        cycles += r.perf.cycles;
+        wall += r.wall_s;
+      }
+      out_bytes.resize(y.size() * 4);
+      std::memcpy(out_bytes.data(), y.data(), out_bytes.size());
+      head["devices"] = 1;
+    }
+    run_span.end();
+    head["cycles"] = cycles;
+    head["device_wall_s"] = wall;
+    head["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trace != nullptr) head["trace"] = trace->to_json();
+  } catch (const Error& e) {
+    head["error"] = e.what();
+    head["kind"] = static_cast<int>(e.kind());
+  }
+  const std::vector<std::vector<uint8_t>> all = mpi->allgather(pack_rank(head, out_bytes));
+  const double job_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<json> heads;
+  std::vector<std::span<const uint8_t>> outs;
+  for (size_t r = 0; r < all.size(); ++r) {
+    auto [h, bytes] = unpack_rank(all[r], r);
+    if (h.contains("error")) {
+      throw Error(static_cast<ErrorKind>(h["kind"].get<int>()),
+                  fmt::format("rank {}: {}", r, h["error"].get<std::string>()));
+    }
+    if (bytes.size() != h["rows"].get<uint64_t>() * classes * 4) {
+      throw Error(ErrorKind::kInternal, fmt::format("MPI: rank {} sent {} output bytes for {} rows", r, bytes.size(),
+                                                    h["rows"].get<uint64_t>()));
+    }
+    heads.push_back(std::move(h));
+    outs.push_back(bytes);
+  }
+  if (R != 0) return kOk;  // rank 0 reports for every rank
+
+  // ---- rank 0: the outputs in rank order, then what one rank does with them ---------------------
+  RunOutputs res;
+  if (!bf16) {
+    std::vector<int32_t> raw(in.rows * classes);
+    uint8_t* dst = reinterpret_cast<uint8_t*>(raw.data());
+    for (const auto& b : outs) dst = std::copy(b.begin(), b.end(), dst);
+    res = finish_outputs(o, net, *q, x_q, in, raw, labels);
+  } else {
+    std::vector<float> y(in.rows * classes);
+    uint8_t* dst = reinterpret_cast<uint8_t*>(y.data());
+    for (const auto& b : outs) dst = std::copy(b.begin(), b.end(), dst);
+    res = finish_outputs_bf16(o, net, in, std::move(y), labels, o.array_n);
+  }
+  if (trace != nullptr) {
+    std::vector<json> traces;
+    for (const json& h : heads) traces.push_back(h.value("trace", json::object({{"traceEvents", json::array()}})));
+    runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+  }
+  const double rows_per_s = job_wall > 0 ? static_cast<double>(in.rows) / job_wall : 0.0;
+  const unsigned k_dev = bf16 ? 1u : o.multi.devices;
+  if (o.json) {
+    json j = model_json(o, net, q, in, o.batch, 0, cal);
+    j.erase("batches");
+    j["ranks"] = P;
+    j["devices"] = k_dev;
+    j["wall_s"] = job_wall;
+    j["rows_per_s"] = rows_per_s;
+    uint64_t cycles = 0;
+    json per = json::array();
+    for (json& h : heads) {
+      cycles += h.value("cycles", uint64_t{0});
+      h.erase("trace");
+      per.push_back(h);
+    }
+    j["cycles"] = cycles;
+    j["per_rank"] = per;
+    add_result_json(j, o, labels.size(), res.acc_int8, res.acc_float, res.check_json);
+    std::cout << j.dump(2) << "\n";
+    return kOk;
+  }
+  print_model_header(o, net, q, cal);
+  fmt::print("{} rows on {} ranks x {} device{} ({}, N={}), rows split in contiguous blocks: wall {:.3f} s, {:.0f} "
+             "rows/s\n",
+             in.rows, P, k_dev, k_dev == 1 ? "" : "s", o.backend, o.array_n, job_wall, rows_per_s);
+  for (const json& h : heads) {
+    const auto n = h["rows"].get<uint64_t>(), a = h["first_row"].get<uint64_t>();
+    const double w = h["wall_s"].get<double>();
+    fmt::print("  rank {}: rows {}-{} ({}), {} cycles, wall {:.3f} s, {:.0f} rows/s{}\n", h["rank"].get<uint64_t>(), a,
+               n == 0 ? a : a + n - 1, n, h.value("cycles", uint64_t{0}), w, w > 0 ? static_cast<double>(n) / w : 0.0,
+               h.contains("overlap") ? fmt::format(", overlap {:.2f}", h["overlap"].get<double>()) : "");
+  }
+  print_result_tail(o, labels.size(), res.acc_int8, res.acc_float, in.rows, classes);
+  return kOk;
 }
 
 // A model with convolutions or pooling: int8 on one device through cmd_run_cnn.cpp.
@@ -571,6 +791,10 @@ int run_cnn_branch(const RunOpts& o) {
   }
   if (multi_selected(o.multi)) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one device for now (no --devices/--strategy)", o.model));
+  }
+  if (launched_by_mpirun()) {
+    // Every rank would run the whole CNN and write the same --output: refuse on every rank alike.
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one rank for now (not under mpirun)", o.model));
   }
   if (!o.trace.empty()) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: --trace records dense-layer models only for now", o.model));
@@ -599,8 +823,8 @@ int run_command(const RunOpts& o) {
   if (bf16 && multi_selected(o.multi)) {
     throw Error(ErrorKind::kInvalidArgument, "--precision bf16 runs on one device (no --devices/--strategy)");
   }
-  if (!o.trace.empty() && multi_selected(o.multi)) {
-    throw Error(ErrorKind::kInvalidArgument, "--trace records one device for now (no --devices/--strategy)");
+  if (!(o.mpi_timeout > 0)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
   }
   std::unique_ptr<Trace> trace_owner = o.trace.empty() ? nullptr : std::make_unique<Trace>();
   Trace* trace = trace_owner.get();
@@ -637,12 +861,14 @@ int run_command(const RunOpts& o) {
                                                          fmt::join(backend_array_sizes(o.backend), ", ")));
   }
   import_span.end();
-  if (bf16) return run_bf16(o, net, in, labels, *params, trace);
+  if (bf16) return launched_by_mpirun() ? run_ranks(o, net, nullptr, {}, in, labels, cal, trace)
+                                        : run_bf16(o, net, in, labels, *params, trace);
   auto quantize_span = Trace::scope(trace, main_track(trace), "quantize");
   const nn::QNetwork q = nn::quantize(net, cal.x, cal.rows);
   const std::vector<int8_t> x_q = nn::quantize_input(q, in.x);
   quantize_span.end();
-  if (multi_selected(o.multi)) return run_multi(o, net, q, x_q, in, labels, cal);
+  if (launched_by_mpirun()) return run_ranks(o, net, &q, x_q, in, labels, cal, trace);
+  if (multi_selected(o.multi)) return run_multi(o, net, q, x_q, in, labels, cal, trace);
   SingleRun s;
   s.chunk = o.batch == 0 ? in.rows : std::min<uint64_t>(o.batch, in.rows);
   s.chunks = (in.rows + s.chunk - 1) / s.chunk;
@@ -744,9 +970,17 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
                 "integer model; bf16: the fp32 output against the bf16 contract); exit 3 on a difference");
   sub->add_option("--trace", o->trace,
                   "write a timeline as Chrome trace-event JSON (open in ui.perfetto.dev or chrome://tracing): host "
-                  "compile/upload/submit/wait and the device's programs in device cycles (docs/tracing.md)");
+                  "compile/upload/submit/wait and the device's programs in device cycles; with --devices a track per "
+                  "device, under mpirun every rank's tracks in one file written by rank 0 (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
   sub->add_flag("-q,--quiet", o->quiet, "no progress on stderr");
+  sub->add_option("--mpi-timeout", o->mpi_timeout,
+                  "under mpirun: seconds a rank waits for the others (rows split over the ranks, gathered on rank "
+                  "0) before it ends the job")
+      ->capture_default_str();
+  sub->add_option("--inject-rank-failure", o->inject_rank_fail,
+                  "tests: under mpirun, rank R fails (R) or exits without a word (R:exit)")
+      ->group("");
 }
 
 bool RunCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }

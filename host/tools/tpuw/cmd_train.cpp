@@ -390,6 +390,19 @@ int train_command(const TrainOpts& o) {
     worker::MirroredOptions mo;
     mo.chunks = o.chunks;
     mo.collective = mpi.get();
+    if (trace) {
+      // --trace: each device thread, the reducer and the ranks' exchange on their own host tracks
+      // (docs/tracing.md); the gradient traffic (gather, sum, broadcast, exchange) in category
+      // "all-reduce".
+      runtime::Trace* t = trace.get();
+      mo.trace = [t](const std::string& track, const std::string& name, std::chrono::steady_clock::time_point a,
+                     std::chrono::steady_clock::time_point b) {
+        const bool comm = name.starts_with("gather") || name.starts_with("sum") || name.starts_with("broadcast") ||
+                          name.starts_with("exchange");
+        const std::string thread = track.starts_with("device ") ? track + " driver" : track;
+        t->host_span(t->host_thread(thread), name, comm ? "all-reduce" : "host", t->ns_at(a), t->ns_at(b));
+      };
+    }
     if (!o.inject_fault.empty()) {
       const size_t a = o.inject_fault.find(':'), b = o.inject_fault.find(':', a == std::string::npos ? a : a + 1);
       if (a == std::string::npos || b == std::string::npos) {
@@ -546,7 +559,21 @@ int train_command(const TrainOpts& o) {
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
   if (rank == 0) write_file_atomic(o.output, out, "the trained model");
-  if (trace && rank == 0) trace->write(o.trace);
+  if (trace && mpi) {
+    // Every rank's timeline in one file (a collective: every rank takes part), written by rank 0.
+    const std::string mine = trace->to_json().dump();
+    const std::vector<std::vector<uint8_t>> all =
+        mpi->allgather(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()));
+    if (rank == 0) {
+      std::vector<nlohmann::ordered_json> traces;
+      for (const std::vector<uint8_t>& b : all) {
+        traces.push_back(nlohmann::ordered_json::parse(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())));
+      }
+      runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+    }
+  } else if (trace) {
+    trace->write(o.trace);
+  }
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;

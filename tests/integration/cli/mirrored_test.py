@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+from tpuw_cli_harness import CliHarness, expect, mpi_env  # noqa: E402
 
 TPUW, CASE, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL = os.path.join(EXAMPLES, "fashion_mnist", "reference", "digits_mlp_untrained.onnx")
@@ -169,14 +169,7 @@ elif CASE.startswith("mpi_"):
     if mpirun is None:
         print("SKIP: no mpirun")
         sys.exit(77)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    if "ASAN_OPTIONS" in env:
-        # OpenMPI 4.1 leaks in MPI_Init from its dlopen'ed components (frames LSan reports as
-        # "<unknown module>", which a suppression file cannot name): leak checking is off for the
-        # mpirun cases only; ASan's memory errors and UBSan stay on, and the in-process
-        # MirroredTrainer tests keep the leak check on the trainer's own code.
-        env["ASAN_OPTIONS"] += ":detect_leaks=0"
+    env = mpi_env()
 
     def mpi(np_, out_, *extra):
         t0 = time.monotonic()
@@ -200,8 +193,10 @@ elif CASE.startswith("mpi_"):
     elif CASE == "mpi_rank_error":
         rc, so, se, _ = mpi(2, out("err.onnx"), "--devices", "1", "--inject-fault", "0:3:backward chunk 3 layer 0")
         expect(rc == 4, f"exit {rc}; stderr: {se}")
-        expect(se.count("tpuw: error: rank 1: mirrored training, step 3: device 0 failed") == 2,
-               f"every rank names rank 1's failure: {se}")
+        # Every rank learns of it in the same exchange; mpirun may kill a rank before it prints once
+        # another has exited non-zero: at least one report, and no other error.
+        want = "tpuw: error: rank 1: mirrored training, step 3: device 0 failed"
+        expect(se.count(want) >= 1 and se.count("tpuw: error:") == se.count(want), f"the ranks name rank 1's failure: {se}")
         expect(not os.path.exists(out("err.onnx")), "output written")
     elif CASE == "mpi_rank_exit":
         rc, so, se, dt = mpi(2, out("exit.onnx"), "--devices", "1", "--mpi-timeout", "20", "--inject-fault",

@@ -143,6 +143,36 @@ TEST(Trace, DeviceProgramsAreBackToBackInCycles) {
   EXPECT_NE(t.device_lane(1, "rtl N=16", "program").pid, prog.pid);
 }
 
+TEST(Trace, MergesRanksWithPidPerRank) {
+  std::vector<json> ranks;
+  for (int r = 0; r < 2; ++r) {
+    Trace t;
+    { auto s = Trace::scope(&t, t.host_thread("main"), "run"); }
+    PerfCounters p;
+    p.cycles = 100 + static_cast<uint64_t>(r);
+    t.device_program(0, "ref N=16", "prog", p);
+    ranks.push_back(t.to_json());
+  }
+  const json m = merge_rank_traces(ranks);
+  std::map<int, std::string> procs;
+  std::map<int, int> sort;
+  std::map<int, double> prog_dur;
+  for (const json& e : m["traceEvents"]) {
+    const int pid = e["pid"].get<int>();
+    if (e["name"] == "process_name") procs[pid] = e["args"]["name"].get<std::string>();
+    if (e["name"] == "process_sort_index") sort[pid] = e["args"]["sort_index"].get<int>();
+    if (e["ph"] == "X" && e["name"] == "prog") prog_dur[pid] = e["dur"].get<double>();
+  }
+  EXPECT_EQ(procs.at(1), "rank 0: host");
+  EXPECT_EQ(procs.at(1001), "rank 1: host");
+  EXPECT_TRUE(procs.at(1100).starts_with("rank 1: device 0"));
+  EXPECT_EQ(sort.at(1100), 1100);
+  EXPECT_EQ(prog_dur.at(100), 100.0);
+  EXPECT_EQ(prog_dur.at(1100), 101.0);
+  EXPECT_EQ(m["otherData"]["ranks"], 2);
+  EXPECT_THROW(merge_rank_traces({json::object()}), Error);
+}
+
 TEST(Trace, WritesAtomicallyAndReadsBack) {
   Trace t;
   { auto s = Trace::scope(&t, t.host_thread("main"), "x"); }

@@ -58,6 +58,8 @@ class Trace {
 
   /// Host wall-clock nanoseconds since the trace began.
   int64_t now_ns() const;
+  /// `t` in host nanoseconds since the trace began (for intervals measured elsewhere).
+  int64_t ns_at(std::chrono::steady_clock::time_point t) const;
   /// A complete span on a host track, in nanoseconds since the trace began.
   void host_span(Track t, const std::string& name, const std::string& cat, int64_t begin_ns, int64_t end_ns,
                  nlohmann::ordered_json args = nullptr);
@@ -147,5 +149,18 @@ struct TraceHook {
 
 /// "BACKEND N=ARRAY_N", the device name the CLI gives a device's trace process.
 std::string trace_device_name(const Device& device);
+
+/// Pid offset of an MPI rank's processes in a merged trace: rank r's pid p becomes
+/// r * kRankPidStride + p (rank 0 keeps its pids).
+inline constexpr int kRankPidStride = 1000;
+
+/// One trace of several MPI ranks from their to_json() objects (indexed by rank): rank r's
+/// processes get pid r * kRankPidStride + pid and the name "rank r: NAME" (sort index = pid, so
+/// Perfetto shows rank 0's host and devices, then rank 1's, ...). Every rank's host clock starts at
+/// its own Trace's creation (the ranks' clocks are not aligned); device clocks are per device.
+nlohmann::ordered_json merge_rank_traces(const std::vector<nlohmann::ordered_json>& ranks);
+
+/// Writes a trace JSON object (to_json() or merge_rank_traces()) to `path` atomically.
+void write_trace_json(const std::filesystem::path& path, const nlohmann::ordered_json& trace);
 
 }  // namespace tpuw::runtime

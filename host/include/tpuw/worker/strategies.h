@@ -53,6 +53,7 @@
 #include "tpuw/nn/qnetwork.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/runtime/trace.h"
 #include "tpuw/worker/worker.h"
 
 namespace tpuw::worker {
@@ -97,6 +98,10 @@ struct NetworkStrategyOptions {
   Strategy strategy = Strategy::kData;
   uint64_t micro_batch = 0;  // rows per device run; 0 = automatic (about 4 per device, at most 256)
   runtime::NetworkPlanOptions plan;
+  /// --trace (docs/tracing.md): each device's driving thread gets a host track "device D driver"
+  /// (upload + compile, and per micro-batch its submit and wait), and device D's process a program
+  /// span per micro-batch in device cycles (the PERF counters read after its wait). Null: nothing.
+  runtime::Trace* trace = nullptr;
 };
 
 struct NetworkStrategyResult {
@@ -118,8 +123,10 @@ struct GemmStrategyResult {
 };
 
 /// C = A . B with B's columns split over the worker's devices. Throws like runtime::gemm.
+/// `trace` (may be null): per block a host span on the track "device D driver" (compile + upload,
+/// submit + wait) and a program span on device D.
 GemmStrategyResult gemm_parallel(Worker& worker, std::span<const int8_t> a, std::span<const int8_t> b,
-                                 const runtime::GemmShape& shape);
+                                 const runtime::GemmShape& shape, runtime::Trace* trace = nullptr);
 
 /// Contiguous stages [first, last] (inclusive) of `layer_macs` for min(stages, layers) stages that
 /// minimise the largest stage sum (ties: earlier cuts). stages >= 1.
