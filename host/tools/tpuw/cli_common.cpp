@@ -6,11 +6,13 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <cmath>
 
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
+#include "tpuw/nn/float_network.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::cli {
@@ -185,6 +187,68 @@ void trace_train_step(runtime::Trace* trace, const std::string& device_name, int
                        {{"forward", rep.forward_cycles}, {"backward", rep.backward_cycles}, {"update", rep.update_cycles}},
                        {{"cycles", rep.cycles}, {"macs", rep.macs}, {"utilization", rep.utilization},
                         {"note", "forward, backward and update as TrainStepReport splits PERF_CYCLES (docs/training.md)"}});
+}
+
+std::vector<float> input_values(const npy::Array& a, const std::string& path) {
+  std::vector<float> x(a.elements());
+  switch (a.dtype) {
+    case npy::DType::kFloat32: {
+      const auto v = a.view<float>();
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!std::isfinite(v[i])) {
+          throw Error(ErrorKind::kBadFile, fmt::format("{}: element {} is {} (inputs must be finite)", path, i, v[i]));
+        }
+        x[i] = v[i];
+      }
+      break;
+    }
+    case npy::DType::kUint8: {
+      const auto v = a.view<uint8_t>();
+      for (size_t i = 0; i < v.size(); ++i) x[i] = v[i];
+      break;
+    }
+    case npy::DType::kInt8: {
+      const auto v = a.view<int8_t>();
+      for (size_t i = 0; i < v.size(); ++i) x[i] = v[i];
+      break;
+    }
+    default:
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{}: dtype is {}, expected float32, uint8 or int8", path, npy::to_string(a.dtype)));
+  }
+  return x;
+}
+
+std::vector<int64_t> load_class_labels(const std::string& path, uint64_t rows, uint32_t classes) {
+  const npy::Array a = npy::load(path);
+  if (!(a.rank() == 1 || (a.rank() == 2 && a.shape[1] == 1)) || a.shape[0] != rows) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {}, expected ({},) labels for the {} input rows", path,
+                                                 npy::shape_string(a.shape), rows, rows));
+  }
+  std::vector<int64_t> y(rows);
+  for (uint64_t i = 0; i < rows; ++i) {
+    switch (a.dtype) {
+      case npy::DType::kUint8: y[i] = a.view<uint8_t>()[i]; break;
+      case npy::DType::kInt8: y[i] = a.view<int8_t>()[i]; break;
+      case npy::DType::kInt32: y[i] = a.view<int32_t>()[i]; break;
+      case npy::DType::kInt64: y[i] = a.view<int64_t>()[i]; break;  // NumPy's default integer, PyTorch's labels
+      default:
+        throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}, expected integer class labels (uint8, int8, "
+                                                     "int32 or int64)", path, npy::to_string(a.dtype)));
+    }
+    if (y[i] < 0 || y[i] >= classes) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{}: label {} of row {} is not a class of the model's {} outputs", path, y[i], i, classes));
+    }
+  }
+  return y;
+}
+
+double accuracy(std::span<const float> y, uint32_t classes, const std::vector<int64_t>& labels) {
+  const auto pred = nn::argmax_rows(y, classes);
+  uint64_t ok = 0;
+  for (size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
+  return labels.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(labels.size());
 }
 
 }  // namespace tpuw::cli

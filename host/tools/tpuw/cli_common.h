@@ -14,6 +14,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/npy.h"
 #include "tpuw/runtime/trace.h"
 #include "tpuw/runtime/trainer.h"
 #include "tpuw/worker/strategies.h"
@@ -25,6 +26,18 @@ class Option;
 }  // namespace CLI
 
 namespace tpuw::cli {
+
+/// The values of an input .npy (`path` for messages) as floats: float32 (every element finite, or
+/// kBadFile naming the element), uint8 or int8; any other dtype is kBadFile. Shared by the MLP and
+/// CNN paths of `tpuw run`, which check the shape themselves.
+std::vector<float> input_values(const npy::Array& a, const std::string& path);
+
+/// Integer class labels [rows] (or [rows, 1]) in uint8, int8, int32 or int64 (NumPy's default,
+/// PyTorch's labels), each in [0, classes); anything else is kBadFile naming the file and the row.
+std::vector<int64_t> load_class_labels(const std::string& path, uint64_t rows, uint32_t classes);
+
+/// The fraction of rows whose argmax over `classes` outputs equals the label (0 without labels).
+double accuracy(std::span<const float> y, uint32_t classes, const std::vector<int64_t>& labels);
 
 /// Exit codes of tpuw (main.cpp's header explains them).
 enum Exit : int { kOk = 0, kOther = 1, kBadInput = 2, kMismatchExit = 3, kDeviceExit = 4 };

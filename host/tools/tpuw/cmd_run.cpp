@@ -109,65 +109,8 @@ Rows load_rows(const std::string& path, const nn::FloatNetwork& net, const char*
     r.rows = a.shape[0];
   }
   if (r.rows == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {} has no rows", path, npy::shape_string(a.shape)));
-  r.x.resize(a.elements());
-  switch (a.dtype) {
-    case npy::DType::kFloat32: {
-      const auto v = a.view<float>();
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (!std::isfinite(v[i])) {
-          throw Error(ErrorKind::kBadFile, fmt::format("{}: element {} is {} (inputs must be finite)", path, i, v[i]));
-        }
-        r.x[i] = v[i];
-      }
-      break;
-    }
-    case npy::DType::kUint8: {
-      const auto v = a.view<uint8_t>();
-      for (size_t i = 0; i < v.size(); ++i) r.x[i] = v[i];
-      break;
-    }
-    case npy::DType::kInt8: {
-      const auto v = a.view<int8_t>();
-      for (size_t i = 0; i < v.size(); ++i) r.x[i] = v[i];
-      break;
-    }
-    default:
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("{}: dtype is {}, expected float32, uint8 or int8", path, npy::to_string(a.dtype)));
-  }
+  r.x = input_values(a, path);
   return r;
-}
-
-std::vector<int64_t> load_labels(const std::string& path, uint64_t rows, uint32_t classes) {
-  const npy::Array a = npy::load(path);
-  if (!(a.rank() == 1 || (a.rank() == 2 && a.shape[1] == 1)) || a.shape[0] != rows) {
-    throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {}, expected ({},) labels for the {} input rows", path,
-                                                 npy::shape_string(a.shape), rows, rows));
-  }
-  std::vector<int64_t> y(rows);
-  for (uint64_t i = 0; i < rows; ++i) {
-    switch (a.dtype) {
-      case npy::DType::kUint8: y[i] = a.view<uint8_t>()[i]; break;
-      case npy::DType::kInt8: y[i] = a.view<int8_t>()[i]; break;
-      case npy::DType::kInt32: y[i] = a.view<int32_t>()[i]; break;
-      case npy::DType::kInt64: y[i] = a.view<int64_t>()[i]; break;  // NumPy's default integer, PyTorch's labels
-      default:
-        throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}, expected integer class labels (uint8, int8, "
-                                                     "int32 or int64)", path, npy::to_string(a.dtype)));
-    }
-    if (y[i] < 0 || y[i] >= classes) {
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("{}: label {} of row {} is not a class of the model's {} outputs", path, y[i], i, classes));
-    }
-  }
-  return y;
-}
-
-double accuracy(std::span<const float> y, uint32_t classes, const std::vector<int64_t>& labels) {
-  const auto pred = nn::argmax_rows(y, classes);
-  uint64_t ok = 0;
-  for (size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
-  return labels.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(labels.size());
 }
 
 // Per-layer figures summed over the batches.
@@ -838,7 +781,7 @@ int run_command(const RunOpts& o) {
   const Rows in = load_rows(o.input, net, "--input");
   const uint32_t classes = net.output_features();
   std::vector<int64_t> labels;
-  if (!o.labels.empty()) labels = load_labels(o.labels, in.rows, classes);
+  if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
   Rows calib;
   if (!o.calibrate.empty()) calib = load_rows(o.calibrate, net, "--calibrate");
   const Rows& cal = o.calibrate.empty() ? in : calib;

@@ -102,65 +102,8 @@ Images load_images(const std::string& path, const InputShape& s, const char* wha
     throw bad();
   }
   if (r.rows == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {} has no rows", path, npy::shape_string(a.shape)));
-  r.x.resize(a.elements());
-  switch (a.dtype) {
-    case npy::DType::kFloat32: {
-      const auto v = a.view<float>();
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (!std::isfinite(v[i])) {
-          throw Error(ErrorKind::kBadFile, fmt::format("{}: element {} is {} (inputs must be finite)", path, i, v[i]));
-        }
-        r.x[i] = v[i];
-      }
-      break;
-    }
-    case npy::DType::kUint8: {
-      const auto v = a.view<uint8_t>();
-      for (size_t i = 0; i < v.size(); ++i) r.x[i] = v[i];
-      break;
-    }
-    case npy::DType::kInt8: {
-      const auto v = a.view<int8_t>();
-      for (size_t i = 0; i < v.size(); ++i) r.x[i] = v[i];
-      break;
-    }
-    default:
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("{}: dtype is {}, expected float32, uint8 or int8", path, npy::to_string(a.dtype)));
-  }
+  r.x = input_values(a, path);
   return r;
-}
-
-std::vector<int64_t> load_class_labels(const std::string& path, uint64_t rows, uint32_t classes) {
-  const npy::Array a = npy::load(path);
-  if (!(a.rank() == 1 || (a.rank() == 2 && a.shape[1] == 1)) || a.shape[0] != rows) {
-    throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {}, expected ({},) labels for the {} input rows", path,
-                                                 npy::shape_string(a.shape), rows, rows));
-  }
-  std::vector<int64_t> y(rows);
-  for (uint64_t i = 0; i < rows; ++i) {
-    switch (a.dtype) {
-      case npy::DType::kUint8: y[i] = a.view<uint8_t>()[i]; break;
-      case npy::DType::kInt8: y[i] = a.view<int8_t>()[i]; break;
-      case npy::DType::kInt32: y[i] = a.view<int32_t>()[i]; break;
-      case npy::DType::kInt64: y[i] = a.view<int64_t>()[i]; break;
-      default:
-        throw Error(ErrorKind::kBadFile, fmt::format("{}: dtype is {}, expected integer class labels (uint8, int8, "
-                                                     "int32 or int64)", path, npy::to_string(a.dtype)));
-    }
-    if (y[i] < 0 || y[i] >= classes) {
-      throw Error(ErrorKind::kBadFile,
-                  fmt::format("{}: label {} of row {} is not a class of the model's {} outputs", path, y[i], i, classes));
-    }
-  }
-  return y;
-}
-
-double accuracy_of(std::span<const float> y, uint32_t classes, const std::vector<int64_t>& labels) {
-  const auto pred = nn::argmax_rows(y, classes);
-  uint64_t ok = 0;
-  for (size_t i = 0; i < labels.size(); ++i) ok += pred[i] == labels[i];
-  return labels.empty() ? 0.0 : static_cast<double>(ok) / static_cast<double>(labels.size());
 }
 
 // The float model: the optimized graph interpreted on the CPU (double accumulation), in chunks so
@@ -375,8 +318,8 @@ int run_cnn_model(const CnnRunOpts& o) {
   }
   double acc_dev = 0, acc_float = 0;
   if (!labels.empty()) {
-    acc_dev = accuracy_of(y, classes, labels);
-    acc_float = accuracy_of(yf, classes, labels);
+    acc_dev = accuracy(y, classes, labels);
+    acc_float = accuracy(yf, classes, labels);
   }
   if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
 
