@@ -26,32 +26,9 @@
 #include "tpuw/runtime/device_trainer.h"
 #include "tpuw/runtime/gemm_bf16.h"
 
-namespace {
+#include "bench_models.h"
 
-tpuw::compiler::TrainModel make_mlp(const std::vector<int64_t>& dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  tpuw::compiler::TrainModel m;
-  m.source = "bench_mlp";
-  m.input_features = dims[0];
-  for (size_t i = 1; i < dims.size(); ++i) {
-    tpuw::compiler::TrainLayer L;
-    L.node = fmt::format("fc{} (Gemm)", i);
-    L.weight = fmt::format("fc{}.weight", i);
-    L.bias = fmt::format("fc{}.bias", i);
-    L.weight_out_in = true;
-    L.in = dims[i - 1];
-    L.out = dims[i];
-    L.relu = i + 1 < dims.size();
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(L.in)));
-    std::vector<float> w(static_cast<size_t>(L.in * L.out)), b(static_cast<size_t>(L.out));
-    for (auto& x : w) x = d(rng);
-    for (auto& x : b) x = 0.1f * d(rng);
-    m.params[L.weight] = std::move(w);
-    m.params[L.bias] = std::move(b);
-    m.layers.push_back(std::move(L));
-  }
-  return m;
-}
+namespace {
 
 }  // namespace
 
@@ -71,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_flag("--unfused", unfused, "separate update program (measured) instead of the fused update (attributed)");
   CLI11_PARSE(app, argc, argv);
   try {
-    const tpuw::compiler::TrainModel model = make_mlp(dims, 1);
+    const tpuw::compiler::TrainModel model = tpuw::bench::make_mlp(dims, 1);
     tpuw::BackendConfig cfg;
     const uint64_t need = tpuw::runtime::DeviceTrainer::memory_bytes(model, batch, 16) + 3ull * gemm_n * gemm_n * 4 +
                           (16ull << 20);
