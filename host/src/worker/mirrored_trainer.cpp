@@ -858,6 +858,10 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
   r.host_loss_bytes = static_cast<uint64_t>(rows * classes) * 8;
 
+  st.device_cycles.resize(im.K);
+  for (unsigned d = 0; d < im.K; ++d) {
+    st.device_cycles[d] = {outs[d].forward_cycles, outs[d].backward_cycles, uo[d].cycles};
+  }
   ++im.steps;
   st.steps = 1;
   im.last = st;

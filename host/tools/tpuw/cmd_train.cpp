@@ -495,7 +495,22 @@ int train_command(const TrainOpts& o) {
       const runtime::TrainStepReport rep = trainer->step(std::span<const float>(xb.data(), static_cast<size_t>(rows * features)),
                                                          std::span<const int64_t>(yb.data(), static_cast<size_t>(rows)), rows);
       ++global;
-      trace_train_step(trace.get(), fmt::format("{} N={}", trainer->name(), o.array_n), global, step_ns, rep);
+      if (mirrored != nullptr && trace) {
+        // One device track per replica with its own programs' cycles (the step report gives the
+        // slowest replica's); the host span of the step as for one device.
+        runtime::TrainStepReport host_only = rep;
+        host_only.cycles = 0;
+        trace_train_step(trace.get(), "", global, step_ns, host_only);
+        const auto& dc = mirrored->last_step().device_cycles;
+        for (unsigned d = 0; d < dc.size(); ++d) {
+          const uint64_t c = dc[d].forward + dc[d].backward + dc[d].update;
+          trace->device_phases(d, fmt::format("mirrored replica N={}", o.array_n), "program", fmt::format("step {}", global),
+                               c, {{"forward", dc[d].forward}, {"backward", dc[d].backward}, {"update", dc[d].update}},
+                               {{"cycles", c}, {"note", "this replica's forward (chunks), backward and update programs"}});
+        }
+      } else {
+        trace_train_step(trace.get(), fmt::format("{} N={}", trainer->name(), o.array_n), global, step_ns, rep);
+      }
       if (!std::isfinite(rep.loss)) {
         bar.done();
         fmt::print(stderr, "tpuw: error: the loss became {} at step {} (epoch {}, batch {} of {}); training stopped, {} "

@@ -120,7 +120,12 @@ elif CASE == "trace_devices":
     expect(any(n.startswith("sum layer") for n in names(t, "host", "reducer")), "train: no reducer spans")
     allreduce = [s for spans in t["tracks"].values() for s in spans if s[3] == "all-reduce"]
     expect(allreduce, "train: no all-reduce spans")
-    expect(names(t, "device 0", "program")[:1] == ["step 1"], "train: device program track")
+    # One device track per replica, each with its own step spans and their forward/backward/update
+    # phases (2 steps of 32 rows), not only the slowest replica's.
+    for d in (0, 1):
+        expect(names(t, f"device {d}: mirrored replica", "program") ==
+               ["step 1", "forward", "backward", "update", "step 2", "forward", "backward", "update"],
+               f"train: device {d} program track: {names(t, f'device {d}', 'program')}")
 
 elif CASE == "trace_mpi":
     import shutil

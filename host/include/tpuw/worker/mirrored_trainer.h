@@ -95,6 +95,12 @@ struct MirroredStats {
   uint64_t recoveries = 0;       ///< device parts redone after a fault
   uint64_t exchange_bytes = 0;   ///< bytes received from other ranks (tree nodes, losses)
   double exchange_seconds = 0;   ///< in the ranks' allgather (packing and unpacking included)
+  /// The last step's device cycles of each device of this process: its own forward, backward and
+  /// update programs (PERF_CYCLES), for --trace's per-device tracks. Empty in totals().
+  struct DeviceCycles {
+    uint64_t forward = 0, backward = 0, update = 0;
+  };
+  std::vector<DeviceCycles> device_cycles;
   uint64_t shard_bytes = 0;      ///< sharded update: updated variables copied between replicas
   double shard_seconds = 0;      ///< sharded update: reading and writing those (summed over devices)
   /// gather + reduce + broadcast + exchange + shard.
