@@ -854,7 +854,9 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
   r.update_cycles = uo[slow].cycles;
   r.cycles = most;
   r.macs = im.model.step_macs(rows);
-  const double peak = static_cast<double>(im.array_n) * static_cast<double>(im.array_n) * im.K;
+  // The MACs are the whole global batch's, computed by every replica of every rank.
+  const size_t ranks = im.opts.collective != nullptr ? static_cast<size_t>(im.opts.collective->size()) : 1;
+  const double peak = static_cast<double>(im.array_n) * static_cast<double>(im.array_n) * static_cast<double>(ranks * im.K);
   r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
   r.host_loss_bytes = static_cast<uint64_t>(rows * classes) * 8;
 

@@ -188,6 +188,8 @@ elif CASE.startswith("mpi_"):
             expect(rc == 0, f"K={k}: exit {rc}; stderr: {se}")
             j = json.loads(so)
             expect(j["ranks"] == 2 and j["devices"] == k and j["exchange_bytes_per_step"] > 0, f"{j}")
+            # The global batch's MACs over every replica of every rank: a fraction of the peak.
+            expect(0 < j["utilization"] <= 1, f"utilization {j['utilization']} with 2 ranks x {k} devices")
             expect("rank 1 of 2: 10 steps" in se, f"rank 1 did not report: {se}")
             expect(filecmp.cmp(out("one.onnx"), out(f"p2k{k}.onnx"), shallow=False), f"2 ranks x {k} != one device")
     elif CASE == "mpi_rank_error":
