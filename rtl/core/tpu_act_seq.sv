@@ -8,6 +8,10 @@
 // row per cycle through a full-width fp32 stage (docs/numerics.md: x = acc (+ bias, one fp32
 // addition); ReLU keeps x > 0 and NaN, else +0; fp32 -> bf16 round to nearest even), registered,
 // and written as one UB row pair (ub_addr + 2i, ub_wr_pair_o) the cycle after the read data.
+// Lookup table (lut_i, EnableLut, ISA 1.2, int8 only): after the shift row, the LutRows =
+// max(1, 64/ArrayN) ACC rows from qparam_addr + 2 are read into a 256-byte table register
+// (entry e = byte e of the rows, little-endian words in row-major order); tpu_act_unit maps every
+// saturated result r to entry r + 128. A LUT ACTIVATE takes LutRows more cycles; others none.
 `include "tpu_assert.svh"
 
 module tpu_act_seq #(
@@ -16,6 +20,7 @@ module tpu_act_seq #(
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
   parameter bit          EnableBf16 = 1'b1,
+  parameter bit          EnableLut  = 1'b1,
   localparam int unsigned UbAw    = $clog2(UbDepth),
   localparam int unsigned AccAw   = $clog2(AccDepth)
 ) (
@@ -29,6 +34,7 @@ module tpu_act_seq #(
   input  logic                 bias_en_i,
   input  logic                 relu_i,
   input  logic                 bf16_i,
+  input  logic                 lut_i,
   input  logic [AccAw-1:0]     qparam_addr_i,
   input  logic [AccAw-1:0]     bias_addr_i,
   // ACC read port (shared with the MATMUL accumulate path, which never overlaps)
@@ -47,12 +53,15 @@ module tpu_act_seq #(
   localparam int unsigned N       = ArrayN;
   localparam int unsigned ActTagW = UbAw + 1;             // {last, ub row}
   localparam int unsigned ActP    = ArrayN / ActLanes;    // cycles per row in tpu_act_unit
+  localparam int unsigned LutRows = (ArrayN >= 64) ? 1 : 64 / ArrayN;  // ACC rows of the table
+  localparam int unsigned LutRowW = (32 * ArrayN < 2048) ? 32 * ArrayN : 2048;  // table bits per row
+  localparam int unsigned LutIdxW = (LutRows > 1) ? $clog2(LutRows) : 1;
 
   typedef enum logic [2:0] {
-    ActIdle, ActMult, ActShift, ActBias, ActRows
+    ActIdle, ActMult, ActShift, ActLut, ActBias, ActRows
   } act_st_e;
   typedef enum logic [2:0] {
-    KNone, KMult, KShift, KBias, KRow
+    KNone, KMult, KShift, KLut, KBias, KRow
   } rd_kind_e;
 
   act_st_e          act_st_q;
@@ -60,7 +69,11 @@ module tpu_act_seq #(
   logic [AccAw-1:0] act_acc_q, act_qp_q, act_bias_addr_q;
   logic [UbAw-1:0]  act_ub_q;
   logic [15:0]      act_left_q;
-  logic             act_bias_en_q, act_relu_q, act_bf16_q;
+  logic             act_bias_en_q, act_relu_q, act_bf16_q, act_lut_q;
+  logic [LutIdxW-1:0] lut_cnt_q;               // ActLut: table row being read
+  logic [LutIdxW-1:0] ak_lut_q;                // KLut: which table row the read data is
+  logic [2047:0]    lut_table;                 // the table (tpu_act_unit)
+  localparam logic [LutIdxW-1:0] LutLast = LutIdxW'(LutRows - 1);
   rd_kind_e         ak_q;                      // what the ACC read port returns this cycle
   logic [ActTagW-1:0] ak_tag_q;
   logic [32*N-1:0]  bias_q, mult_q;
@@ -96,6 +109,7 @@ module tpu_act_seq #(
     case (act_st_q)
       ActMult:  acc_rd_addr_o = act_qp_q;
       ActShift: acc_rd_addr_o = act_qp_q + 1'b1;
+      ActLut:   acc_rd_addr_o = act_qp_q + AccAw'(2) + AccAw'(lut_cnt_q);
       ActBias:  acc_rd_addr_o = act_bias_addr_q;
       ActRows:  begin acc_rd_en_o = act_pace_ok || act_bf16_q; acc_rd_addr_o = act_acc_q; end
       default:  acc_rd_en_o   = 1'b0;
@@ -118,7 +132,16 @@ module tpu_act_seq #(
                     else                      act_st_q <= ActMult;
                   end
         ActMult:  begin ak_q <= KMult;  act_st_q <= ActShift; end
-        ActShift: begin ak_q <= KShift; act_st_q <= act_bias_en_q ? ActBias : ActRows; end
+        ActShift: begin
+                    ak_q <= KShift;
+                    if (act_lut_q)          act_st_q <= ActLut;
+                    else if (act_bias_en_q) act_st_q <= ActBias;
+                    else                    act_st_q <= ActRows;
+                  end
+        ActLut:   begin
+                    ak_q <= KLut;
+                    if (lut_cnt_q == LutLast) act_st_q <= act_bias_en_q ? ActBias : ActRows;
+                  end
         ActBias:  begin ak_q <= KBias;  act_st_q <= ActRows; end
         ActRows:  if (act_pace_ok || act_bf16_q) begin
                     ak_q <= KRow;
@@ -137,6 +160,7 @@ module tpu_act_seq #(
       act_bias_en_q   <= bias_en_i;
       act_relu_q      <= relu_i;
       act_bf16_q      <= EnableBf16 && bf16_i;
+      act_lut_q       <= EnableLut && lut_i && !(EnableBf16 && bf16_i);
       act_qp_q        <= qparam_addr_i;
       act_bias_addr_q <= bias_addr_i;
     end else if (act_row_rd) begin
@@ -145,6 +169,9 @@ module tpu_act_seq #(
       act_left_q <= act_left_q - 16'd1;
     end
     if (act_row_rd) ak_tag_q <= {act_rows_last, act_ub_q};
+    if (go_i)                    lut_cnt_q <= '0;
+    else if (act_st_q == ActLut) lut_cnt_q <= lut_cnt_q + 1'b1;
+    ak_lut_q <= lut_cnt_q;
     // Parameter rows arrive the cycle after their read.
     if (go_i) bias_q <= '0;  // stays zero without the bias flag
     if (ak_q == KMult) mult_q <= acc_rd_data_i;
@@ -162,10 +189,24 @@ module tpu_act_seq #(
 
   logic [8*N-1:0]     act_out_data;
 
+  // The table register: written only by a LUT ACTIVATE's table rows (behind their read kind).
+  if (EnableLut) begin : g_lut
+    logic [2047:0] lut_q;
+    always_ff @(posedge clk_i) begin
+      if (ak_q == KLut) lut_q[LutRowW*ak_lut_q +: LutRowW] <= acc_rd_data_i[LutRowW-1:0];
+    end
+    assign lut_table = lut_q;
+  end else begin : g_no_lut
+    assign lut_table = '0;
+    logic unused_lut;
+    assign unused_lut = ^ak_lut_q;
+  end
+
   tpu_act_unit #(
     .ArrayN   (ArrayN),
     .ActLanes (ActLanes),
-    .TagW     (ActTagW)
+    .TagW     (ActTagW),
+    .EnableLut(EnableLut)
   ) u_act (
     .clk_i,
     .rst_ni,
@@ -177,6 +218,8 @@ module tpu_act_seq #(
     .mult_i      (mult_q),
     .shift_i     (shift_q),
     .relu_i      (act_relu_q),
+    .lut_en_i    (act_lut_q),
+    .lut_table_i (lut_table),
     .out_valid_o (act_out_valid),
     .out_data_o  (act_out_data),
     .out_tag_o   (act_out_tag),

@@ -5,6 +5,7 @@
 //   if shift[j] > 0: p = (p + 2^(shift[j]-1)) >>> shift[j]   (round half up, arithmetic)
 //   if relu: p = max(p, 0)
 //   out[j] = saturate(p, -128, 127)
+//   if lut: out[j] = table[out[j] + 128]       (ISA 1.2, EnableLut; lut_table_i byte e = entry e)
 // The rounding shift is computed as ((p >>> (s-1)) + 1) >>> 1, which equals
 // floor((p + 2^(s-1)) / 2^s) exactly and never overflows 64 bits (|p| <= 2^62).
 //
@@ -25,13 +26,16 @@
 // busy_o is high from the cycle after acceptance through out_valid_o (both cases).
 // Results are bit-identical for every L: the lanes compute the same formula, only the operand
 // selection and the output assembly are time-shared.
-// bias_i, mult_i, shift_i and relu_i must stay stable while rows are in flight (busy_o).
+// bias_i, mult_i, shift_i, relu_i, lut_en_i and lut_table_i must stay stable while rows are in
+// flight (busy_o). The table lookup is a 256:1 byte mux per lane after the saturation, in the same
+// stage (no extra cycle): L lookups, so time-shared lanes share the muxes too.
 `include "tpu_assert.svh"
 
 module tpu_act_unit #(
   parameter int unsigned ArrayN   = 16,
   parameter int unsigned ActLanes = ArrayN,
-  parameter int unsigned TagW     = 1
+  parameter int unsigned TagW     = 1,
+  parameter bit          EnableLut = 1'b1
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -43,6 +47,8 @@ module tpu_act_unit #(
   input  logic [32*ArrayN-1:0]  mult_i,
   input  logic [6*ArrayN-1:0]   shift_i,
   input  logic                  relu_i,
+  input  logic                  lut_en_i,
+  input  logic [2047:0]         lut_table_i,
   output logic                  out_valid_o,
   output logic [8*ArrayN-1:0]   out_data_o,
   output logic [TagW-1:0]       out_tag_o,
@@ -102,6 +108,7 @@ module tpu_act_unit #(
       logic signed [63:0] p;
       logic signed [63:0] t;
       logic        [5:0]  s;
+      logic        [7:0]  r;
       p = $signed(prod1_q[64*j +: 64]);
       t = p;
       s = s1_shift[6*j +: 6];
@@ -110,10 +117,18 @@ module tpu_act_unit #(
         p = (t + 64'sd1) >>> 1;
       end
       if (relu_i && p < 64'sd0) p = 64'sd0;
-      if (p > 64'sd127)       s1_res[8*j +: 8] = 8'h7f;
-      else if (p < -64'sd128) s1_res[8*j +: 8] = 8'h80;
-      else                    s1_res[8*j +: 8] = p[7:0];
+      if (p > 64'sd127)       r = 8'h7f;
+      else if (p < -64'sd128) r = 8'h80;
+      else                    r = p[7:0];
+      // Table entry r + 128: the int8 bits with the sign bit flipped.
+      if (EnableLut && lut_en_i) r = lut_table_i[{~r[7], r[6:0], 3'b000} +: 8];
+      s1_res[8*j +: 8] = r;
     end
+  end
+
+  if (!EnableLut) begin : g_no_lut
+    logic unused_lut;
+    assign unused_lut = ^{lut_en_i, lut_table_i};
   end
 
   always_ff @(posedge clk_i) begin

@@ -26,7 +26,8 @@ module tpu_cmd_proc #(
   parameter int unsigned QueueDepth = 8,
   parameter int unsigned FetchDepth = 16,  // prefetch buffer, instructions
   parameter int unsigned InflightDepth = 8, // issued-but-not-done instructions per engine
-  parameter bit          EnableBf16 = 1'b1  // bf16 mode bits legal (tpu_decode)
+  parameter bit          EnableBf16 = 1'b1, // bf16 mode bits legal (tpu_decode)
+  parameter bit          EnableLut  = 1'b1  // ACTIVATE `lut` legal (tpu_decode)
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -169,7 +170,7 @@ module tpu_cmd_proc #(
 
   tpu_decode #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .EnableBf16(EnableBf16)
+    .DmaDataW(DmaDataW), .EnableBf16(EnableBf16), .EnableLut(EnableLut)
   ) u_decode (
     .instr_i(d_instr), .win_base_i(dma_win_base_i), .win_last_i(dma_win_last_i),
     .fault_o(d_fault), .cause_o(d_cause), .info_o(d_info), .queue_o(d_queue)

@@ -49,6 +49,7 @@ module tpu_compute #(
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
   parameter bit          EnableBf16 = 1'b1,  // bf16 MXU mode and fp32 ACTIVATE (0: int8 only)
+  parameter bit          EnableLut  = 1'b1,  // ACTIVATE `lut` (256-entry int8 table)
   localparam int unsigned UbAw    = $clog2(UbDepth),
   localparam int unsigned WbAw    = $clog2(WbDepth),
   localparam int unsigned AccAw   = $clog2(AccDepth)
@@ -151,7 +152,7 @@ module tpu_compute #(
   logic [AccAw-1:0] mm_f_acc;
   logic [15:0]      mm_f_rows;
   // ACTIVATE fields
-  logic             act_f_relu, act_f_bias, act_f_bf16;
+  logic             act_f_relu, act_f_bias, act_f_bf16, act_f_lut;
   logic [AccAw-1:0] act_f_acc, act_f_bias_addr, act_f_qp;
   logic [UbAw-1:0]  act_f_ub;
   logic [15:0]      act_f_rows;
@@ -163,6 +164,7 @@ module tpu_compute #(
   assign lw_f_tr         = head_lw.transpose;
   assign mm_f_bf16       = EnableBf16 && head_mm.bf16;
   assign act_f_bf16      = EnableBf16 && head_act.bf16;
+  assign act_f_lut       = EnableLut && head_act.lut;
   assign mm_f_accum      = head_mm.accumulate;
   assign mm_f_swap       = head_mm.swap;
   assign mm_f_ub         = head_mm.ub_addr[UbAw-1:0];
@@ -512,11 +514,11 @@ module tpu_compute #(
   // ---------------------------------------------------------------------------------------------
   tpu_act_seq #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .AccDepth(AccDepth), .ActLanes(ActLanes),
-    .EnableBf16(EnableBf16)
+    .EnableBf16(EnableBf16), .EnableLut(EnableLut)
   ) u_act_seq (
     .clk_i, .rst_ni,
     .go_i(go_act), .acc_addr_i(act_f_acc), .ub_addr_i(act_f_ub), .rows_i(act_f_rows),
-    .bias_en_i(act_f_bias), .relu_i(act_f_relu), .bf16_i(act_f_bf16), .qparam_addr_i(act_f_qp),
+    .bias_en_i(act_f_bias), .relu_i(act_f_relu), .bf16_i(act_f_bf16), .lut_i(act_f_lut), .qparam_addr_i(act_f_qp),
     .bias_addr_i(act_f_bias_addr),
     .acc_rd_en_o(act_rd_en), .acc_rd_addr_o(act_rd_addr), .acc_rd_data_i,
     .ub_wr_en_o, .ub_wr_addr_o, .ub_wr_pair_o, .ub_wr_data_o,

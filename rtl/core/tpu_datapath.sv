@@ -46,6 +46,7 @@ module tpu_datapath #(
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned ActLanes = ArrayN,  // requantize lanes (tpu_act_unit)
   parameter bit          EnableBf16 = 1'b1,  // bf16 MXU mode, fp32 ACTIVATE, vector unit (0: int8-only)
+  parameter bit          EnableLut  = 1'b1,  // ACTIVATE `lut` (256-entry int8 table)
 `ifdef TPU_FPGA_RAM
   parameter bit          FpgaRam  = 1'b1
 `else
@@ -117,7 +118,8 @@ module tpu_datapath #(
     .WbDepth  (WbDepth),
     .AccDepth (AccDepth),
     .ActLanes (ActLanes),
-    .EnableBf16 (EnableBf16)
+    .EnableBf16 (EnableBf16),
+    .EnableLut  (EnableLut)
   ) u_compute (
     .clk_i,
     .rst_ni,

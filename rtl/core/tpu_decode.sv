@@ -15,13 +15,17 @@
 // after `rows`; FAULT_INFO = lsb of the address field) and its UB/WB range counts row pairs
 // (rule 5: LOADW wb_addr + 2N, MATMUL/ACTIVATE ub_addr + 2*rows); bf16 ACTIVATE does not
 // check qparam_addr. LOADW `transpose` is always implemented.
+// ISA 1.2 ACTIVATE `lut` (bit 15): with EnableLut = 0 the bit is reserved (rule 2, FAULT_INFO 15).
+// Otherwise `lut` with `bf16` is ILLEGAL_FIELD (rule 4, after `rows`; FAULT_INFO 15) and the
+// qparam range grows by the table rows (rule 5: qparam_addr + 2 + LutRows).
 module tpu_decode #(
   parameter int unsigned ArrayN   = 16,
   parameter int unsigned UbDepth  = 32768,
   parameter int unsigned WbDepth  = 4096,
   parameter int unsigned AccDepth = 4096,
   parameter int unsigned DmaDataW = 128,
-  parameter bit          EnableBf16 = 1'b1
+  parameter bit          EnableBf16 = 1'b1,
+  parameter bit          EnableLut  = 1'b1
 ) (
   input  tpu_isa_pkg::instr_t instr_i,
   input  logic [31:0]  win_base_i,
@@ -33,6 +37,8 @@ module tpu_decode #(
 );
 
   localparam int unsigned BeatBytes = DmaDataW / 8;
+  // ACC rows of the ACTIVATE lookup table: 256 bytes, 4*ArrayN per row, at least one row.
+  localparam int unsigned LutRows   = (ArrayN >= 64) ? 1 : 64 / ArrayN;
   localparam int unsigned UbRowB    = ArrayN;
   localparam int unsigned AccRowB   = 4 * ArrayN;
   localparam int unsigned LogBeat   = $clog2(BeatBytes);
@@ -95,6 +101,8 @@ module tpu_decode #(
     if (is_vec)    rsv_mask = tpu_isa_pkg::VECTOR_RESERVED_MASK;
     // A build without the bf16 modes (FEATURES.BF16 = 0): their bit is reserved.
     if (!EnableBf16 && (is_loadw || is_matmul || is_act || is_tr)) rsv_mask[14] = 1'b1;
+    // A build without the lookup table (FEATURES.LUT = 0): ACTIVATE `lut` is reserved.
+    if (!EnableLut && is_act) rsv_mask[tpu_isa_pkg::ACTIVATE_LUT_LSB] = 1'b1;
   end
   assign rsv_bits = instr_i & rsv_mask;
 
@@ -203,9 +211,12 @@ module tpu_decode #(
   assign m_ub_rows = m_bf16 ? {m_rows, 1'b0} : {1'b0, m_rows};
   logic [19:0] a_acc, a_ub, a_bias, a_qp;
   logic [15:0] a_rows;
-  logic        a_has_bias, a_bf16;
+  logic        a_has_bias, a_bf16, a_lut;
+  logic [16:0] a_qp_rows;   // multiplier, shift (and table) rows
   logic [16:0] a_ub_rows;
   assign a_bf16    = act.bf16;
+  assign a_lut     = act.lut;
+  assign a_qp_rows = a_lut ? 17'(2 + LutRows) : 17'd2;
   assign a_ub_rows = a_bf16 ? {a_rows, 1'b0} : {1'b0, a_rows};
   assign a_acc  = act.acc_addr;
   assign a_ub   = act.ub_addr;
@@ -307,6 +318,8 @@ module tpu_decode #(
     end else if (is_act) begin
       if (a_rows == 16'd0) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_ROWS_LSB);
+      end else if (a_bf16 && a_lut) begin
+        fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_LUT_LSB);
       end else if (a_bf16 && a_ub[0]) begin
         fault_o = 1'b1; cause_o = CauseField; info_o = 32'(tpu_isa_pkg::ACTIVATE_UB_ADDR_LSB);
       end else if (range_bad(a_acc, {1'b0, a_rows}, AccD)) begin
@@ -315,7 +328,7 @@ module tpu_decode #(
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_ub, UbD);
       end else if (a_has_bias && ({12'd0, a_bias} >= AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = {12'd0, a_bias};
-      end else if (!a_bf16 && range_bad(a_qp, 17'd2, AccD)) begin
+      end else if (!a_bf16 && range_bad(a_qp, a_qp_rows, AccD)) begin
         fault_o = 1'b1; cause_o = CauseRange; info_o = first_bad(a_qp, AccD);
       end
     end else if (is_tr) begin
@@ -368,7 +381,7 @@ module tpu_decode #(
   assign unused_views = ^{ld.rsvd124, ld.rsvd14, ld.hdr, lw.rsvd36, lw.rsvd15,
                           lw.rsvd13, lw.transpose, lw.hdr,
                           mm.rsvd72, mm.rsvd15, mm.swap, mm.accumulate, mm.hdr,
-                          act.rsvd112, act.rsvd15, act.relu, act.hdr,
+                          act.rsvd112, act.relu, act.hdr,
                           fc.rsvd96, fc.value, fc.rsvd13, fc.irq, fc.hdr,
                           tr.hdr, tr.rsvd72, tr.rsvd15, tr.rsvd12, vc.hdr, vc.rsvd92, vc.scalar};
 

@@ -26,7 +26,8 @@ module tpu_reg_block #(
   parameter int unsigned DmaDataW   = 128,
   parameter int unsigned QueueDepth = 8,
   parameter int unsigned PerfCntW   = 64,
-  parameter bit          EnableBf16 = 1'b1
+  parameter bit          EnableBf16 = 1'b1,
+  parameter bit          EnableLut  = 1'b1
 ) (
   input  logic        clk_i,
   input  logic        rst_ni,
@@ -163,6 +164,8 @@ module tpu_reg_block #(
   assign hw2reg.features.transpose.d = 1'b1;
   // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit: the build parameter.
   assign hw2reg.features.bf16.d      = EnableBf16;
+  // ACTIVATE `lut` (tpu_act_seq / tpu_act_unit): the build parameter.
+  assign hw2reg.features.lut.d       = EnableLut;
   assign hw2reg.ctrl.soft_reset.d      = resetting_q || soft_rst_q;
   assign hw2reg.status.busy.d          = busy_i;
   assign hw2reg.status.fault.d         = faulted_i;

@@ -335,7 +335,7 @@ module tpu_reg_top (
       rdata_q  <= '0;
       case (raddr)
         tpu_reg_pkg::REG_ID: rdata_q <= 32'h54505557;
-        tpu_reg_pkg::REG_VERSION: rdata_q <= 32'h10001;
+        tpu_reg_pkg::REG_VERSION: rdata_q <= 32'h10002;
         tpu_reg_pkg::REG_ARRAY_N: rdata_q <= hw2reg_i.array_n.d;
         tpu_reg_pkg::REG_UB_DEPTH: rdata_q <= hw2reg_i.ub_depth.d;
         tpu_reg_pkg::REG_WB_DEPTH: rdata_q <= hw2reg_i.wb_depth.d;
@@ -348,6 +348,7 @@ module tpu_reg_top (
           rdata_q[3] <= 1'h1;
           rdata_q[4] <= hw2reg_i.features.transpose.d;
           rdata_q[5] <= hw2reg_i.features.bf16.d;
+          rdata_q[6] <= hw2reg_i.features.lut.d;
         end
         tpu_reg_pkg::REG_QUEUE_DEPTH: rdata_q <= hw2reg_i.queue_depth.d;
         tpu_reg_pkg::REG_CTRL: begin

@@ -27,7 +27,9 @@ module tpu_top #(
   parameter int unsigned InflightDepth = 8,      // issued-not-done instructions per engine
   // bf16 MXU mode, fp32 ACTIVATE, FEATURES.BF16 (0: the int8-only device, for small FPGAs: no fp
   // logic, single-bank UB/WB; the decoder faults the bf16 mode bits)
-  parameter bit          EnableBf16    = 1'b1
+  parameter bit          EnableBf16    = 1'b1,
+  // ACTIVATE `lut`, FEATURES.LUT (0: no 256-entry table; the decoder faults the `lut` bit)
+  parameter bit          EnableLut     = 1'b1
 ) (
   input  logic                  clk_i,
   input  logic                  rst_ni,
@@ -116,7 +118,8 @@ module tpu_top #(
 
   tpu_reg_block #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .PerfCntW(PerfCntW), .EnableBf16(EnableBf16)
+    .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .PerfCntW(PerfCntW), .EnableBf16(EnableBf16),
+    .EnableLut(EnableLut)
   ) u_reg_block (
     .clk_i, .rst_ni,
     .s_axil_awaddr_i, .s_axil_awvalid_i, .s_axil_awready_o,
@@ -161,7 +164,7 @@ module tpu_top #(
   tpu_cmd_proc #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
     .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .FetchDepth(FetchDepth),
-    .InflightDepth(InflightDepth), .EnableBf16(EnableBf16)
+    .InflightDepth(InflightDepth), .EnableBf16(EnableBf16), .EnableLut(EnableLut)
   ) u_cmd_proc (
     .clk_i, .rst_ni(rst_int_n), .stop_i(stop),
     .ring_base_i(ring_base), .ring_size_i(ring_size), .ring_tail_i(ring_tail),
@@ -237,7 +240,7 @@ module tpu_top #(
   // ---------------------------------------------------------------------------------------------
   tpu_datapath #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
-    .ActLanes(ActLanes), .EnableBf16(EnableBf16)
+    .ActLanes(ActLanes), .EnableBf16(EnableBf16), .EnableLut(EnableLut)
   ) u_datapath (
     .clk_i, .rst_ni(rst_int_n),
     .cmp_valid_i(cmp_valid), .cmp_ready_o(cmp_ready), .cmp_instr_i(cmp_instr),

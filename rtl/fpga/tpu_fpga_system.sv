@@ -22,6 +22,8 @@ module tpu_fpga_system #(
   parameter int unsigned InflightDepth = 8,
   // No bf16 MXU mode on the boards (an fp32 adder per PE does not fit them): FEATURES.BF16 = 0.
   parameter bit          EnableBf16    = 1'b0,
+  // ACTIVATE's 256-entry lookup table (2048 flip-flops and ActLanes byte muxes): FEATURES.LUT.
+  parameter bit          EnableLut     = 1'b1,
   parameter int unsigned ClkHz      = 12000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
@@ -80,7 +82,7 @@ module tpu_fpga_system #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
     .DmaDataW(DmaDataW), .QueueDepth(QueueDepth), .AxiIdW(AxiIdW), .ActLanes(ActLanes),
     .PerfCntW(PerfCntW), .FetchDepth(FetchDepth), .InflightDepth(InflightDepth),
-    .EnableBf16(EnableBf16)
+    .EnableBf16(EnableBf16), .EnableLut(EnableLut)
   ) u_tpu (
     .clk_i, .rst_ni(rst_n),
     .m_axi_awid_o(awid), .m_axi_awaddr_o(awaddr), .m_axi_awlen_o(awlen),

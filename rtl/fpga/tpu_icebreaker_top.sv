@@ -22,6 +22,7 @@ module tpu_icebreaker_top #(
   parameter int unsigned FetchDepth    = 2,
   parameter int unsigned InflightDepth = 2,
   parameter bit          EnableBf16    = 1'b0,  // int8-only array (no fp logic)
+  parameter bit          EnableLut     = 1'b0,  // no ACTIVATE lookup table (FEATURES.LUT = 0)
   parameter int unsigned ClkHz      = 12000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
@@ -39,7 +40,7 @@ module tpu_icebreaker_top #(
   tpu_fpga_system #(
     .ArrayN(ArrayN), .UbDepth(UbDepth), .WbDepth(WbDepth), .AccDepth(AccDepth),
     .QueueDepth(QueueDepth), .ActLanes(ActLanes), .PerfCntW(PerfCntW),
-    .FetchDepth(FetchDepth), .InflightDepth(InflightDepth), .EnableBf16(EnableBf16),
+    .FetchDepth(FetchDepth), .InflightDepth(InflightDepth), .EnableBf16(EnableBf16), .EnableLut(EnableLut),
     .ClkHz(ClkHz), .Baud(Baud), .MemBytes(MemBytes)
   ) u_system (
     .clk_i(clk_i), .locked_i(1'b1), .btn_ni(btn_ni), .rx_i(rx_i), .tx_o(tx_o),

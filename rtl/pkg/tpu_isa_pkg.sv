@@ -145,7 +145,7 @@ package tpu_isa_pkg;
     logic [15:0] rows;  // number of rows, >= 1
     logic [19:0] ub_addr;  // first destination UB row
     logic [19:0] acc_addr;  // first source ACC row
-    logic rsvd15;
+    logic lut;  // 1: map each int8 result through the lookup table in ACC rows qparam_addr+2 on (int8 mode only); FEATURES.LUT must be set
     logic bf16;  // 1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set
     logic bias;  // add the bias row before requantization
     logic relu;  // apply ReLU after requantization
@@ -249,6 +249,8 @@ package tpu_isa_pkg;
   localparam int unsigned ACTIVATE_BIAS_W = 1;
   localparam int unsigned ACTIVATE_BF16_LSB = 14;  // 1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set
   localparam int unsigned ACTIVATE_BF16_W = 1;
+  localparam int unsigned ACTIVATE_LUT_LSB = 15;  // 1: map each int8 result through the lookup table in ACC rows qparam_addr+2 on (int8 mode only); FEATURES.LUT must be set
+  localparam int unsigned ACTIVATE_LUT_W = 1;
   localparam int unsigned ACTIVATE_ACC_ADDR_LSB = 16;  // first source ACC row
   localparam int unsigned ACTIVATE_ACC_ADDR_W = 20;
   localparam int unsigned ACTIVATE_UB_ADDR_LSB = 36;  // first destination UB row
@@ -259,7 +261,7 @@ package tpu_isa_pkg;
   localparam int unsigned ACTIVATE_BIAS_ADDR_W = 20;
   localparam int unsigned ACTIVATE_QPARAM_ADDR_LSB = 92;  // ACC row of multipliers; the next row holds shifts (int8 mode only)
   localparam int unsigned ACTIVATE_QPARAM_ADDR_W = 20;
-  localparam logic [127:0] ACTIVATE_RESERVED_MASK = 128'hffff0000000000000000000000008000;
+  localparam logic [127:0] ACTIVATE_RESERVED_MASK = 128'hffff0000000000000000000000000000;
 
   // NOP (COMPUTE queue)
   localparam logic [127:0] NOP_RESERVED_MASK = 128'hfffffffffffffffffffffffffffff000;

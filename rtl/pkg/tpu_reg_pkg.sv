@@ -2,7 +2,7 @@
 package tpu_reg_pkg;
 
   localparam logic [31:0] DEVICE_ID = 32'h54505557;
-  localparam logic [31:0] DEVICE_VERSION = 32'h00010001;
+  localparam logic [31:0] DEVICE_VERSION = 32'h00010002;
   localparam int unsigned REG_WINDOW_BYTES = 4096;
 
   localparam logic [11:0] REG_ID = 12'h000;  // ro: 0x54505557, ASCII TPUW
@@ -19,6 +19,7 @@ package tpu_reg_pkg;
   localparam int unsigned REG_FEATURES_PER_COLUMN_QUANT_BIT = 3;  // requantization multiplier and shift per column
   localparam int unsigned REG_FEATURES_TRANSPOSE_BIT = 4;  // TRANSPOSE instruction and LOADW transpose
   localparam int unsigned REG_FEATURES_BF16_BIT = 5;  // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit (build parameter EnableBf16)
+  localparam int unsigned REG_FEATURES_LUT_BIT = 6;  // ACTIVATE `lut`: int8 results through a 256-entry lookup table (build parameter EnableLut)
   localparam logic [11:0] REG_QUEUE_DEPTH = 12'h020;  // ro: instructions each of the load / compute / store queues holds
   localparam logic [11:0] REG_CTRL = 12'h024;  // w1s: control
   localparam int unsigned REG_CTRL_SOFT_RESET_BIT = 0;  // stop fetching, let outstanding AXI transactions finish, then reset everything but this register block's configuration (DMA window, IRQ enable); reads 1 until done
@@ -207,6 +208,9 @@ package tpu_reg_pkg;
     struct packed {
       logic d;
     } bf16;
+    struct packed {
+      logic d;
+    } lut;
   } tpu_hw2reg_features_reg_t;
 
   typedef struct packed {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "tpuw/activate.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::difftest {
@@ -120,8 +121,13 @@ class Generator {
     in.set("relu", uniform(rng_, 0, 1));
     in.set("bias", uniform(rng_, 0, 1));
     in.set("bias_addr", uniform(rng_, 0, kAccWindow - 1));
+    // ISA 1.2 lookup table (int8 only): the table is whatever the ACC rows after the shift row
+    // hold, i.e. random bytes.
+    const bool lut = !bf16 && opt().use_lut() && coin();
+    in.set("lut", lut ? 1 : 0);
+    const uint64_t qp_rows = 2 + (lut ? lut_rows(n()) : 0);
     // bf16 mode does not use (nor range-check) qparam_addr: sometimes far out of range.
-    in.set("qparam_addr", bf16 && coin() ? uniform(rng_, 0, 0xFFFFF) : uniform(rng_, 0, kAccWindow - 2));
+    in.set("qparam_addr", bf16 && coin() ? uniform(rng_, 0, 0xFFFFF) : uniform(rng_, 0, kAccWindow - qp_rows));
     return in;
   }
 
@@ -296,6 +302,8 @@ std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, std::mt
   if (o.use_transpose()) kinds.insert(kinds.end(), {3});
   if (o.use_transpose() && o.use_bf16()) kinds.insert(kinds.end(), {4});
   if (o.use_vector()) kinds.insert(kinds.end(), {5, 6, 7, 8});
+  if (o.use_lut()) kinds.insert(kinds.end(), {9});
+  if (o.use_lut() && o.use_bf16()) kinds.insert(kinds.end(), {10});
   if (kinds.empty()) return std::nullopt;
   const uint64_t odd = 2 * uniform(rng, 0, 20) + 1;
   switch (kinds[uniform(rng, 0, kinds.size() - 1)]) {
@@ -350,6 +358,20 @@ std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, std::mt
     case 7: {  // VECTOR rows = 0
       isa::Instr in = isa::make_instr(Opcode::kVector);
       in.set("op", uniform(rng, 0, 9));
+      return isa::encode(in);
+    }
+    case 9: {  // LUT ACTIVATE whose table rows run past the end of ACC
+      isa::Instr in = isa::make_instr(Opcode::kActivate);
+      in.set("lut", 1);
+      in.set("rows", 1);
+      in.set("qparam_addr", spec.params.acc_depth - 2 - uniform(rng, 0, lut_rows(n) - 1));
+      return isa::encode(in);
+    }
+    case 10: {  // ACTIVATE with both `lut` and `bf16`
+      isa::Instr in = isa::make_instr(Opcode::kActivate);
+      in.set("lut", 1);
+      in.set("bf16", 1);
+      in.set("rows", uniform(rng, 1, 8));
       return isa::encode(in);
     }
     default: {  // VECTOR reading b past the end of ACC

@@ -24,12 +24,14 @@ struct RandomProgramOptions {
   bool bf16 = false;       // LOADW bf16, MATMUL bf16, ACTIVATE bf16 (the bf16 MXU and fp32 activation)
   bool transpose = false;  // LOADW transpose, TRANSPOSE int8 (and bf16 when bf16 is on too)
   bool vector = false;     // VECTOR, every op, scalars with NaN / inf / subnormal / huge values
+  bool lut = false;        // ISA 1.2 ACTIVATE `lut`: random tables (whatever the ACC rows hold)
 
   bool use_bf16() const { return isa_1_1 || bf16; }
   bool use_transpose() const { return isa_1_1 || transpose; }
   bool use_vector() const { return isa_1_1 || vector; }
-  bool any() const { return use_bf16() || use_transpose() || use_vector(); }
-  static RandomProgramOptions all() { return {true, false, false, false}; }
+  bool use_lut() const { return isa_1_1 || lut; }
+  bool any() const { return use_bf16() || use_transpose() || use_vector() || use_lut(); }
+  static RandomProgramOptions all() { return {true, false, false, false, false}; }
 };
 
 struct RandomProgramSpec {

@@ -324,6 +324,33 @@ TEST_P(DiffPrograms, IllegalBf16InstructionFaultsIdentically) {
   }
 }
 
+// ISA 1.2 ACTIVATE `lut` on int8 data: random tables (the ACC rows after the shift row hold random
+// bytes), with and without ReLU and bias, on random requantization parameters, mixed with the
+// other int8 instructions: rtl and ref bit-identical.
+TEST_P(DiffPrograms, RandomLutProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(8000 + n);
+  const int programs = n == 4 ? 100 : 30;
+  std::vector<Step> history;
+  RandomProgramOptions opt;
+  opt.lut = true;
+  for (int i = 0; i < programs; ++i) {
+    Step step{fill_random(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, opt};
+    step.program = random_program(spec, rng);
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
+    p.rtl.run(step.program);
+    p.ref.run(step.program);
+    expect_same_memory(p, "LUT program " + std::to_string(i));
+    if (HasFailure()) {
+      ADD_FAILURE() << locate_divergence(n, history, step);
+      return;
+    }
+    history.push_back(std::move(step));
+  }
+}
+
 // Every ISA 1.1 feature at once (RandomProgramOptions::all(): bf16 modes, LOADW transpose,
 // TRANSPOSE int8/bf16, VECTOR with every op and special scalars) on fp data with NaN, inf,
 // subnormal, overflowing and underflowing values, mixed with the int8 instructions: rtl and ref

@@ -130,7 +130,7 @@ std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
 TEST(SystemRegs, IdentityConfigAndAccessTypes) {
   Dev d(4);
   EXPECT_EQ(d.rd(reg::kId), 0x54505557u);
-  EXPECT_EQ(d.rd(reg::kVersion), 0x00010001u);  // ISA 1.1
+  EXPECT_EQ(d.rd(reg::kVersion), 0x00010002u);  // ISA 1.2
   EXPECT_EQ(d.rd(reg::kArrayN), 4u);
   EXPECT_EQ(d.rd(reg::kDmaDataW), d.dev.params().dma_data_w);
   EXPECT_EQ(d.rd(reg::kQueueDepth), d.dev.params().queue_depth);
@@ -167,8 +167,9 @@ TEST(SystemRegs, GeneratedBlockFollowsTheTable) {
       EXPECT_EQ(rd.data, r.reset) << r.name;
     }
     if (r.kind == spec::Access::kRo && r.reset != 0) {
-      // constants (FEATURES: the bits with a fixed value; TRANSPOSE and BF16 are the build's)
-      const uint32_t build_bits = r.offset == reg::kFeatures ? reg::kFeaturesTranspose | reg::kFeaturesBf16 : 0u;
+      // constants (FEATURES: the bits with a fixed value; TRANSPOSE, BF16 and LUT are the build's)
+      const uint32_t build_bits =
+          r.offset == reg::kFeatures ? reg::kFeaturesTranspose | reg::kFeaturesBf16 | reg::kFeaturesLut : 0u;
       EXPECT_EQ(rd.data & ~build_bits, r.reset) << r.name;
     }
   }

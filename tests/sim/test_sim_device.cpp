@@ -72,7 +72,7 @@ TEST_P(SimDeviceRegs, IdentificationRegistersMatchTheSpecAndConfiguration) {
   EXPECT_EQ(d.read_reg(reg::kQueueDepth), p.queue_depth);
   EXPECT_EQ(d.read_reg(reg::kFeatures) & ~reg::kFeaturesBf16,
             reg::kFeaturesWeightDoubleBuffer | reg::kFeaturesBias | reg::kFeaturesRelu |
-                reg::kFeaturesPerColumnQuant | reg::kFeaturesTranspose);
+                reg::kFeaturesPerColumnQuant | reg::kFeaturesTranspose | reg::kFeaturesLut);
   // reset values
   EXPECT_EQ(d.read_reg(reg::kStatus), 0u);
   EXPECT_EQ(d.read_reg(reg::kIrqStatus), 0u);

@@ -48,6 +48,8 @@ struct BackendConfig {
   bool enable_bf16 = true;             // ref: the build parameter EnableBf16 (false: FEATURES.BF16 = 0,
                                        //   ref::RefConfig::enable_bf16); rtl: the verilated models are
                                        //   built with bf16, so false is refused there
+  bool enable_lut = true;              // ref: the build parameter EnableLut (false: FEATURES.LUT = 0,
+                                       //   ref::RefConfig::enable_lut); rtl: built with it, false refused
 };
 
 /// Granularity of mem_map (bytes).

@@ -9,7 +9,7 @@ namespace tpuw::spec {
 
 inline constexpr uint32_t kDeviceId = 0x54505557;
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 1;
+inline constexpr uint32_t kVersionMinor = 2;
 inline constexpr unsigned kInstrBits = 128;
 inline constexpr unsigned kInstrBytes = 16;
 inline constexpr uint32_t kRegWindowBytes = 4096;
@@ -264,6 +264,7 @@ namespace activate {
 inline constexpr Field kRelu{"relu", 12, 1, "apply ReLU after requantization"};
 inline constexpr Field kBias{"bias", 13, 1, "add the bias row before requantization"};
 inline constexpr Field kBf16{"bf16", 14, 1, "1: fp32 ACC in, bf16 UB row pairs out (ub_addr even); FEATURES.BF16 must be set"};
+inline constexpr Field kLut{"lut", 15, 1, "1: map each int8 result through the lookup table in ACC rows qparam_addr+2 on (int8 mode only); FEATURES.LUT must be set"};
 inline constexpr Field kAccAddr{"acc_addr", 16, 20, "first source ACC row"};
 inline constexpr Field kUbAddr{"ub_addr", 36, 20, "first destination UB row"};
 inline constexpr Field kRows{"rows", 56, 16, "number of rows, >= 1"};
@@ -273,13 +274,14 @@ inline constexpr Field kQparamAddr{"qparam_addr", 92, 20, "ACC row of multiplier
 inline constexpr unsigned kIdxRelu = 0;
 inline constexpr unsigned kIdxBias = 1;
 inline constexpr unsigned kIdxBf16 = 2;
-inline constexpr unsigned kIdxAccAddr = 3;
-inline constexpr unsigned kIdxUbAddr = 4;
-inline constexpr unsigned kIdxRows = 5;
-inline constexpr unsigned kIdxBiasAddr = 6;
-inline constexpr unsigned kIdxQparamAddr = 7;
+inline constexpr unsigned kIdxLut = 3;
+inline constexpr unsigned kIdxAccAddr = 4;
+inline constexpr unsigned kIdxUbAddr = 5;
+inline constexpr unsigned kIdxRows = 6;
+inline constexpr unsigned kIdxBiasAddr = 7;
+inline constexpr unsigned kIdxQparamAddr = 8;
 /// Bits no field uses, as four little-endian 32-bit words; they must be zero.
-inline constexpr std::array<uint32_t, 4> kReservedMask{0x00008000u, 0x00000000u, 0x00000000u, 0xFFFF0000u};
+inline constexpr std::array<uint32_t, 4> kReservedMask{0x00000000u, 0x00000000u, 0x00000000u, 0xFFFF0000u};
 }  // namespace activate
 
 namespace nop {
@@ -346,7 +348,7 @@ inline constexpr std::array<Field, 6> kLoadFields{load::kMem, load::kLocalAddr, 
 inline constexpr std::array<Field, 6> kStoreFields{store::kMem, store::kLocalAddr, store::kHostAddr, store::kRows, store::kRowBytes, store::kHostStride};
 inline constexpr std::array<Field, 3> kLoadwFields{loadw::kTranspose, loadw::kBf16, loadw::kWbAddr};
 inline constexpr std::array<Field, 6> kMatmulFields{matmul::kAccumulate, matmul::kSwap, matmul::kBf16, matmul::kUbAddr, matmul::kAccAddr, matmul::kRows};
-inline constexpr std::array<Field, 8> kActivateFields{activate::kRelu, activate::kBias, activate::kBf16, activate::kAccAddr, activate::kUbAddr, activate::kRows, activate::kBiasAddr, activate::kQparamAddr};
+inline constexpr std::array<Field, 9> kActivateFields{activate::kRelu, activate::kBias, activate::kBf16, activate::kLut, activate::kAccAddr, activate::kUbAddr, activate::kRows, activate::kBiasAddr, activate::kQparamAddr};
 inline constexpr std::array<Field, 3> kFenceFields{fence::kIrq, fence::kValue, fence::kHostAddr};
 inline constexpr std::array<Field, 4> kTransposeFields{transpose::kBf16, transpose::kSrcAddr, transpose::kDstAddr, transpose::kRows};
 inline constexpr std::array<Field, 6> kVectorFields{vector::kOp, vector::kDstAddr, vector::kAAddr, vector::kBAddr, vector::kRows, vector::kScalar};
@@ -357,7 +359,7 @@ inline constexpr std::array<InstrInfo, 9> kInstrs{{
     {"STORE", Opcode::kStore, Queue::kStore, detail::kStoreFields.data(), 6, store::kReservedMask},
     {"LOADW", Opcode::kLoadw, Queue::kCompute, detail::kLoadwFields.data(), 3, loadw::kReservedMask},
     {"MATMUL", Opcode::kMatmul, Queue::kCompute, detail::kMatmulFields.data(), 6, matmul::kReservedMask},
-    {"ACTIVATE", Opcode::kActivate, Queue::kCompute, detail::kActivateFields.data(), 8, activate::kReservedMask},
+    {"ACTIVATE", Opcode::kActivate, Queue::kCompute, detail::kActivateFields.data(), 9, activate::kReservedMask},
     {"NOP", Opcode::kNop, Queue::kCompute, nullptr, 0, nop::kReservedMask},
     {"FENCE", Opcode::kFence, Queue::kCtrl, detail::kFenceFields.data(), 3, fence::kReservedMask},
     {"TRANSPOSE", Opcode::kTranspose, Queue::kCompute, detail::kTransposeFields.data(), 4, transpose::kReservedMask},
@@ -387,6 +389,7 @@ inline constexpr uint32_t kFeaturesRelu = 1u << 2;  // ACTIVATE can apply ReLU
 inline constexpr uint32_t kFeaturesPerColumnQuant = 1u << 3;  // requantization multiplier and shift per column
 inline constexpr uint32_t kFeaturesTranspose = 1u << 4;  // TRANSPOSE instruction and LOADW transpose
 inline constexpr uint32_t kFeaturesBf16 = 1u << 5;  // bf16 MXU mode, fp32 ACTIVATE and the VECTOR unit (build parameter EnableBf16)
+inline constexpr uint32_t kFeaturesLut = 1u << 6;  // ACTIVATE `lut`: int8 results through a 256-entry lookup table (build parameter EnableLut)
 inline constexpr uint32_t kQueueDepth = 0x020;  // ro: instructions each of the load / compute / store queues holds
 inline constexpr uint32_t kCtrl = 0x024;  // w1s: control
 inline constexpr uint32_t kCtrlSoftReset = 1u << 0;  // stop fetching, let outstanding AXI transactions finish, then reset everything but this register block's configuration (DMA window, IRQ enable); reads 1 until done
@@ -448,13 +451,13 @@ struct RegInfo {
 };
 inline constexpr std::array<RegInfo, 42> kRegs{{
     {"ID", 0x000, "ro", "0x54505557, ASCII TPUW", Access::kRo, 0xFFFFFFFFu, 0x54505557u, true},
-    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010001u, true},
+    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010002u, true},
     {"ARRAY_N", 0x008, "ro", "MXU size N (N x N processing elements)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"UB_DEPTH", 0x00C, "ro", "unified buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"WB_DEPTH", 0x010, "ro", "weight buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"ACC_DEPTH", 0x014, "ro", "accumulator rows (ArrayN int32 each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"DMA_DATA_W", 0x018, "ro", "AXI4 master data width in bits", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
-    {"FEATURES", 0x01C, "ro", "feature bits", Access::kRo, 0x0000003Fu, 0x0000000Fu, true},
+    {"FEATURES", 0x01C, "ro", "feature bits", Access::kRo, 0x0000007Fu, 0x0000000Fu, true},
     {"QUEUE_DEPTH", 0x020, "ro", "instructions each of the load / compute / store queues holds", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"CTRL", 0x024, "w1s", "control", Access::kW1s, 0x00000001u, 0x00000000u, true},
     {"STATUS", 0x028, "ro", "device state", Access::kRo, 0x00000007u, 0x00000000u, true},

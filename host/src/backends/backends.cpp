@@ -80,6 +80,11 @@ std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] co
                   "backend 'rtl': the verilated models are built with EnableBf16 = 1; a device without bf16 "
                   "(enable_bf16 = false) is modelled by the ref backend only");
     }
+    if (!config.enable_lut) {
+      throw Error(ErrorKind::kUnsupported,
+                  "backend 'rtl': the verilated models are built with EnableLut = 1; a device without the "
+                  "ACTIVATE lookup table (enable_lut = false) is modelled by the ref backend only");
+    }
     return backends::make_rtl_backend(config);
 #else
     not_built(name, "the verilated device (target tpuw_sim) was not built");
@@ -98,6 +103,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, [[maybe_unused]] co
   }
   ref::RefConfig rc;
   rc.enable_bf16 = config.enable_bf16;
+  rc.enable_lut = config.enable_lut;
   return std::make_unique<ref::RefDevice>(*params, config.memory, ref::PerfModel{}, rc);
 #else
   not_built(name, "the reference model (target tpuw_ref) was not built");

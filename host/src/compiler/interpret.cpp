@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "pass_util.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/quantize.h"
 
@@ -86,6 +87,7 @@ class Interpreter {
     std::vector<float> w(wv.data->f.begin(), wv.data->f.end());
     std::vector<float> b(bv.data->f.begin(), bv.data->f.end());
     const bool relu = attr_int(g_, n, "relu", 0) != 0;
+    const nn::Activation act = dense_activation(g_, n);
     const std::vector<float>& x = in(n, 0);
     std::vector<float> y(batch_ * nn);
     std::vector<double> acc(nn);
@@ -98,7 +100,7 @@ class Interpreter {
       }
       for (uint32_t j = 0; j < nn; ++j) {
         const double v = relu ? std::max(acc[j], 0.0) : acc[j];
-        y[r * nn + j] = static_cast<float>(v);
+        y[r * nn + j] = static_cast<float>(act.none() ? v : nn::act_apply(act, v));
       }
     }
     out(n) = std::move(y);

@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 28> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 36> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -72,6 +72,14 @@ constexpr std::array<std::pair<Op, std::string_view>, 28> kOpNames{{
     {Op::kDiv, "Div"},
     {Op::kBatchNormalization, "BatchNormalization"},
     {Op::kTranspose, "Transpose"},
+    {Op::kSigmoid, "Sigmoid"},
+    {Op::kTanh, "Tanh"},
+    {Op::kLeakyRelu, "LeakyRelu"},
+    {Op::kClip, "Clip"},
+    {Op::kHardSigmoid, "HardSigmoid"},
+    {Op::kHardSwish, "HardSwish"},
+    {Op::kGelu, "Gelu"},
+    {Op::kErf, "Erf"},
     {Op::kDense, "Dense"},
     {Op::kQuantize, "Quantize"},
     {Op::kQDense, "QDense"},

@@ -52,7 +52,15 @@ const std::vector<OpRule>& rules() {
       {Op::kDiv, {"broadcast", "axis"}, 2, 2},
       {Op::kBatchNormalization, {"epsilon", "momentum", "spatial", "training_mode"}, 5, 5},
       {Op::kTranspose, {"perm"}, 1, 1},
-      {Op::kDense, {"relu"}, 3, 3},
+      {Op::kSigmoid, {}, 1, 1},
+      {Op::kTanh, {}, 1, 1},
+      {Op::kLeakyRelu, {"alpha"}, 1, 1},
+      {Op::kClip, {"min", "max"}, 1, 3},
+      {Op::kHardSigmoid, {"alpha", "beta"}, 1, 1},
+      {Op::kHardSwish, {}, 1, 1},
+      {Op::kGelu, {"approximate"}, 1, 1},
+      {Op::kErf, {}, 1, 1},
+      {Op::kDense, {"relu", "act", "act_alpha", "act_beta", "act_node"}, 3, 3},
   };
   return r;
 }
@@ -67,7 +75,8 @@ void check_node(const Graph& g, const Node& n) {
   if (n.op == Op::kUnknown || rule == rs.end()) {
     g.fail(ErrorKind::kUnsupported, n,
            "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Sub, Mul, Div, "
-           "BatchNormalization, Transpose, Relu, Flatten, Reshape, Softmax, Identity, "
+           "BatchNormalization, Transpose, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, Erf, "
+           "Flatten, Reshape, Softmax, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "pass_util.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/passes.h"
 
 namespace tpuw::compiler {
@@ -150,6 +151,10 @@ class Lowering {
       case Op::kRelu:
         require_activation_input(0);
         if (stage_ == Stage::kInput) unsupported("Relu on the graph input is not supported (it must follow MatMul/Gemm)");
+        if (!net_.layers.back().act.none()) {
+          unsupported(fmt::format("Relu after {} is not supported (the device applies ReLU before the function)",
+                                  nn::act_name(net_.layers.back().act)));
+        }
         net_.layers.back().relu = true;
         stage_ = Stage::kRelu;
         pending_.push_back(n.label());
@@ -189,9 +194,10 @@ class Lowering {
     l.w.assign(w.data->f.begin(), w.data->f.end());
     l.b.assign(b.data->f.begin(), b.data->f.end());
     l.relu = attr_int(g_, n, "relu", 0) != 0;
+    l.act = dense_activation(g_, n);
     net_.layers.push_back(std::move(l));
     pending_ = n.origin;
-    stage_ = net_.layers.back().relu ? Stage::kRelu : Stage::kLinear;
+    stage_ = net_.layers.back().relu || !net_.layers.back().act.none() ? Stage::kRelu : Stage::kLinear;
     set_output(n.outputs[0]);
   }
 

@@ -1,4 +1,5 @@
 // The pass pipeline (tpuw/compiler/passes.h; docs/compiler.md lists it with each pass's guarantee).
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/feature_maps.h"
 #include "tpuw/compiler/passes.h"
@@ -19,9 +20,11 @@ Graph optimize(Graph g) {
   verify(g);
   remove_dead_code(g);
   verify(g);
+  fuse_gelu(g);  // PyTorch's Erf form of GELU, before fuse_dense takes its Add for a bias
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
   lower_feature_maps(g);
+  fuse_activations(g);  // Sigmoid, Tanh, ... into the Dense before them (int8 lookup tables)
   fold_pads(g);
   fuse_conv_relu(g);
   verify(g);

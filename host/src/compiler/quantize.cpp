@@ -13,6 +13,7 @@
 #include <span>
 
 #include "pass_util.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/nn/quantize.h"
 
@@ -121,6 +122,33 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
   }
   // Calibration: every activation's float tensor over the calibration rows.
   const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
+  // A Dense with a function (a lookup table on the device) requantizes into the table's input
+  // scale: the calibrated range of its pre-activation (after the ReLU, if any), computed here from
+  // its float input as the interpreter computes the layer.
+  std::vector<float> pre_scale(g.nodes.size(), 0.0f);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != Op::kDense || dense_activation(g, n).none()) continue;
+    const Value& wv = g.value(n.inputs[1]);
+    const auto k = static_cast<uint32_t>((*wv.shape)[0]);
+    const auto cols = static_cast<uint32_t>((*wv.shape)[1]);
+    const std::vector<double>& w = wv.data->f;
+    const std::vector<double>& b = g.value(n.inputs[2]).data->f;
+    const std::vector<float>& x = acts[static_cast<size_t>(n.inputs[0])];
+    const bool relu = attr_int(g, n, "relu", 0) != 0;
+    std::vector<float> pre(rows * cols);
+    std::vector<double> acc(cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint32_t j = 0; j < cols; ++j) acc[j] = static_cast<float>(b[j]);
+      for (uint32_t kk = 0; kk < k; ++kk) {
+        const double xv = x[r * k + kk];
+        for (uint32_t j = 0; j < cols; ++j) acc[j] += xv * static_cast<float>(w[size_t{kk} * cols + j]);
+      }
+      for (uint32_t j = 0; j < cols; ++j) pre[r * cols + j] = static_cast<float>(relu ? std::max(acc[j], 0.0) : acc[j]);
+    }
+    pre_scale[i] = activation_scale(g, pre, fmt::format("layer '{}' input of {}", layer_name(n),
+                                                        nn::act_name(dense_activation(g, n))), cols);
+  }
 
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() + 2);
@@ -132,7 +160,8 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
 
   size_t dense_seen = 0;
   const std::vector<std::vector<size_t>> readers = g.consumers();
-  for (Node& n : g.nodes) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    Node& n = g.nodes[ni];
     if (n.op == Op::kReshape || n.op == Op::kFlatten) {
       Value& out = g.value(n.outputs[0]);
       out.dtype = g.value(n.inputs[0]).dtype;
@@ -188,6 +217,10 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
       bias_q[j] = sat32(bq);
     }
     const bool relu = attr_int(g, n, "relu", 0) != 0;
+    const nn::Activation act = dense_activation(g, n);
+    if (!act.none() && last) {
+      g.fail(ErrorKind::kInternal, n, "the last dense layer has a function (fuse_activations puts a layer after it)");
+    }
     const ValueId wq_id = g.add_constant(w_name + ".q", DType::kInt8, Dims{k, cols}, ints(std::move(w_q)));
     const ValueId bq_id = g.add_constant(b_name + ".q", DType::kInt32, Dims{cols}, ints(std::move(bias_q)));
     Node q = make_node(Op::kQDense, n.name, {n.inputs[0], wq_id, bq_id}, {});
@@ -210,10 +243,12 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     }
     const float out_scale = activation_scale(g, acts[static_cast<size_t>(out)],
                                              fmt::format("layer '{}' output", name), cols);
+    // With a function the requantization targets the table's input scale.
+    const float req_scale = act.none() ? out_scale : pre_scale[ni];
     std::vector<int64_t> mult(cols), shift(cols);
     for (uint32_t j = 0; j < cols; ++j) {
       const double real =
-          static_cast<double>(in_scale) * static_cast<double>(w_scale[j]) / static_cast<double>(out_scale);
+          static_cast<double>(in_scale) * static_cast<double>(w_scale[j]) / static_cast<double>(req_scale);
       try {
         const nn::Requant r = nn::quantize_multiplier(real);
         mult[j] = r.mult;
@@ -224,6 +259,10 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     }
     q.inputs.push_back(g.add_constant(n.name + ".mult", DType::kInt32, Dims{cols}, ints(std::move(mult))));
     q.inputs.push_back(g.add_constant(n.name + ".shift", DType::kInt32, Dims{cols}, ints(std::move(shift))));
+    if (!act.none()) {  // input 5: the int8 lookup table (ACTIVATE `lut`)
+      const std::vector<int8_t> t = nn::act_table(act, pre_scale[ni], out_scale);
+      q.inputs.push_back(g.add_constant(n.name + ".lut", DType::kInt8, Dims{256}, ints({t.begin(), t.end()})));
+    }
     Value& ov = g.value(out);
     ov.dtype = DType::kInt8;
     ov.scale = {out_scale};
@@ -273,6 +312,10 @@ nn::QNetwork lower_to_qnetwork(const Graph& g) {
           const std::vector<int64_t>& s = g.value(n.inputs[4]).data->i;
           l.mult.assign(m.begin(), m.end());
           l.shift.assign(s.begin(), s.end());
+          if (n.inputs.size() > 5) {
+            const std::vector<int64_t>& t = g.value(n.inputs[5]).data->i;
+            l.lut.assign(t.begin(), t.end());
+          }
         }
         l.out_scale = g.value(act).scale;
         if (!q.layers.empty() && q.layers.back().int32_output) {
@@ -324,6 +367,7 @@ Graph graph_of_float_network(const nn::FloatNetwork& net) {
     Node d = make_node(Op::kDense, l.name.empty() ? base : l.name, {act, wid, bid}, {yid});
     d.origin = {l.name};
     d.set_attr("relu", int_attr(l.relu ? 1 : 0));
+    set_dense_activation(d, l.act);
     g.nodes.push_back(std::move(d));
     act = yid;
   }

@@ -49,6 +49,14 @@ class Inference {
     switch (n.op) {
       case Op::kIdentity:
       case Op::kRelu:
+      case Op::kSigmoid:
+      case Op::kTanh:
+      case Op::kLeakyRelu:
+      case Op::kClip:
+      case Op::kHardSigmoid:
+      case Op::kHardSwish:
+      case Op::kGelu:
+      case Op::kErf:
       case Op::kSoftmax: return same_as_input(n);
       case Op::kDropout: {
         same_as_input(n);

@@ -45,7 +45,7 @@ std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, st
       }
       for (uint32_t j = 0; j < l.n; ++j) {
         const double v = l.relu ? std::max(acc[j], 0.0) : acc[j];
-        y[r * l.n + j] = static_cast<float>(v);
+        y[r * l.n + j] = static_cast<float>(l.act.none() ? v : act_apply(l.act, v));
       }
     }
     outs.push_back(std::move(y));

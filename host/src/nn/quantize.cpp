@@ -95,7 +95,8 @@ std::vector<int32_t> forward_int_raw(const QNetwork& net, std::span<const int8_t
         if (last) {
           raw[r * l.n + j] = static_cast<int32_t>(acc[j] + static_cast<uint32_t>(l.bias_q[j]));
         } else {
-          out[r * l.n + j] = requantize(static_cast<int32_t>(acc[j]), l.bias_q[j], l.mult[j], l.shift[j], l.relu);
+          const int8_t q = requantize(static_cast<int32_t>(acc[j]), l.bias_q[j], l.mult[j], l.shift[j], l.relu);
+          out[r * l.n + j] = l.lut.empty() ? q : l.lut[static_cast<size_t>(q + 128)];  // ACTIVATE `lut`
         }
       }
     }

@@ -96,7 +96,7 @@ uint64_t RefDevice::Impl::act_unit_timing(uint64_t t, uint64_t rows, uint64_t pi
 uint64_t RefDevice::Impl::exec_activate(const Queued& e, uint64_t t) {
   namespace ac = spec::activate;
   const bool relu = e.in.fields[ac::kIdxRelu] != 0, bias = e.in.fields[ac::kIdxBias] != 0;
-  const bool bf16 = e.in.fields[ac::kIdxBf16] != 0;
+  const bool bf16 = e.in.fields[ac::kIdxBf16] != 0, lut = e.in.fields[ac::kIdxLut] != 0;
   const uint64_t acc_addr = e.in.fields[ac::kIdxAccAddr], ub_addr = e.in.fields[ac::kIdxUbAddr], rows = e.in.fields[ac::kIdxRows],
                  bias_addr = e.in.fields[ac::kIdxBiasAddr], qp = e.in.fields[ac::kIdxQparamAddr];
   // bias_addr is range-checked only when `bias` is set: read the row only then.
@@ -110,16 +110,22 @@ uint64_t RefDevice::Impl::exec_activate(const Queued& e, uint64_t t) {
   } else {
     const uint32_t* mult_row = acc.data() + qp * n;
     const uint32_t* shift_row = acc.data() + (qp + 1) * n;
+    // ISA 1.2: the table rows follow the shift row (ACC; the results go to UB, so the table
+    // never changes under the instruction).
+    LutTable table{};
+    if (lut) table = lut_from_acc_words(acc.data() + (qp + 2) * n);
     for (uint64_t i = 0; i < rows; ++i) {
       const uint32_t* src = acc.data() + (acc_addr + i) * n;
       int8_t* dst = ub.data() + (ub_addr + i) * n;
       for (uint32_t j = 0; j < n; ++j) {
-        dst[j] = activate_element(src[j], bias ? bias_row[j] : 0u, mult_row[j], shift_row[j], relu);
+        const int8_t r = activate_element(src[j], bias ? bias_row[j] : 0u, mult_row[j], shift_row[j], relu);
+        dst[j] = lut ? lut_apply(table, r) : r;
       }
     }
   }
-  // One ACC row per cycle in both modes (a bf16 row leaves as one UB row pair).
-  return act_unit_timing(t, rows, pm.act_pipeline);
+  // One ACC row per cycle in both modes (a bf16 row leaves as one UB row pair); a LUT ACTIVATE
+  // first reads its table rows, one per cycle.
+  return act_unit_timing(t, rows, pm.act_pipeline + (lut ? lut_rows(n) : 0));
 }
 
 }  // namespace tpuw::ref

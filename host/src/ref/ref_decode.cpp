@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tpuw/activate.h"
 #include "tpuw/numerics.h"
 
 namespace tpuw::ref {
@@ -70,7 +71,9 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
                    rows = in.fields[ac::kIdxRows], bias_addr = in.fields[ac::kIdxBiasAddr], qp = in.fields[ac::kIdxQparamAddr];
     const bool bf16 = in.fields[ac::kIdxBf16] != 0;
     const uint64_t pair = bf16 ? 2 : 1;
+    const bool lut = in.fields[ac::kIdxLut] != 0;
     if (rows == 0) return illegal(ac::kRows.lsb);
+    if (bf16 && lut) return illegal(ac::kLut.lsb);  // the table maps int8 results only
     if (bf16 && ub_addr % 2 != 0) return illegal(ac::kUbAddr.lsb);
     if (auto f = range_fault(acc_addr, rows, p.acc_depth)) return f;
     if (auto f = range_fault(ub_addr, pair * rows, p.ub_depth)) return f;
@@ -78,7 +81,8 @@ std::optional<FaultRec> RefDevice::Impl::validate(const isa::Word& w, const isa:
       if (auto f = range_fault(bias_addr, 1, p.acc_depth)) return f;
     }
     if (!bf16) {  // bf16 mode has no requantization parameters: qparam_addr is not checked
-      if (auto f = range_fault(qp, 2, p.acc_depth)) return f;
+      // multiplier and shift rows, then (lut) the table rows
+      if (auto f = range_fault(qp, 2 + (lut ? lut_rows(n) : 0), p.acc_depth)) return f;
     }
   } else if (op == Opcode::kTranspose) {
     namespace tr = spec::transpose;
@@ -148,6 +152,9 @@ void RefDevice::Impl::peek_head() {
                              op0 == Opcode::kTranspose)) {
       absent = 1u << spec::matmul::kBf16.lsb;  // bit 14 in all four
     }
+    // Without the lookup table (RefConfig::enable_lut = false, EnableLut = 0) ACTIVATE `lut` is
+    // reserved too.
+    if (!cfg.enable_lut && op0 == Opcode::kActivate) absent |= 1u << spec::activate::kLut.lsb;
     uint32_t w0 = 0;
     std::memcpy(&w0, h.w.data(), sizeof w0);  // instruction bits 31:0
     const uint32_t w0_rsv = inf == nullptr ? 0 : (w0 & (inf->reserved_mask[0] | absent));

@@ -88,7 +88,8 @@ uint32_t RefDevice::Impl::read_reg(uint32_t offset) {
     case r::kDmaDataW: return p.dma_data_w;
     case r::kFeatures:
       return r::kFeaturesWeightDoubleBuffer | r::kFeaturesBias | r::kFeaturesRelu | r::kFeaturesPerColumnQuant |
-             r::kFeaturesTranspose | (cfg.enable_bf16 ? r::kFeaturesBf16 : 0u);
+             r::kFeaturesTranspose | (cfg.enable_bf16 ? r::kFeaturesBf16 : 0u) |
+             (cfg.enable_lut ? r::kFeaturesLut : 0u);
     case r::kQueueDepth: return p.queue_depth;
     case r::kCtrl: return 0;  // soft reset completes at once
     case r::kStatus:

@@ -39,6 +39,12 @@ void check_network(const nn::FloatNetwork& net, uint64_t batch, size_t input_siz
     }
     if (l.w.size() != uint64_t{l.k} * l.n) throw bad(fmt::format("w has {} entries, expected k*n = {}", l.w.size(), uint64_t{l.k} * l.n));
     if (l.b.size() != l.n) throw bad(fmt::format("b has {} entries, expected n = {}", l.b.size(), l.n));
+    if (!l.act.none()) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("bf16 network layer {} '{}': node '{}': {} has no bf16 implementation on the device "
+                              "(the VECTOR unit has no exp/tanh/erf); run it with --precision int8 (a lookup table)",
+                              i, l.name, l.act.node, nn::act_name(l.act)));
+    }
   }
   if (input_size != batch * net.input_features) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 network input has {} elements, expected batch*k = {}*{}",

@@ -149,15 +149,15 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     const NetworkLayerPlan& lp = p.layers[l];
     b.set_tag(static_cast<int32_t>(l));
     const uint64_t acc_row = buf * p.m_tile;
-    const uint64_t prow = p.acc_param_row + 3 * ps;
-    const uint64_t param_addr = a.params + lp.param_offset + nb * 12 * an;
+    const uint64_t prow = p.acc_param_row + p.param_slot_rows * ps;
+    const uint64_t param_addr = a.params + lp.param_offset + nb * lp.param_rows * 4 * an;
     if (lp.final_int32) {
       b.bridge({acc0 + buf});
       b.set_tag(static_cast<int32_t>(l));
       b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, Transfer{acc_row, param_addr, rows, 4 * an, 0}),
              {}, {acc0 + buf});
     } else {
-      for (const Transfer& t : split_transfer(prow, param_addr, 12 * an, 4 * an, beat)) {
+      for (const Transfer& t : split_transfer(prow, param_addr, lp.param_rows * 4 * an, 4 * an, beat)) {
         b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {par0 + ps});
       }
     }
@@ -197,7 +197,7 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     const TensorHome out_home = last ? TensorHome::kHost : p.tensor_home[l + 1];
     const uint64_t rows = p.rows_of_tile(mt);
     const uint64_t acc_row = buf * p.m_tile;
-    const uint64_t prow = p.acc_param_row + 3 * ps;
+    const uint64_t prow = p.acc_param_row + p.param_slot_rows * ps;
     b.set_tag(static_cast<int32_t>(l));
     if (lp.final_int32) {
       const uint64_t dst = a.output + 4 * (mt * p.m_tile * lp.n_blocks * an + nb * rows * an);
@@ -232,6 +232,7 @@ CompiledNetwork compile_network(const NetworkPlan& p, const NetworkAddresses& a,
     }
     isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
     act.set("relu", lp.relu ? 1 : 0);
+    act.set("lut", lp.lut ? 1 : 0);
     act.set("bias", 1);
     act.set("acc_addr", acc_row);
     act.set("ub_addr", dst_row);

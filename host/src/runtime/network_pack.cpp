@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tpuw/activate.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/network.h"
 
@@ -86,7 +87,7 @@ std::vector<int32_t> pack_network_params(const NetworkPlan& p, const nn::QNetwor
     const NetworkLayerPlan& lp = p.layers[l];
     const nn::QLayer& q = net.layers[l];
     for (uint64_t nb = 0; nb < lp.n_blocks; ++nb) {
-      int32_t* rows = out.data() + lp.param_offset / 4 + nb * 3 * an;
+      int32_t* rows = out.data() + lp.param_offset / 4 + nb * lp.param_rows * an;
       for (uint64_t j = 0; j < an && nb * an + j < lp.n; ++j) {
         const uint64_t c = nb * an + j;
         rows[j] = q.bias_q[c];
@@ -94,6 +95,12 @@ std::vector<int32_t> pack_network_params(const NetworkPlan& p, const nn::QNetwor
           rows[an + j] = q.mult[c];
           rows[2 * an + j] = q.shift[c];
         }
+      }
+      if (lp.lut) {  // the table after the shift row, the same for every n-block
+        LutTable t{};
+        std::copy(q.lut.begin(), q.lut.end(), t.begin());
+        const std::vector<uint32_t> words = lut_acc_words(t, an);
+        for (size_t w = 0; w < words.size(); ++w) rows[3 * an + w] = static_cast<int32_t>(words[w]);
       }
     }
   }

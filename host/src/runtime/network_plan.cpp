@@ -24,11 +24,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
 #include "network_internal.h"
 #include "program_builder.h"
+#include "tpuw/activate.h"
 #include "tpuw/error.h"
 
 namespace tpuw::runtime {
@@ -39,7 +41,6 @@ using detail::round_down;
 using detail::round_up;
 using netdetail::kMaxWSlots;
 using netdetail::kPageAlign;
-using netdetail::kParamRows;
 using netdetail::network_order;
 
 void check_network(const nn::QNetwork& net, uint64_t batch) {
@@ -63,6 +64,8 @@ void check_network(const nn::QNetwork& net, uint64_t batch) {
     if (l.w_q.size() != uint64_t{l.k} * l.n) throw bad(fmt::format("w_q has {} entries, expected k*n = {}", l.w_q.size(), uint64_t{l.k} * l.n));
     if (l.bias_q.size() != l.n) throw bad(fmt::format("bias_q has {} entries, expected n = {}", l.bias_q.size(), l.n));
     if (l.int32_output && !last) throw bad("int32_output is only allowed on the last layer");
+    if (!l.lut.empty() && l.lut.size() != 256) throw bad(fmt::format("lut has {} entries, expected 256", l.lut.size()));
+    if (!l.lut.empty() && l.int32_output) throw bad("a lookup table needs an int8 output (not int32_output)");
     if (!l.int32_output) {
       if (l.mult.size() != l.n || l.shift.size() != l.n) {
         throw bad(fmt::format("mult/shift have {}/{} entries, expected n = {}", l.mult.size(), l.shift.size(), l.n));
@@ -93,7 +96,7 @@ bool layout(NetworkPlan& p, const DeviceParams& params, const std::vector<Tensor
     }
   }
   if (r[0] + r[1] + stage + in_min > chunks) return false;
-  if ((2 + fused) * p.m_tile + kParamRows > params.acc_depth) return false;
+  if ((2 + fused) * p.m_tile + 2 * p.param_slot_rows > params.acc_depth) return false;
   p.tensor_home = home;
   p.ub_region_rows[0] = r[0] * p.m_tile;
   p.ub_region_rows[1] = r[1] * p.m_tile;
@@ -112,7 +115,7 @@ std::vector<TensorHome> with_streams(const NetworkPlan& p, const DeviceParams& p
   for (size_t t = 1; t < home.size(); ++t) {
     if (home[t] != from || home[t - 1] == TensorHome::kStreamed) continue;
     if (t + 1 < home.size() && home[t + 1] == TensorHome::kStreamed) continue;
-    if ((2 + p.layers[t].n_blocks) * p.m_tile + kParamRows > params.acc_depth) continue;
+    if ((2 + p.layers[t].n_blocks) * p.m_tile + 2 * p.param_slot_rows > params.acc_depth) continue;
     home[t] = TensorHome::kStreamed;
   }
   return home;
@@ -132,7 +135,6 @@ NetworkTraffic traffic_of(NetworkPlan& p) {
   NetworkTraffic t;
   uint64_t ld = 0, st = 0, n = 0;
   const uint64_t w_instr = dma_count(an * an, an, beat);
-  const uint64_t p_instr = dma_count(12 * an, 4 * an, beat);
   uint64_t strip = 0;                   // the emitter's strip counter (ACC buffer = strip % 2)
   bool stored[2] = {false, false};      // the buffer's last reader was a STORE (int32 strip)
   for (size_t l = 0; l < nl; ++l) {
@@ -166,8 +168,8 @@ NetworkTraffic traffic_of(NetworkPlan& p) {
         n += strips;
         ld += strips * rows * 4 * an;
       } else {
-        n += strips * p_instr;
-        ld += strips * 12 * an;
+        n += strips * dma_count(4 * an * lp.param_rows, 4 * an, beat);
+        ld += strips * 4 * an * lp.param_rows;
         if (in_home != TensorHome::kStreamed) {
           for (uint64_t s = 0; s < std::min<uint64_t>(strips, 2); ++s) stored[(strip + s) % 2] = false;
         }
@@ -289,9 +291,14 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
   p.mp = round_up(batch, m_align);
   const size_t nl = net.layers.size();
 
+  // Param slots: bias, mult, shift and, when any layer maps its results through a table (ACTIVATE
+  // `lut`), the table's rows.
+  const bool any_lut = std::any_of(net.layers.begin(), net.layers.end(), [](const nn::QLayer& l) { return !l.lut.empty(); });
+  p.param_slot_rows = 3 + (any_lut ? lut_rows(an) : 0);
+  const uint64_t param_rows = 2 * p.param_slot_rows;
   // Largest M tile: two ACC strips plus the param slots; four UB chunks (the all-spilled minimum).
   const uint64_t acc_cap =
-      params.acc_depth > kParamRows ? round_down(std::min<uint64_t>((params.acc_depth - kParamRows) / 2, kMaxRowsField), m_align) : 0;
+      params.acc_depth > param_rows ? round_down(std::min<uint64_t>((params.acc_depth - param_rows) / 2, kMaxRowsField), m_align) : 0;
   const uint64_t ub_cap = round_down(params.ub_depth / 4, m_align);
   uint64_t m_cap = std::min({p.mp, acc_cap, ub_cap});
   if (options.max_m_tile > 0) m_cap = std::min(m_cap, std::max(m_align, round_down(options.max_m_tile, m_align)));
@@ -312,8 +319,10 @@ NetworkPlan plan_network(const DeviceParams& params, const nn::QNetwork& net, ui
     lp.param_offset = poff;
     lp.final_int32 = l.int32_output;
     lp.relu = l.relu;
+    lp.lut = !l.lut.empty();
+    lp.param_rows = 3 + (lp.lut ? lut_rows(an) : 0);
     woff += lp.k_blocks * lp.n_blocks * an * an;
-    poff += lp.n_blocks * 3 * 4 * an;
+    poff += lp.n_blocks * lp.param_rows * 4 * an;
     p.layers.push_back(lp);
   }
   p.weight_bytes = woff;

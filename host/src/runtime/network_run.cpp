@@ -9,6 +9,7 @@
 #include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/spec.h"
 
 namespace tpuw::runtime {
 
@@ -148,7 +149,24 @@ std::vector<LayerReport> netdetail::attribute_layer_dims(uint32_t array_n, const
   return out;
 }
 
+namespace {
+
+// A layer with a lookup table (Sigmoid, Tanh, ... compiled into ACTIVATE `lut`) needs FEATURES.LUT.
+void require_lut_feature(const Device& device, const nn::QNetwork& net) {
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (!net.layers[i].lut.empty() && (device.info().features & spec::reg::kFeaturesLut) == 0) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("network layer {} '{}' maps its outputs through a lookup table, but the device has no "
+                              "ACTIVATE lookup table (FEATURES.LUT = 0, build parameter EnableLut)",
+                              i, net.layers[i].name));
+    }
+  }
+}
+
+}  // namespace
+
 NetworkWeights upload_network_weights(Device& device, const nn::QNetwork& net) {
+  require_lut_feature(device, net);
   // The weight and param layouts depend on the layers and ArrayN only: any batch gives them.
   const NetworkPlan p = plan_network(device.info().params, net, 1);
   NetworkWeights w;
@@ -235,6 +253,7 @@ NetworkRunResult run_network(Device& device, const nn::QNetwork& net, std::span<
   NetworkRunResult r;
   const TraceHook& th = options.trace;
   auto plan_span = th.scope("plan");
+  require_lut_feature(device, net);
   r.plan = plan_network(device.info().params, net, batch, options.plan);
   const NetworkPlan& p = r.plan;
   if (input_q.size() != p.batch * p.layers[0].k) {

@@ -567,6 +567,8 @@ std::string network_fingerprint(const nn::QNetwork& net) {
     bytes(l.mult.data(), l.mult.size() * sizeof(int32_t));
     value(l.shift.size());
     bytes(l.shift.data(), l.shift.size());
+    value(l.lut.size());
+    bytes(l.lut.data(), l.lut.size());
   }
   return fmt::format("{:016x}-{}x{}", h, net.layers.size(), net.input_features);
 }

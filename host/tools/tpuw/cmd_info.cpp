@@ -36,6 +36,7 @@ std::string features_string(uint32_t f) {
   if (f & spec::reg::kFeaturesPerColumnQuant) names.emplace_back("PER_COLUMN_QUANT");
   if (f & spec::reg::kFeaturesTranspose) names.emplace_back("TRANSPOSE");
   if (f & spec::reg::kFeaturesBf16) names.emplace_back("BF16");
+  if (f & spec::reg::kFeaturesLut) names.emplace_back("LUT");
   return names.empty() ? "none" : fmt::format("{}", fmt::join(names, " "));
 }
 

@@ -43,7 +43,7 @@ if CASE == "info_json":
     names = j["feature_names"].split()
     expect("TRANSPOSE" in names and "BF16" in names and j["features"] & 0x30 == 0x30, so)
     rc, so, se = run("info", "--backend", "ref")
-    expect(rc == 0 and "TRANSPOSE BF16)" in so, so + se)
+    expect(rc == 0 and "TRANSPOSE BF16 LUT)" in so, so + se)
     rc, so, se = run("info", "--backend", "ref", "--array-n", "4", "--json")
     expect(rc == 0 and json.loads(so)["array_n"] == 4, so + se)
 

@@ -129,7 +129,7 @@ TEST(InterpretFloat, RejectsWhatItCannotRun) {
   nn::FloatNetwork f;
   f.source = "m";
   f.input_features = 3;
-  f.layers.push_back(nn::DenseLayer{"fc", 3, 2, std::vector<float>(6, 1.0f), std::vector<float>(2), false});
+  f.layers.push_back(nn::DenseLayer{"fc", 3, 2, std::vector<float>(6, 1.0f), std::vector<float>(2), false, {}});
   Graph g = graph_of_float_network(f);
   err(ErrorKind::kInvalidArgument, [&] { (void)interpret_float(g, std::vector<float>(5), 2); },
                         {"input has 5 values, expected batch 2 x 3 features"});
@@ -194,7 +194,7 @@ TEST(QuantizePass, SameErrorsAsTheOldQuantizer) {
       case 4: f.layers[0].b.back() = std::numeric_limits<float>::quiet_NaN(); break;     // bias
       default:  // a factor >= 2^31: a huge input scale into an all-zero layer (output scale 1)
         f.layers.insert(f.layers.begin(), nn::DenseLayer{"big", f.input_features, 1,
-                                                         std::vector<float>(f.input_features, 0.0f), {0}, false});
+                                                         std::vector<float>(f.input_features, 0.0f), {0}, false, {}});
         f.layers[1].k = 1;
         f.layers[1].w.resize(f.layers[1].n);
         for (float& v : calib) v = 1e30f;
@@ -221,8 +221,8 @@ TEST(QuantizePass, GraphIsInt8WithScales) {
   f.input_name = "x";
   f.output_name = "y";
   f.input_features = 2;
-  f.layers.push_back(nn::DenseLayer{"fc1", 2, 3, {1, -2, 3, 0.5f, 0, -1}, {0.1f, 0, -0.1f}, true});
-  f.layers.push_back(nn::DenseLayer{"fc2", 3, 2, {1, 2, 3, 4, 5, 6}, {0, 0}, false});
+  f.layers.push_back(nn::DenseLayer{"fc1", 2, 3, {1, -2, 3, 0.5f, 0, -1}, {0.1f, 0, -0.1f}, true, {}});
+  f.layers.push_back(nn::DenseLayer{"fc2", 3, 2, {1, 2, 3, 4, 5, 6}, {0, 0}, false, {}});
   f.host_op = nn::HostOp::kSoftmax;
   Graph g = graph_of_float_network(f);
   quantize(g, std::vector<float>{1, -2, 0.5f, 3}, 2);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "network_testlib.h"
+#include "tpuw/activate.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/network.h"
@@ -100,6 +101,39 @@ TEST(NetworkRef, RandomNetworksN4) {
     const nn::QNetwork net = random_network(shapes[i], rng, /*final_int8=*/i == 1);
     SCOPED_TRACE(testing::Message() << "network " << i);
     check_network(dev, net, batches[i], static_cast<uint32_t>(200 + i));
+  }
+}
+
+// Layers with lookup tables (ACTIVATE `lut`; the compiler's Sigmoid, Tanh, ...): the table rows
+// travel with each strip's params; outputs, traffic accounting and counters exact on both sizes,
+// resident and spilled; a device without the table (FEATURES.LUT = 0) refuses the network.
+TEST(NetworkRef, LookupTables) {
+  std::mt19937 rng(31);
+  for (const unsigned an : {16u, 4u}) {
+    Device dev = open_ref(an);
+    const std::vector<std::vector<uint32_t>> shapes = {{17, 33, 9}, {9, 7, 11}, {31, 47, 29, 13, 7}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const nn::QNetwork net = random_network(shapes[i], rng, /*final_int8=*/i == 1, /*luts=*/true);
+      SCOPED_TRACE(testing::Message() << "N " << an << " network " << i);
+      const NetworkRunResult r = check_network(dev, net, 3 + 20 * i, static_cast<uint32_t>(300 + i));
+      EXPECT_EQ(r.plan.param_slot_rows, 3 + lut_rows(an));
+    }
+    NetworkPlanOptions po;
+    po.force_spill = true;
+    check_network(dev, random_network({40, 50, 33, 20}, rng, false, true), 70, 8, po);
+  }
+  BackendConfig cfg;
+  cfg.enable_lut = false;
+  Device no = Device::open("ref", cfg);
+  const nn::QNetwork net = random_network({8, 8, 4}, rng, false, true);
+  const std::vector<int8_t> x = random_int8(8, rng);
+  try {
+    run_network(no, net, x, 1, {});
+    ADD_FAILURE() << "a device without FEATURES.LUT ran a network with tables";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("dense0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("FEATURES.LUT = 0"), std::string::npos) << e.what();
   }
 }
 

@@ -57,6 +57,7 @@ inline CpuForward forward(const nn::QNetwork& net, const std::vector<int8_t>& in
     for (size_t i = 0; i < acc.size(); ++i) {
       const size_t j = i % l.n;
       y[i] = requant(acc[i], l.mult[j], l.shift[j], l.relu);
+      if (!l.lut.empty()) y[i] = l.lut[static_cast<size_t>(y[i] + 128)];  // ACTIVATE `lut`
     }
     f.int8_outputs.push_back(y);
     x = std::move(y);
@@ -73,7 +74,9 @@ inline std::vector<int8_t> random_int8(size_t n, std::mt19937& rng) {
 
 /// A random network with the given widths (dims[0] = input features); the last layer has
 /// int32_output unless final_int8. Requantization keeps typical outputs inside int8.
-inline nn::QNetwork random_network(const std::vector<uint32_t>& dims, std::mt19937& rng, bool final_int8 = false) {
+/// With `luts`, every int8 layer gets a random 256-entry lookup table (ACTIVATE `lut`).
+inline nn::QNetwork random_network(const std::vector<uint32_t>& dims, std::mt19937& rng, bool final_int8 = false,
+                                   bool luts = false) {
   nn::QNetwork net;
   net.input_features = dims.at(0);
   std::uniform_int_distribution<int32_t> bias_d(-20000, 20000);
@@ -102,6 +105,7 @@ inline nn::QNetwork random_network(const std::vector<uint32_t>& dims, std::mt199
         l.shift[j] = static_cast<uint8_t>(std::clamp(base + jitter(rng), 1, 63));
       }
       l.out_scale = {0.1f};
+      if (luts) l.lut = random_int8(256, rng);
     } else {
       l.out_scale.assign(l.n, 0.01f);
     }

@@ -263,9 +263,9 @@ ModelBuilder one_layer(uint32_t k = 4, uint32_t n = 3) {
 TEST(OnnxImportUnsupported, UnknownOperatorNamesNodeAndOperator) {
   ModelBuilder mb = one_layer();
   mb.node("MatMul", {"x", "W"}, {"m"}, "mm");
-  mb.node("Sigmoid", {"m"}, {"y"}, "sig");
+  mb.node("Sinh", {"m"}, {"y"}, "sinh");
   mb.output("y");
-  expect_error(mb, ErrorKind::kUnsupported, {"m.onnx", "node 'sig' (Sigmoid)", "not supported"});
+  expect_error(mb, ErrorKind::kUnsupported, {"m.onnx", "node 'sinh' (Sinh)", "not supported"});
 }
 
 TEST(OnnxImportUnsupported, GemmTransA) {

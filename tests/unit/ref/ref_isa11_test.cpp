@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ref_harness.h"
+#include "tpuw/activate.h"
 #include "tpuw/numerics.h"
 
 namespace tpuw::ref::test {
@@ -150,7 +151,7 @@ TEST(RefIsa11Validation, BuildWithoutBf16) {
   no.enable_bf16 = false;
   {
     Dev d(small(), {}, no);
-    EXPECT_EQ(d.reg(r::kFeatures), 0x1Fu);  // TRANSPOSE yes, BF16 no
+    EXPECT_EQ(d.reg(r::kFeatures), 0x5Fu);  // TRANSPOSE and LUT yes, BF16 no
   }
   check_cases(
       {
@@ -165,6 +166,30 @@ TEST(RefIsa11Validation, BuildWithoutBf16) {
           {"loadw transpose works", lw(0, true, false), Fault::kNone, 0},
       },
       no);
+}
+
+// ISA 1.2 ACTIVATE `lut`: with bf16 it is ILLEGAL_FIELD (after rows), its table rows extend the
+// qparam range (N = 4: 16 rows after the shift row), and a build without it reserves the bit.
+isa::Word act_lut(uint64_t qp, uint64_t rows, bool bf16 = false) {
+  return word(Opcode::kActivate,
+              {{"acc_addr", 0}, {"ub_addr", 0}, {"rows", rows}, {"qparam_addr", qp}, {"lut", 1}, {"bf16", bf16 ? 1u : 0u}});
+}
+
+TEST(RefIsa12Validation, LutRules) {
+  check_cases({
+      {"lut rows=0 first", act_lut(0, 0, true), Fault::kIllegalField, 56},
+      {"lut with bf16", act_lut(0, 1, true), Fault::kIllegalField, 15},
+      {"lut table fits", act_lut(1024 - 18, 1), Fault::kNone, 0},
+      {"lut table past the end", act_lut(1024 - 17, 1), Fault::kLocalRange, 1024},
+      {"no lut: two rows only", word(Opcode::kActivate, {{"rows", 1}, {"qparam_addr", 1022}}), Fault::kNone, 0},
+  });
+  RefConfig no;
+  no.enable_lut = false;
+  {
+    Dev d(small(), {}, no);
+    EXPECT_EQ(d.reg(r::kFeatures), 0x3Fu);  // everything but LUT
+  }
+  check_cases({{"lut reserved", act_lut(0, 1), Fault::kIllegalField, 15}}, no);
 }
 
 // ---- data helpers ----
@@ -368,6 +393,46 @@ TEST(RefIsa11Activate, Bf16BiasReluRoundBitForBit) {
           EXPECT_EQ(out[i], num::activate_bf16(accv[i], bias[i % n], use_bias, relu))
               << "n " << n << " i " << i << " bias " << use_bias << " relu " << relu;
         }
+      }
+    }
+  }
+}
+
+// ACTIVATE `lut` maps every requantized result through the table in the ACC rows after the shift
+// row (entry e = byte e % 4 of word e / 4), after bias, requantization and ReLU.
+TEST(RefIsa12Activate, LutMapsEveryRequantizedResult) {
+  for (const auto& p : {small(), big()}) {
+    const uint32_t n = p.array_n, rows = 8;  // stored as rows / 4 host rows of 4N bytes (a beat multiple)
+    const uint64_t lrows = lut_rows(n);
+    std::mt19937 rng(100 + n);
+    std::vector<uint32_t> accv(static_cast<size_t>(rows) * n), bias(n), qp(static_cast<size_t>(2 + lrows) * n, 0);
+    for (auto& v : accv) v = static_cast<uint32_t>(static_cast<int32_t>(rng() % 20001) - 10000);
+    for (auto& v : bias) v = static_cast<uint32_t>(static_cast<int32_t>(rng() % 2001) - 1000);
+    LutTable table{};
+    for (auto& t : table) t = static_cast<int8_t>(rng());
+    for (uint32_t j = 0; j < n; ++j) {
+      qp[j] = (1u << 30) + static_cast<uint32_t>(rng() % (1u << 20));  // mult
+      qp[n + j] = static_cast<uint32_t>(36 + rng() % 6);                 // shift: results of either sign, some saturated
+    }
+    const std::vector<uint32_t> words = lut_acc_words(table, n);
+    std::copy(words.begin(), words.end(), qp.begin() + 2 * n);
+    for (bool relu : {false, true}) {
+      Dev d(p);
+      d.put(kIn, accv);
+      d.put(kIn2, bias);
+      d.put(kIn2 + 0x1000, qp);
+      run_ok(d, {load(Mem::kAcc, 0, kIn, rows, 4 * n, 4 * n), load(Mem::kAcc, 20, kIn2, 1, 4 * n, 4 * n),
+                 load(Mem::kAcc, 30, kIn2 + 0x1000, 2 + lrows, 4 * n, 4 * n, true),
+                 word(Opcode::kActivate,
+                      {{"acc_addr", 0}, {"ub_addr", 4}, {"rows", rows}, {"bias", 1}, {"bias_addr", 20},
+                       {"relu", relu}, {"qparam_addr", 30}, {"lut", 1}},
+                      true, true),
+                 store(Mem::kUb, 4, kOut, rows / 4, 4 * n, 4 * n, true)});
+      const auto out = d.get<int8_t>(kOut, static_cast<size_t>(rows) * n);
+      for (uint32_t i = 0; i < rows * n; ++i) {
+        const uint32_t j = i % n;
+        const int8_t q = activate_element(accv[i], bias[j], qp[j], qp[n + j], relu);
+        EXPECT_EQ(out[i], lut_apply(table, q)) << "n " << n << " i " << i << " relu " << relu;
       }
     }
   }

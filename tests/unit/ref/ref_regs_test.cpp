@@ -20,7 +20,7 @@ TEST(RefRegs, IdentityAndConfigurationReadouts) {
     EXPECT_EQ(d.reg(r::kAccDepth), p.acc_depth);
     EXPECT_EQ(d.reg(r::kDmaDataW), p.dma_data_w);
     EXPECT_EQ(d.reg(r::kQueueDepth), p.queue_depth);
-    EXPECT_EQ(d.reg(r::kFeatures), 0x3Fu);  // ISA 1.1: TRANSPOSE and BF16 too
+    EXPECT_EQ(d.reg(r::kFeatures), 0x7Fu);  // ISA 1.1: TRANSPOSE and BF16 too; ISA 1.2: LUT
     EXPECT_EQ(d.dev.name(), "ref");
   }
 }

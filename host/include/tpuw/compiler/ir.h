@@ -117,11 +117,21 @@ enum class Op : uint8_t {
   kDiv,
   kBatchNormalization,
   kTranspose,
-  kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
+  kSigmoid,            // Sigmoid .. Erf: elementwise functions, fused into the Dense before them
+  kTanh,               // (tpuw/compiler/activations.h) and run as ACTIVATE's int8 lookup table
+  kLeakyRelu,
+  kClip,
+  kHardSigmoid,
+  kHardSwish,
+  kGelu,               // also PyTorch's Erf form x * 0.5 * (1 + Erf(x / sqrt 2)), matched by fuse_gelu
+  kErf,
+  kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu;
+           // attributes act, act_alpha, act_beta: a function after it (activations.h)
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
   kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))
   kQDense,      // inputs: x int8 [batch, k], w_q int8 [k, n], bias_q int32 [n], and unless
-                // int32_output: mult int32 [n], shift int32 [n]; attributes relu, int32_output.
+                // int32_output: mult int32 [n], shift int32 [n] (and, for a function, lut int8 [256]);
+                // attributes relu, int32_output.
                 // Output int8 (per-tensor scale) or, with int32_output, int32 acc + bias_q
                 // (per-column scale; the ReLU then runs in the Dequantize after it)
   kDequantize,  // x int32 -> fp32: float(x) * scale[j], then max(., 0) when attribute relu

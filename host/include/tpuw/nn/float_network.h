@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tpuw/nn/activation.h"
 #include "tpuw/nn/qnetwork.h"
 
 namespace tpuw::nn {
@@ -23,6 +24,7 @@ struct DenseLayer {
   std::vector<float> w;  // [k][n]
   std::vector<float> b;  // [n] (zeros when the model has no bias)
   bool relu = false;     // ReLU fused after the layer
+  Activation act;        // a function after the ReLU (if any): Sigmoid, Tanh, ... (int8: a table)
 };
 
 struct FloatNetwork {

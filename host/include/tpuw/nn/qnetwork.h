@@ -7,6 +7,7 @@
 //
 //   acc[j]  = sum_k x_q[k] * w_q[k][j]                         (int8 x int8 -> int32, MATMUL)
 //   y_q[j]  = sat8( relu?( round((acc[j] + bias_q[j]) * mult[j] / 2^shift[j]) ) )   (ACTIVATE)
+//   y_q[j]  = lut[y_q[j] + 128]           (layers with a lookup table: ACTIVATE `lut`, ISA 1.2)
 //
 // For the last layer (`int32_output`), the device stores acc[j] + bias_q[j] as int32 and the host
 // dequantizes: y[j] = (acc[j] + bias_q[j]) * out_scale[j] as float32.
@@ -37,6 +38,10 @@ struct QLayer {
   std::vector<uint8_t> shift;    // [n] requantization shift 0..63 (unused when int32_output)
   std::vector<float> out_scale;  // [n] int32_output: float per unit of acc; otherwise 1 entry:
                                  // the scale of the int8 output tensor
+  std::vector<int8_t> lut;       // empty, or 256 entries: the activation function as a table
+                                 // (entry q + 128 replaces requantized result q; not with
+                                 // int32_output). The requantization then targets the table's
+                                 // input scale, out_scale is the table's output scale.
 };
 
 /// Host-side operators after the device layers.

@@ -64,6 +64,9 @@ struct RefConfig {
   /// and no VECTOR unit: FEATURES.BF16 reads 0, a set `bf16` mode bit (bit 14 of LOADW, MATMUL,
   /// ACTIVATE, TRANSPOSE) is ILLEGAL_FIELD (FAULT_INFO 14) and VECTOR is ILLEGAL_OPCODE.
   bool enable_bf16 = true;
+  /// The RTL parameter EnableLut: with it off FEATURES.LUT reads 0 and ACTIVATE `lut` (bit 15) is
+  /// ILLEGAL_FIELD (FAULT_INFO 15).
+  bool enable_lut = true;
 };
 
 class RefDevice final : public Backend, public SimControl {

@@ -73,8 +73,10 @@ struct NetworkLayerPlan {
   uint64_t k_blocks = 0, n_blocks = 0;
   uint64_t weight_offset = 0;      // byte offset of the layer's packed weight tiles in the weight image
   uint64_t param_offset = 0;       // byte offset of its bias/mult/shift rows in the param image
+  uint64_t param_rows = 3;         // ACC rows per n-block: bias, mult, shift (+ the lookup table)
   bool final_int32 = false;        // int32 output (acc + bias) to host
   bool relu = false;
+  bool lut = false;                // ACTIVATE `lut`: the table rows follow the shift row
   // What the schedule costs (filled by plan_network): how often the layer's weights and its input
   // tensor cross the host interface (input 0 = resident in the UB, written there by the previous
   // layer; 1 = loaded once; n_blocks = reloaded for every output strip because the UB slots cannot
@@ -118,7 +120,8 @@ struct NetworkPlan {
   uint64_t ub_in_row = 0;                // input slot ring for host-sourced layers
   uint32_t in_slots = 0;
   uint32_t w_slots = 0;                  // WB weight-tile ring
-  uint64_t acc_param_row = 0;            // 2 slots x 3 rows (bias, mult, shift) after the strips
+  uint64_t acc_param_row = 0;            // 2 slots x param_slot_rows after the strips
+  uint64_t param_slot_rows = 3;          // bias, mult, shift (+ lut_rows(N) when a layer has a table)
   // The planner's choice: the cheapest of `candidates` schedules (M tile x residency) by `traffic`.
   NetworkTraffic traffic;
   uint32_t candidates = 0;
@@ -131,7 +134,7 @@ struct NetworkPlan {
   // Host images (bytes), all beat-aligned:
   uint64_t input_bytes = 0;        // tensor 0 packed: per M tile, per k-block [rows x N]
   uint64_t weight_bytes = 0;       // every layer's N x N tiles in consumption order
-  uint64_t param_bytes = 0;        // per layer, per n-block: 3 ACC rows (bias, mult, shift)
+  uint64_t param_bytes = 0;        // per layer, per n-block: param_rows ACC rows (bias, mult, shift, table)
   uint64_t spill_bytes = 0;        // spilled intermediates, packed like the input
   uint64_t output_bytes = 0;       // final: per M tile, per n-block strip [rows x N] int32 (or int8)
   uint64_t debug_bytes = 0;        // keep_intermediate: every intermediate tensor, packed like input
