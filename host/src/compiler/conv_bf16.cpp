@@ -101,7 +101,7 @@ void Bf16Cnn::check() const {
     h = l.geom.out_h();
     w = l.geom.out_w();
   }
-  if (head.layers.empty() || head.input_features != c * h * w || head.layers[0].k != head.input_features) {
+  if (head.input_features != c * h * w || (!head.layers.empty() && head.layers[0].k != head.input_features)) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("bf16 CNN: the dense head reads {} features, the convolutions give {}x{}x{} = {}",
                             head.input_features, c, h, w, c * h * w));
@@ -136,26 +136,24 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     act = g.nodes[i].outputs[0];
   }
   if (net.convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through the dense-layer path)");
-  if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
-    if (i < g.nodes.size()) {
-      g.fail(ErrorKind::kUnsupported, g.nodes[i],
-             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
-             "then Flatten/Reshape and dense layers");
-    }
-    g.fail(ErrorKind::kUnsupported, g.nodes[i - 1],
-           fmt::format("is the model's last layer (graph output '{}'): a CNN ends in Flatten/Reshape and dense "
-                       "layers; feature-map outputs are not supported yet", g.outputs[0].name));
-  }
-  const Node& flat = g.nodes[i++];
-  if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
-    g.fail(ErrorKind::kUnsupported, flat, "must flatten the last convolution's output to [batch, features]");
-  }
-  act = flat.outputs[0];
   nn::FloatNetwork& head = net.head;
   head.source = g.source;
-  head.input_name = g.value(act).name;
   head.output_name = g.outputs[0].name;
-  head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
+  head.input_name = g.value(act).name;
+  const nn::ConvGeometry& last = net.convs.back().geom;
+  head.input_features = static_cast<uint32_t>(uint64_t{last.out_c} * last.out_h() * last.out_w());
+  if (i < g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape)) {
+    const Node& flat = g.nodes[i++];
+    if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
+      g.fail(ErrorKind::kUnsupported, flat, "must flatten the last convolution's output to [batch, features]");
+    }
+    act = flat.outputs[0];
+    head.input_name = g.value(act).name;
+  } else if (i < g.nodes.size()) {
+    g.fail(ErrorKind::kUnsupported, g.nodes[i],
+           "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
+           "then Flatten/Reshape and dense layers");
+  }
   for (; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
@@ -172,14 +170,19 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
       l.b.assign(b.data->f.begin(), b.data->f.end());
       l.relu = attr_int(g, n, "relu", 0) != 0;
       head.layers.push_back(std::move(l));
-    } else if (n.op == Op::kSoftmax) {
+    } else if (n.op == Op::kSoftmax && g.value(act).shape->size() == 2) {
       head.host_op = nn::HostOp::kSoftmax;
     } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
       g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
     }
     act = n.outputs[0];
   }
-  if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
+  if (act != g.outputs[0].value) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers",
+                                                g.outputs[0].name));
+  }
+  const Dims& dout = *g.value(act).shape;
+  net.output_dims.assign(dout.begin() + 1, dout.end());
   net.check();
   return net;
 }

@@ -446,8 +446,12 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }
-  r.head = run_network_bf16(device, net.head, a, batch);
-  r.output = r.head.output;
+  if (net.head.layers.empty()) {  // the feature map is the output
+    r.output = std::move(a);
+  } else {
+    r.head = run_network_bf16(device, net.head, a, batch);
+    r.output = r.head.output;
+  }
   r.cycles += r.head.cycles;
   r.macs += r.head.macs;
   r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
@@ -462,7 +466,7 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
   net.check();
   std::vector<float> a = bf16_values(x);
   for (const Bf16ConvLayer& l : net.convs) a = conv2d_bf16_host(l, a, batch, array_n);
-  return forward_bf16_host(net.head, a, batch, array_n);
+  return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
 }
 
 }  // namespace tpuw::runtime

@@ -114,7 +114,8 @@ uint64_t memory_bytes(const DeviceParams& params, const Bf16Cnn& net, uint64_t r
     need += runtime::conv_bf16_in_bytes(p) + runtime::conv_bf16_w_bytes(p) + runtime::conv_bf16_param_bytes(p) +
             runtime::conv_bf16_out_bytes(p) + 4 * 4096;
   }
-  need += runtime::network_bf16_memory_bytes(params, net.head, rows) + (8ull << 20);
+  if (!net.head.layers.empty()) need += runtime::network_bf16_memory_bytes(params, net.head, rows);
+  need += 8ull << 20;
   const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
   if (mem > (4ull << 30)) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -270,7 +271,10 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     acc_dev = accuracy(y, classes, labels);
     acc_float = accuracy(yf, classes, labels);
   }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  // --output in the model output's shape ([rows, classes], or a feature map [rows, C, H, W]).
+  std::vector<uint64_t> out_shape{in.rows};
+  for (const int64_t d : net.output_dims) out_shape.push_back(static_cast<uint64_t>(d));
+  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, y));
 
   // ---- report -----------------------------------------------------------------------------------
   const uint64_t rd = perf.rd_bytes, wr = perf.wr_bytes;
@@ -365,7 +369,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
                "model: max |diff| {:.4g} (max |float| {:.4g}), argmax agrees on {:.2f}% of the rows\n",
                float_max_diff, float_max_abs, 100.0 * argmax_agree);
   }
-  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, in.rows, classes);
+  if (!o.output.empty()) fmt::print("output -> {} (float32, {})\n", o.output, npy::shape_string(out_shape));
   return 0;
 }
 

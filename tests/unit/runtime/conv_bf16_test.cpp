@@ -322,3 +322,42 @@ TEST(CnnBf16Ref, DigitsCnnMatchesTheContractAndFloat) {
 
 }  // namespace
 }  // namespace tpuw::runtime
+
+namespace tpuw::runtime {
+namespace {
+
+// A model that ends in its convolution / pooling (no dense head): the feature map is the output.
+// ONNX's own node tests, as exported for tests/conformance.
+TEST(CnnBf16Ref, FeatureMapOutputsOfOnnxNodeTests) {
+  const std::string cases = TPUW_EXAMPLES_DIR "/../tests/conformance/cases/";
+  for (const char* name : {"test_conv_with_strides_and_asymmetric_padding", "test_averagepool_2d_strides",
+                           "test_maxpool_2d_pads", "test_globalaveragepool"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = cases + name + "/";
+    const Bf16Cnn net = compiler::compile_bf16_cnn(compiler::import_onnx_file(dir + "model.onnx"));
+    EXPECT_TRUE(net.head.layers.empty());
+    const npy::Array xa = npy::load(dir + "input.npy");
+    const npy::Array ya = npy::load(dir + "expected.npy");
+    const auto xs = xa.view<float>();
+    const auto want = ya.view<float>();
+    const std::vector<float> x(xs.begin(), xs.end());
+    const uint64_t rows = xa.shape[0];
+    Device dev = Device::open("ref", BackendConfig{});
+    const CnnBf16RunResult r = run_cnn_bf16(dev, net, x, rows);
+    const std::vector<float> host = forward_cnn_bf16_host(net, x, rows, 16);
+    ASSERT_EQ(r.output.size(), want.size());
+    ASSERT_EQ(host.size(), want.size());
+    double max_abs = 0, max_err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(r.output[i]), std::bit_cast<uint32_t>(host[i])) << i;
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[i])));
+      max_err = std::max(max_err, std::fabs(static_cast<double>(want[i]) - r.output[i]));
+    }
+    EXPECT_LE(max_err, 0.02 * max_abs);
+    std::vector<int64_t> dims(ya.shape.begin() + 1, ya.shape.end());
+    EXPECT_EQ(net.output_dims, dims);
+  }
+}
+
+}  // namespace
+}  // namespace tpuw::runtime

@@ -35,18 +35,22 @@ struct Bf16ConvLayer {
   void check() const;
 };
 
-/// A bf16 CNN: the layers, then a flatten (NCHW order) and the dense head in float.
+/// A bf16 CNN: the layers, then a flatten (NCHW order) and the dense head in float. Without dense
+/// layers (head.layers empty) the model's output is the last layer's feature map itself, NCHW,
+/// flattened per row (head.input_features values; head.host_op may still be a softmax).
 struct Bf16Cnn {
   uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
   std::vector<Bf16ConvLayer> convs;
   nn::FloatNetwork head;  // input_features = the last layer's out_c * out_h * out_w
+  std::vector<int64_t> output_dims;  // the graph output's shape without the batch ([classes], [C, H, W], ...)
 
   /// Throws Error(kInvalidArgument) when the layers do not chain.
   void check() const;
 };
 
 /// A CNN straight from its imported graph: optimize(), then the chain of compile_quantized_cnn
-/// (the same nodes accepted and the same errors, naming the node, for anything else).
+/// (the same nodes accepted and the same errors, naming the node, for anything else), where the
+/// Flatten and the dense head are optional: a model may end in a convolution or pooling layer.
 Bf16Cnn compile_bf16_cnn(Graph g);
 
 }  // namespace tpuw::compiler
