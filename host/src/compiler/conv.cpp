@@ -352,8 +352,25 @@ void fold_pads(Graph& g) {
     Node* next = rd.size() == 1 && !g.is_graph_output(y) ? &g.nodes[rd[0]] : nullptr;
     if (next == nullptr || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
         auto_pad(g, *next) != "NOTSET") {
-      g.fail(ErrorKind::kUnsupported, pad, "a Pad is supported only as the only input of a Conv or AveragePool "
-                                           "(without auto_pad)");
+      // Not foldable: the Pad runs as a 1x1 average pool with those pads (the identity with a
+      // zero border, count_include_pad=1), a layer of its own.
+      Node& pn = g.nodes[i];  // its origin already names the Pad
+      pn.op = Op::kAveragePool;
+      pn.inputs.resize(1);
+      pn.attrs.clear();
+      Attribute ks;
+      ks.kind = Attribute::Kind::kInts;
+      ks.ints = {1, 1};
+      pn.set_attr("kernel_shape", ks);
+      Attribute pa;
+      pa.kind = Attribute::Kind::kInts;
+      pa.ints = {p[2], p[3], p[6], p[7]};
+      pn.set_attr("pads", pa);
+      Attribute ci;
+      ci.kind = Attribute::Kind::kInt;
+      ci.i = 1;
+      pn.set_attr("count_include_pad", ci);
+      continue;
     }
     std::vector<int64_t> q = attr_ints(g, *next, "pads", 4, 0);
     const std::vector<int64_t> add = {p[2], p[3], p[6], p[7]};  // top, left, bottom, right
@@ -391,7 +408,10 @@ size_t fuse_conv_relu(Graph& g) {
   size_t fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& c = g.nodes[i];
-    if (c.op != Op::kConv || attr_int(g, c, "relu", 0) != 0) continue;
+    if ((c.op != Op::kConv && c.op != Op::kAveragePool && c.op != Op::kGlobalAveragePool) ||
+        attr_int(g, c, "relu", 0) != 0) {
+      continue;
+    }
     const ValueId y = c.outputs[0];
     const auto& rd = readers[static_cast<size_t>(y)];
     if (rd.size() != 1 || g.is_graph_output(y)) continue;
@@ -443,6 +463,7 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
     }
     return y;
   }
+  const bool relu = attr_int(g, n, "relu", 0) != 0;
   if (n.op != Op::kConv) {
     // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
     std::vector<float> y(batch * O * Ho * Wo);
@@ -460,7 +481,7 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
               if (ix >= 0 && ix < static_cast<int64_t>(W)) s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
             }
           }
-          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(s * inv);
+          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(s * inv, 0.0) : s * inv);
         }
       }
     }
@@ -473,7 +494,6 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
   if (const ValueId b = input(n, 2); b != kNoValue) {
     for (size_t o = 0; o < O; ++o) bias[o] = static_cast<float>(g.value(b).data->as_double(o));
   }
-  const bool relu = attr_int(g, n, "relu", 0) != 0;
   std::vector<float> y(batch * O * Ho * Wo);
   for (uint64_t bi = 0; bi < batch; ++bi) {
     for (uint64_t o = 0; o < O; ++o) {
@@ -608,15 +628,39 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     act = g.nodes[i].outputs[0];
   }
   if (convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through compile_quantized)");
-  if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
-    if (i < g.nodes.size()) {
-      g.fail(ErrorKind::kUnsupported, g.nodes[i],
-             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
-             "then Flatten/Reshape and dense layers");
+  // Output scales, last layer first: calibrated (the last one is the head's input scale), except
+  // that a MaxPool's input takes its output's scale (int8 max is then exact).
+  auto quantize_convs = [&](float last_scale) {
+    std::vector<float> out_scales(convs.size());
+    for (size_t c = convs.size(); c-- > 0;) {
+      if (c + 1 < convs.size() && convs[c + 1]->op == Op::kMaxPool) {
+        out_scales[c] = out_scales[c + 1];
+      } else {
+        out_scales[c] = c + 1 == convs.size() ? last_scale
+                                              : nn::symmetric_scale(acts[static_cast<size_t>(convs[c]->outputs[0])]);
+      }
     }
-    g.fail(ErrorKind::kUnsupported, *convs.back(),
-           fmt::format("is the model's last layer (graph output '{}'): a CNN ends in Flatten/Reshape and dense "
-                       "layers; feature-map outputs are not supported yet", g.outputs[0].name));
+    if (convs[0]->op == Op::kMaxPool) net.input_scale = out_scales[0];
+    float scale = net.input_scale;
+    for (size_t c = 0; c < convs.size(); ++c) {
+      net.convs.push_back(quantize_conv(g, *convs[c], scale, out_scales[c]));
+      scale = out_scales[c];
+    }
+  };
+  // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
+  // map in NCHW order is the flattened row).
+  const bool ends_in_map = i == g.nodes.size();
+  const bool ends_in_flatten = i + 1 == g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape) &&
+                               g.nodes[i].inputs[0] == act;
+  if (ends_in_map || ends_in_flatten) {
+    quantize_convs(nn::symmetric_scale(acts[static_cast<size_t>(act)]));
+    net.check();
+    return net;
+  }
+  if (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape) {
+    g.fail(ErrorKind::kUnsupported, g.nodes[i],
+           "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
+           "then Flatten/Reshape and dense layers (or ends in a feature map)");
   }
   const Node& flat = g.nodes[i++];
   if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
@@ -658,23 +702,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   quantize(hg, flat_calib, rows);
   net.head = lower_to_qnetwork(hg);
 
-  // Output scales, last layer first: calibrated (the last one is the head's input scale), except
-  // that a MaxPool's input takes its output's scale (int8 max is then exact).
-  std::vector<float> out_scales(convs.size());
-  for (size_t c = convs.size(); c-- > 0;) {
-    if (c + 1 < convs.size() && convs[c + 1]->op == Op::kMaxPool) {
-      out_scales[c] = out_scales[c + 1];
-    } else {
-      out_scales[c] = c + 1 == convs.size() ? net.head.input_scale
-                                            : nn::symmetric_scale(acts[static_cast<size_t>(convs[c]->outputs[0])]);
-    }
-  }
-  if (convs[0]->op == Op::kMaxPool) net.input_scale = out_scales[0];
-  float scale = net.input_scale;
-  for (size_t c = 0; c < convs.size(); ++c) {
-    net.convs.push_back(quantize_conv(g, *convs[c], scale, out_scales[c]));
-    scale = out_scales[c];
-  }
+  quantize_convs(net.head.input_scale);
   net.check();
   return net;
 }

@@ -149,7 +149,9 @@ void QCnn::check() const {
     c = l.geom.out_c, h = l.geom.out_h(), w = l.geom.out_w();
     scale = l.out_scale;
   }
-  if (head.layers.empty() || uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
+  if (convs.empty()) throw Error(ErrorKind::kInvalidArgument, "cnn: no convolution or pooling layer");
+  if (!has_head()) return;  // the last map is the output
+  if (uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cnn: the dense head reads {} features, the last convolution gives {}x{}x{}",
                             head.input_features, c, h, w));
@@ -161,10 +163,18 @@ void QCnn::check() const {
   }
 }
 
+uint64_t QCnn::output_features() const {
+  if (has_head()) return head.layers.back().n;
+  if (convs.empty()) return uint64_t{in_c} * in_h * in_w;
+  const ConvGeometry& g = convs.back().geom;
+  return uint64_t{g.out_c} * g.out_h() * g.out_w();
+}
+
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
   std::vector<int8_t> a(x_q.begin(), x_q.end());
   for (const QConv2d& l : net.convs) a = conv2d_int(l, a, batch);
+  if (!net.has_head()) return std::vector<int32_t>(a.begin(), a.end());
   return forward_int_raw(net.head, a, batch);
 }
 

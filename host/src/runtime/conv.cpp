@@ -411,12 +411,16 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }
-  r.head = run_network(device, net.head, a, batch);
-  r.output_i32 = r.head.output_i32;
-  r.cycles += r.head.cycles;
-  r.macs += r.head.macs;
-  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
-  r.min_bytes += r.head.min_bytes;
+  if (!net.has_head()) {
+    r.output_i32.assign(a.begin(), a.end());  // the last feature map is the output
+  } else {
+    r.head = run_network(device, net.head, a, batch);
+    r.output_i32 = r.head.output_i32;
+    r.cycles += r.head.cycles;
+    r.macs += r.head.macs;
+    r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
+    r.min_bytes += r.head.min_bytes;
+  }
   const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
   r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
   return r;

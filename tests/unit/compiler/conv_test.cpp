@@ -352,12 +352,109 @@ TEST(ConvCompiler, SmallCnnOnTheDeviceMatchesIntegerAndFloat) {
   EXPECT_LT(worst, 0.03) << "largest probability error";
 }
 
-TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
-  {
-    ModelBuilder mb = conv_model(ConvSpec{});  // ends with the Conv's Relu: no dense head
-    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(300, 0.5f), 1); },
-                 ErrorKind::kUnsupported, {"node '", "(Conv)", "is the model's last layer", "feature-map outputs"});
+// Runs `mb` (one input [batch, C, H, W]) through compile_quantized_cnn and run_cnn on ref: the
+// output equals the integer CPU pass bit for bit and, dequantized, is within `tol` of the float
+// model's largest magnitude. Returns the compiled network.
+nn::QCnn expect_cnn_matches_float(const ModelBuilder& mb, uint64_t batch, uint64_t features, double tol, uint32_t seed) {
+  const std::vector<float> x = random_floats(batch * features, -1.0f, 1.0f, seed);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(mb), x, batch);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  const Graph og = optimize(graph_of(mb));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  EXPECT_EQ(r.output_i32.size(), yf.size());
+  EXPECT_EQ(q.output_features() * batch, yf.size());
+  std::vector<float> y(r.output_i32.size());
+  if (q.has_head()) {
+    y = nn::dequantize_output(q.head, r.output_i32, batch);
+  } else {
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(r.output_i32[i]) * q.map_scale();
   }
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < y.size() && i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  }
+  EXPECT_GT(ymax, 0.0);
+  EXPECT_LE(worst, tol * ymax) << "largest error " << worst << " of max " << ymax;
+  return q;
+}
+
+// Models that end in a feature map (no Flatten + dense head): the output is the last layer's int8
+// map, NCHW, in the model's output shape.
+TEST(ConvCompiler, FeatureMapOutputs) {
+  {  // Conv + Relu
+    const nn::QCnn q = expect_cnn_matches_float(conv_model(ConvSpec{}), 4, 300, 0.03, 1);
+    EXPECT_FALSE(q.has_head());
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].relu);
+    EXPECT_EQ(q.output_features(), 8u * 8 * 8);
+  }
+  {  // Conv without Relu (negative outputs), stride 2, asymmetric pads
+    ConvSpec s;
+    s.relu = false;
+    s.strides = {2, 2};
+    s.pads = {1, 0, 0, 1};
+    expect_cnn_matches_float(conv_model(s), 3, 300, 0.03, 2);
+  }
+  auto tail_model = [](const std::string& op) {
+    ModelBuilder mb = conv_model(ConvSpec{});  // x -> conv -> relu -> y [batch, 8, 8, 8]
+    mb.graph().mutable_output()->Clear();
+    auto& n = mb.node(op, {"y"}, {"z"}, "tail");
+    if (op == "MaxPool" || op == "AveragePool") {
+      attr_ints(n, "kernel_shape", {2, 2});
+      attr_ints(n, "strides", {2, 2});
+    }
+    if (op == "Pad") attr_ints(n, "pads", {0, 0, 1, 2, 0, 0, 2, 1});
+    mb.output("z");
+    return mb;
+  };
+  {
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("MaxPool"), 4, 300, 0.03, 3);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_TRUE(q.convs[1].max_pool);
+    EXPECT_EQ(q.output_features(), 8u * 4 * 4);
+  }
+  {
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("AveragePool"), 4, 300, 0.03, 4);
+    EXPECT_EQ(q.output_features(), 8u * 4 * 4);
+  }
+  {  // [batch, 8, 1, 1]
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("GlobalAveragePool"), 4, 300, 0.03, 5);
+    EXPECT_EQ(q.output_features(), 8u);
+  }
+  {  // a Pad that ends the model: a 1x1 average pool with those pads (zero border)
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("Pad"), 4, 300, 0.03, 6);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_EQ(q.convs[1].geom.kernel_h, 1u);
+    EXPECT_EQ(q.output_features(), 8u * 11 * 11);
+  }
+  {  // AveragePool -> Relu: the Relu is fused into the pool
+    ModelBuilder mb;
+    mb.input("x", {-1, 3, 6, 6});
+    auto& p = mb.node("AveragePool", {"x"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {3, 3});
+    mb.node("Relu", {"p"}, {"y"}, "relu");
+    mb.output("y");
+    const nn::QCnn q = expect_cnn_matches_float(mb, 5, 108, 0.03, 7);
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].relu);
+  }
+  {  // Conv -> Flatten: the map, flattened in NCHW order
+    ModelBuilder mb = conv_model(ConvSpec{});
+    mb.graph().mutable_output()->Clear();
+    auto& f = mb.node("Flatten", {"y"}, {"f"}, "flatten");
+    ModelBuilder::attr_i(f, "axis", 1);
+    mb.output("f");
+    expect_cnn_matches_float(mb, 2, 300, 0.03, 8);
+  }
+}
+
+TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
   {
     ModelBuilder mb;
     mb.input("x", {-1, 1, 4, 4});

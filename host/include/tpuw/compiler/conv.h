@@ -44,11 +44,13 @@ std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, s
 
 /// Folds every Pad into the Conv or AveragePool that is its only reader (their pads grow; an
 /// AveragePool then needs count_include_pad=1 semantics, which explicit zero padding has). A Pad
-/// that cannot be folded is Error(kUnsupported) naming it.
+/// that cannot be folded becomes a 1x1 AveragePool with its pads (the identity with a zero border;
+/// its origin names the Pad).
 void fold_pads(Graph& g);
 
-/// Fusion: a Relu whose input is a Conv's output and the Conv's only reader becomes the Conv's
-/// attribute relu = 1 (the device's ACTIVATE applies it). Returns the number of Relus fused.
+/// Fusion: a Relu whose input is a Conv's (or AveragePool's / GlobalAveragePool's) output and its
+/// only reader becomes its attribute relu = 1 (the device's ACTIVATE applies it). Returns the
+/// number of Relus fused.
 size_t fuse_conv_relu(Graph& g);
 
 /// The float reference of a Conv node: x NCHW [batch, C, H, W] float32; weights and bias as
@@ -70,7 +72,9 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights; a MaxPool
 /// becomes a max-pool layer (nn::QConv2d::max_pool, int8 max on the host) whose input takes its
 /// output's scale, so the layer before it is quantized straight to that scale and the int8 max is
-/// exact. Anything else (branches) is Error(kUnsupported) naming the node.
+/// exact. The model may also end in the last conv/pool layer (or a Flatten/Reshape of it) with no
+/// dense head: the QCnn then has no head and its output is that layer's int8 map (its scale
+/// calibrated on its float output). Anything else (branches) is Error(kUnsupported) naming the node.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

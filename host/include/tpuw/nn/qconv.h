@@ -59,19 +59,27 @@ struct QConv2d {
 
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
 /// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
-/// and whose input_features is its C*H*W).
+/// and whose input_features is its C*H*W). Without a head (head.layers empty) the model's output
+/// is the last layer's int8 feature map, NCHW [batch][out_c][out_h][out_w], real = q * out_scale.
 struct QCnn {
   uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
   float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
   std::vector<QConv2d> convs;
   QNetwork head;
 
+  bool has_head() const { return !head.layers.empty(); }
+  /// Output values per image: the head's last layer's width, or the last map's C*H*W.
+  uint64_t output_features() const;
+  /// The real output scale of a head-less CNN (the last layer's out_scale).
+  float map_scale() const { return convs.empty() ? input_scale : convs.back().out_scale; }
+
   /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales).
   void check() const;
 };
 
 /// The bit-exact integer forward pass on the CPU: the convolutions (conv2d_int), then
-/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer).
+/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer). Without a
+/// head: the last layer's int8 map widened to int32, [batch, output_features()] (NCHW order).
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 /// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.
