@@ -402,6 +402,128 @@ void fold_pads(Graph& g) {
   g.nodes = std::move(kept);
 }
 
+namespace {
+
+// BatchNormalization (inference) as a per-channel y = x * s[c] + t[c]; nullopt when it is not a
+// plain inference BN over [batch, C, H, W] with constant parameters (lower_feature_maps reports it).
+struct ChannelAffine {
+  std::vector<double> s, t;
+};
+
+std::optional<ChannelAffine> bn_affine(const Graph& g, const Node& n) {
+  if (attr_int(g, n, "training_mode", 0) != 0) return std::nullopt;
+  for (size_t k = 1; k < n.outputs.size(); ++k) {
+    if (n.outputs[k] != kNoValue) return std::nullopt;
+  }
+  const Value& xv = g.value(n.inputs[0]);
+  if (!xv.shape || xv.shape->size() != 4 || !detail::batch_led(*xv.shape)) return std::nullopt;
+  const auto ch = static_cast<size_t>((*xv.shape)[1]);
+  for (size_t k = 1; k <= 4; ++k) {
+    if (!g.is_constant(n.inputs[k]) || g.value(n.inputs[k]).data->size() != ch) return std::nullopt;
+  }
+  const double eps = detail::attr_float(g, n, "epsilon", 1e-5f);
+  ChannelAffine a;
+  for (size_t c = 0; c < ch; ++c) {
+    const double var = g.value(n.inputs[4]).data->as_double(c) + eps;
+    if (!(var > 0)) g.fail(ErrorKind::kUnsupported, n, fmt::format("channel {}: var + epsilon is not positive", c));
+    const double sc = g.value(n.inputs[1]).data->as_double(c) / std::sqrt(var);
+    a.s.push_back(sc);
+    a.t.push_back(g.value(n.inputs[2]).data->as_double(c) - g.value(n.inputs[3]).data->as_double(c) * sc);
+  }
+  return a;
+}
+
+bool conv_like(Op op) {
+  return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool ||
+         op == Op::kPad;
+}
+
+}  // namespace
+
+size_t fold_conv_batchnorm(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<int64_t> producer(g.values.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const ValueId o : g.nodes[i].outputs) {
+      if (o != kNoValue) producer[static_cast<size_t>(o)] = static_cast<int64_t>(i);
+    }
+  }
+  std::vector<bool> drop(g.nodes.size(), false);
+  size_t count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& bn = g.nodes[i];
+    if (bn.op != Op::kBatchNormalization) continue;
+    const std::optional<ChannelAffine> a = bn_affine(g, bn);
+    if (!a) continue;
+    const ValueId x = bn.inputs[0];
+    const int64_t pi = producer[static_cast<size_t>(x)];
+    Node* prev = pi >= 0 ? &g.nodes[static_cast<size_t>(pi)] : nullptr;
+    const bool sole_reader = readers[static_cast<size_t>(x)].size() == 1 && !g.is_graph_output(x);
+    if (prev != nullptr && prev->op == Op::kConv && sole_reader && attr_int(g, *prev, "relu", 0) == 0 &&
+        g.is_constant(prev->inputs[1]) && (input(*prev, 2) == kNoValue || g.is_constant(input(*prev, 2)))) {
+      // Into the Conv: W'[o] = W[o] * s[o], b'[o] = b[o] * s[o] + t[o] (float32, like the model's).
+      const Value& wv = g.value(prev->inputs[1]);
+      const Dims wd = *wv.shape;
+      const auto O = static_cast<size_t>(wd[0]);
+      if (O != a->s.size()) continue;
+      TensorData w = *wv.data;
+      const size_t per = w.size() / O;
+      std::vector<double> wf(w.size());
+      for (size_t k = 0; k < w.size(); ++k) wf[k] = static_cast<float>(w.as_double(k) * a->s[k / per]);
+      std::vector<double> bf(O);
+      const ValueId bid = input(*prev, 2);
+      for (size_t o = 0; o < O; ++o) {
+        const double b0 = bid == kNoValue ? 0.0 : g.value(bid).data->as_double(o);
+        bf[o] = static_cast<float>(b0 * a->s[o] + a->t[o]);
+      }
+      const std::string base = prev->name + "." + bn.name;
+      const ValueId nw = g.add_constant(base + ".w_folded", DType::kFloat32, wd, TensorData{wf, {}});
+      const ValueId nb = g.add_constant(base + ".b_folded", DType::kFloat32, Dims{static_cast<int64_t>(O)}, TensorData{bf, {}});
+      prev = &g.nodes[static_cast<size_t>(pi)];  // add_constant does not touch nodes; keep the pointer honest
+      prev->inputs.resize(3);
+      prev->inputs[1] = nw;
+      prev->inputs[2] = nb;
+      prev->origin.push_back(bn.label());
+      g.replace_uses(bn.outputs[0], x);  // graph outputs keep their names
+      drop[i] = true;
+      ++count;
+      continue;
+    }
+    // Standalone inside a CNN (after a pool, a Relu of a conv, or right before a conv): a 1x1
+    // depthwise Conv with weight s[c] and bias t[c] (the device runs only its diagonal tiles).
+    bool in_cnn = prev != nullptr && (conv_like(prev->op) || (prev->op == Op::kRelu && [&] {
+                    const int64_t pp = producer[static_cast<size_t>(prev->inputs[0])];
+                    return pp >= 0 && conv_like(g.nodes[static_cast<size_t>(pp)].op);
+                  }()));
+    for (const size_t r : readers[static_cast<size_t>(bn.outputs[0])]) in_cnn = in_cnn || conv_like(g.nodes[r].op);
+    if (!in_cnn) continue;  // lower_feature_maps runs it as a per-feature map
+    const auto C = static_cast<int64_t>(a->s.size());
+    std::vector<double> wf(a->s.size()), bf(a->s.size());
+    for (size_t c = 0; c < a->s.size(); ++c) {
+      wf[c] = static_cast<float>(a->s[c]);
+      bf[c] = static_cast<float>(a->t[c]);
+    }
+    const ValueId nw = g.add_constant(bn.name + ".scale_dw", DType::kFloat32, Dims{C, 1, 1, 1}, TensorData{wf, {}});
+    const ValueId nb = g.add_constant(bn.name + ".shift_dw", DType::kFloat32, Dims{C}, TensorData{bf, {}});
+    Node& n = g.nodes[i];  // its origin already names the BatchNormalization
+    n.op = Op::kConv;
+    n.inputs = {x, nw, nb};
+    n.outputs.resize(1);
+    n.attrs.clear();
+    Attribute gr;
+    gr.kind = Attribute::Kind::kInt;
+    gr.i = C;
+    n.set_attr("group", gr);
+    ++count;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  return count;
+}
+
 size_t fuse_conv_relu(Graph& g) {
   const std::vector<std::vector<size_t>> readers = g.consumers();
   std::vector<bool> drop(g.nodes.size(), false);

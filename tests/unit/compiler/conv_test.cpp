@@ -4,16 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
 
 #include "compiler_testlib.h"
 #include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::compiler {
@@ -69,6 +72,11 @@ ModelBuilder conv_model(const ConvSpec& s, uint32_t seed = 1) {
   if (s.relu) mb.node("Relu", {"c"}, {"y"}, "relu");
   mb.output("y");
   return mb;
+}
+
+int64_t attr_int_of(const Node& n, const std::string& key) {
+  const Attribute* a = n.attr(key);
+  return a == nullptr ? 0 : a->i;
 }
 
 const Node& only_conv(const Graph& g) {
@@ -384,6 +392,26 @@ nn::QCnn expect_cnn_matches_float(const ModelBuilder& mb, uint64_t batch, uint64
   return q;
 }
 
+// The same model in bf16 (compile_bf16_cnn, run_cnn_bf16 on ref): within `tol` of the float
+// model's largest magnitude.
+void expect_bf16_cnn_matches_float(const ModelBuilder& mb, uint64_t batch, uint64_t features, double tol, uint32_t seed) {
+  const std::vector<float> x = random_floats(batch * features, -1.0f, 1.0f, seed);
+  const Bf16Cnn net = compile_bf16_cnn(graph_of(mb));
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnBf16RunResult r = runtime::run_cnn_bf16(dev, net, x, batch);
+  const Graph og = optimize(graph_of(mb));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(r.output.size(), yf.size());
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(r.output[i]) - yf[i]));
+  }
+  EXPECT_GT(ymax, 0.0);
+  EXPECT_LE(worst, tol * ymax) << "bf16: largest error " << worst << " of max " << ymax;
+}
+
 // Models that end in a feature map (no Flatten + dense head): the output is the last layer's int8
 // map, NCHW, in the model's output shape.
 TEST(ConvCompiler, FeatureMapOutputs) {
@@ -452,6 +480,119 @@ TEST(ConvCompiler, FeatureMapOutputs) {
     mb.output("f");
     expect_cnn_matches_float(mb, 2, 300, 0.03, 8);
   }
+}
+
+// An inference BatchNormalization "name" over `c` channels reading `in`, writing `out`.
+void batch_norm(ModelBuilder& mb, const std::string& name, const std::string& in, const std::string& out, int64_t c,
+                uint32_t seed) {
+  mb.init(name + ".scale", {c}, random_floats(static_cast<size_t>(c), 0.5f, 2.0f, seed));
+  mb.init(name + ".B", {c}, random_floats(static_cast<size_t>(c), -0.5f, 0.5f, seed + 1));
+  mb.init(name + ".mean", {c}, random_floats(static_cast<size_t>(c), -0.3f, 0.3f, seed + 2));
+  mb.init(name + ".var", {c}, random_floats(static_cast<size_t>(c), 0.2f, 1.5f, seed + 3));
+  auto& n = mb.node("BatchNormalization", {in, name + ".scale", name + ".B", name + ".mean", name + ".var"}, {out}, name);
+  auto* a = n.add_attribute();
+  a->set_name("epsilon");
+  a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
+  a->set_f(1e-3f);
+}
+
+TEST(ConvCompiler, BatchNormFoldsIntoTheConv) {
+  // x -> Conv -> BN -> Relu -> Conv (no bias) -> BN -> y: both BNs fold, the Relu fuses after the fold.
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 8, 8});
+  mb.init("w1", {6, 3, 3, 3}, random_floats(162, -0.4f, 0.4f, 11));
+  mb.init("b1", {6}, random_floats(6, -0.2f, 0.2f, 12));
+  auto& c1 = mb.node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv1");
+  attr_ints(c1, "pads", {1, 1, 1, 1});
+  batch_norm(mb, "bn1", "c1", "n1", 6, 20);
+  mb.node("Relu", {"n1"}, {"r1"}, "relu1");
+  mb.init("w2", {5, 6, 3, 3}, random_floats(270, -0.3f, 0.3f, 13));
+  mb.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  batch_norm(mb, "bn2", "c2", "y", 5, 30);
+  mb.output("y");
+  const Graph og = optimize(graph_of(mb));
+  for (const Node& n : og.nodes) EXPECT_EQ(n.op, Op::kConv) << n.label();
+  ASSERT_EQ(og.nodes.size(), 2u);
+  EXPECT_EQ(attr_int_of(og.nodes[0], "relu"), 1);
+  const nn::QCnn q = expect_cnn_matches_float(mb, 6, 192, 0.04, 14);
+  ASSERT_EQ(q.convs.size(), 2u);
+  EXPECT_TRUE(q.convs[0].relu);
+  EXPECT_EQ(q.convs[0].name, "conv1 (Conv) + bn1 (BatchNormalization) + relu1 (Relu)");
+  expect_bf16_cnn_matches_float(mb, 6, 192, 0.02, 14);
+  // The folded float graph computes the unfolded model: a naive conv + BatchNorm in double.
+  const uint64_t batch = 2;
+  const std::vector<float> x = random_floats(batch * 192, -1.0f, 1.0f, 15);
+  auto tensor = [&](const std::string& name) {
+    for (const auto& t : mb.graph().initializer()) {
+      if (t.name() != name) continue;
+      std::vector<float> f(t.raw_data().size() / sizeof(float));
+      std::memcpy(f.data(), t.raw_data().data(), f.size() * sizeof(float));
+      return std::vector<double>(f.begin(), f.end());
+    }
+    ADD_FAILURE() << name;
+    return std::vector<double>{};
+  };
+  // conv (3x3, pad `pad`) then BN with epsilon 1e-3, NCHW, square maps.
+  auto conv_bn = [&](const std::vector<double>& in, int64_t C, int64_t H, int64_t O, int64_t pad, const std::string& w,
+                     const std::string& b, const std::string& bn) {
+    const std::vector<double> wt = tensor(w), bt = b.empty() ? std::vector<double>(O, 0.0) : tensor(b);
+    const std::vector<double> sc = tensor(bn + ".scale"), sh = tensor(bn + ".B"), mu = tensor(bn + ".mean"),
+                              va = tensor(bn + ".var");
+    const int64_t Ho = H + 2 * pad - 2;
+    std::vector<double> out(batch * O * Ho * Ho);
+    for (int64_t bi = 0; bi < static_cast<int64_t>(batch); ++bi)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t yy = 0; yy < Ho; ++yy)
+          for (int64_t xx = 0; xx < Ho; ++xx) {
+            double acc = bt[o];
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t dy = 0; dy < 3; ++dy)
+                for (int64_t dx = 0; dx < 3; ++dx) {
+                  const int64_t iy = yy + dy - pad, ix = xx + dx - pad;
+                  if (iy < 0 || ix < 0 || iy >= H || ix >= H) continue;
+                  acc += in[((bi * C + c) * H + iy) * H + ix] * wt[((o * C + c) * 3 + dy) * 3 + dx];
+                }
+            out[((bi * O + o) * Ho + yy) * Ho + xx] = (acc - mu[o]) / std::sqrt(va[o] + 1e-3) * sc[o] + sh[o];
+          }
+    return out;
+  };
+  std::vector<double> a(x.begin(), x.end());
+  a = conv_bn(a, 3, 8, 6, 1, "w1", "b1", "bn1");
+  for (double& v : a) v = std::max(v, 0.0);
+  a = conv_bn(a, 6, 8, 5, 0, "w2", "", "bn2");
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(yf.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(yf[i], a[i], 1e-4 * (1 + std::fabs(a[i]))) << "element " << i;
+}
+
+TEST(ConvCompiler, StandaloneBatchNormRunsAsADepthwiseConv) {
+  // x -> Conv -> Relu -> MaxPool -> BN -> y: the BN cannot fold (a pool before it) and runs as a
+  // 1x1 depthwise conv (per-channel scale and shift) on the device.
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 8, 8});
+  mb.init("w1", {20, 2, 3, 3}, random_floats(360, -0.5f, 0.5f, 41));
+  auto& c1 = mb.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  attr_ints(c1, "pads", {1, 1, 1, 1});
+  mb.node("Relu", {"c1"}, {"r1"}, "relu1");
+  auto& p = mb.node("MaxPool", {"r1"}, {"p1"}, "pool1");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  batch_norm(mb, "bn", "p1", "y", 20, 50);
+  mb.output("y");
+  const nn::QCnn q = expect_cnn_matches_float(mb, 4, 128, 0.04, 42);
+  ASSERT_EQ(q.convs.size(), 3u);
+  EXPECT_EQ(q.convs[2].geom.kernel_h, 1u);
+  EXPECT_EQ(q.convs[2].name, "bn (BatchNormalization)");
+  expect_bf16_cnn_matches_float(mb, 4, 128, 0.02, 42);
+  // Diagonal weights: of the 2 x 2 channel-block tiles only the 2 diagonal ones are non-zero.
+  const std::vector<float> x = random_floats(4 * 128, -1.0f, 1.0f, 42);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, 4);
+  EXPECT_EQ(r.convs[2].plan.weight_tiles, 4u);
+  EXPECT_EQ(r.convs[2].plan.executed_tiles(), 2u);
 }
 
 TEST(ConvCompiler, CnnChainErrorsNameTheNode) {

@@ -48,6 +48,15 @@ std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, s
 /// its origin names the Pad).
 void fold_pads(Graph& g);
 
+/// BatchNormalization (inference, [batch, C, H, W], constant parameters) in a CNN, before
+/// lower_feature_maps: right after a Conv (no ReLU, the Conv's output read only by it) it is folded
+/// into the Conv, W'[o] = W[o] * s[o], b'[o] = b[o] * s[o] + t[o] with s = scale / sqrt(var + eps),
+/// t = B - mean * s (float32, like the model's own tensors); otherwise, after a conv/pool layer (or
+/// its Relu) or before one, it becomes a 1x1 depthwise Conv (group = C) with weight s and bias t,
+/// its own layer. Other BatchNormalizations are left to lower_feature_maps. Returns how many it
+/// rewrote.
+size_t fold_conv_batchnorm(Graph& g);
+
 /// Fusion: a Relu whose input is a Conv's (or AveragePool's / GlobalAveragePool's) output and its
 /// only reader becomes its attribute relu = 1 (the device's ACTIVATE applies it). Returns the
 /// number of Relus fused.
