@@ -595,6 +595,89 @@ TEST(ConvCompiler, StandaloneBatchNormRunsAsADepthwiseConv) {
   EXPECT_EQ(r.convs[2].plan.executed_tiles(), 2u);
 }
 
+// conv (3x3, pad 1, c -> c channels) "name" reading `in`, writing `out`.
+void conv3x3(ModelBuilder& mb, const std::string& name, const std::string& in, const std::string& out, int64_t c,
+             int64_t o, float range, uint32_t seed) {
+  mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -range, range, seed));
+  mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed + 1));
+  auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {out}, name);
+  attr_ints(n, "pads", {1, 1, 1, 1});
+}
+
+// A ResNet basic block without BN: x -> conv -> relu -> conv -> Add(., x) -> relu.
+ModelBuilder residual_block(int64_t c, int64_t hw, uint32_t seed) {
+  ModelBuilder mb;
+  mb.input("x", {-1, c, hw, hw});
+  conv3x3(mb, "conv1", "x", "c1", c, c, 0.3f, seed);
+  mb.node("Relu", {"c1"}, {"r1"}, "relu1");
+  conv3x3(mb, "conv2", "r1", "c2", c, c, 0.3f, seed + 2);
+  mb.node("Add", {"c2", "x"}, {"s"}, "add");
+  mb.node("Relu", {"s"}, {"y"}, "relu2");
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, ResidualAddIsAOneByOneConvOverTheConcatenation) {
+  const ModelBuilder mb = residual_block(8, 6, 61);
+  const nn::QCnn q = expect_cnn_matches_float(mb, 5, 8 * 36, 0.04, 62);
+  ASSERT_EQ(q.convs.size(), 3u);
+  const nn::QConv2d& add = q.convs[2];
+  EXPECT_EQ(add.sources, (std::vector<int32_t>{1, -1}));
+  EXPECT_EQ(add.name, "add (Add) + relu2 (Relu)");
+  EXPECT_TRUE(add.relu);
+  EXPECT_EQ(add.geom.in_c, 16u);
+  EXPECT_EQ(add.geom.out_c, 8u);
+  EXPECT_EQ(add.geom.kernel_h, 1u);
+  // Diagonal blocks: w = round(127 s_k / max s), the larger input's weight 127.
+  const float sa = q.convs[1].out_scale, sb = q.input_scale;
+  EXPECT_NE(sa, sb);
+  EXPECT_EQ(add.w_q[0 * 16 + 0], static_cast<int8_t>(std::lround(127.0 * sa / std::max(sa, sb))));
+  EXPECT_EQ(add.w_q[3 * 16 + 8 + 3], static_cast<int8_t>(std::lround(127.0 * sb / std::max(sa, sb))));
+  EXPECT_EQ(add.w_q[3 * 16 + 4], 0);
+  // A block with a skip over a max pool and a non-ReLU Add that ends the model, and an Add of a
+  // conv with a 1x1 projection (different channel counts go through the projection).
+  ModelBuilder m2;
+  m2.input("x", {-1, 3, 8, 8});
+  conv3x3(m2, "conv1", "x", "c1", 3, 6, 0.4f, 70);
+  auto& p = m2.node("MaxPool", {"c1"}, {"p"}, "pool");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  conv3x3(m2, "conv2", "p", "c2", 6, 6, 0.3f, 72);
+  m2.init("proj.w", {6, 6, 1, 1}, random_floats(36, -0.5f, 0.5f, 74));
+  m2.node("Conv", {"p", "proj.w"}, {"pr"}, "proj");
+  m2.node("Add", {"c2", "pr"}, {"y"}, "add");
+  m2.output("y");
+  const nn::QCnn q2 = expect_cnn_matches_float(m2, 4, 192, 0.04, 75);
+  ASSERT_EQ(q2.convs.size(), 5u);
+  EXPECT_EQ(q2.convs[3].sources, (std::vector<int32_t>{1}));
+  EXPECT_EQ(q2.convs[4].sources, (std::vector<int32_t>{2, 3}));
+  EXPECT_FALSE(q2.convs[4].relu);
+  // rtl == ref bit for bit (the residual block, 2 images).
+  if (!backend_array_sizes("rtl").empty()) {
+    const std::vector<float> x = random_floats(2 * 8 * 36, -1.0f, 1.0f, 63);
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    Device ref = Device::open("ref", BackendConfig{});
+    Device rtl = Device::open("rtl", BackendConfig{});
+    const runtime::CnnRunResult a = runtime::run_cnn(ref, q, xq, 2);
+    const runtime::CnnRunResult b = runtime::run_cnn(rtl, q, xq, 2);
+    EXPECT_EQ(a.output_i32, b.output_i32);
+    EXPECT_EQ(a.moved_bytes, b.moved_bytes);
+  }
+}
+
+TEST(ConvCompiler, MergeErrorsNameTheNode) {
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 6, 6});
+    conv3x3(mb, "conv1", "x", "c1", 1, 3, 0.3f, 80);
+    mb.node("Add", {"c1", "x"}, {"y"}, "add");  // 3 channels + 1 channel broadcast
+    mb.output("y");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), random_floats(36, -1.0f, 1.0f, 81), 1); },
+                 ErrorKind::kUnsupported, {"node 'add' (Add)", "an Add adds two maps", "with the same shape"});
+  }
+}
+
 TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
   {
     ModelBuilder mb;

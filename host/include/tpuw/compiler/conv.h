@@ -73,6 +73,15 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
 /// or a factor the device cannot express.
 nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale);
 
+/// Int8 quantization of a residual Add of two activations or a Concat of activations along the
+/// channels (inputs [batch, C_k, H, W] with scales in_scales[k]) as a 1x1 convolution over the
+/// channel concatenation [x_0; x_1; ...] (nn::QConv2d::sources): the int32 accumulate and the
+/// usual requantization do the rescale on the device. Add: w = round(127 s_k / max s) on the
+/// diagonal of block k, multiplier max s / (127 s_out) (the smaller input's weight is exact to
+/// 0.5/w relative); Concat: weight 127 on the diagonal, multiplier s_k / (127 s_out) per channel
+/// (exact up to the output rounding). `relu`: a Relu fused after it.
+nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float> in_scales, float out_scale, bool relu);
+
 /// A CNN straight from its imported graph: optimize(), then the chain input [batch, C, H, W] ->
 /// Conv (+Relu) ... -> Flatten / Reshape to [batch, features] -> the dense head (Gemm/MatMul
 /// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
@@ -83,7 +92,10 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// output's scale, so the layer before it is quantized straight to that scale and the int8 max is
 /// exact. The model may also end in the last conv/pool layer (or a Flatten/Reshape of it) with no
 /// dense head: the QCnn then has no head and its output is that layer's int8 map (its scale
-/// calibrated on its float output). Anything else (branches) is Error(kUnsupported) naming the node.
+/// calibrated on its float output). A layer may read the input or any earlier layer's output (a
+/// branch); a residual Add of two layer outputs and a Concat of layer outputs along the channels
+/// are layers of their own (quantize_merge) and a Relu after one fuses into it. Anything else is
+/// Error(kUnsupported) naming the node.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler
