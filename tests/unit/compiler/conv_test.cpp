@@ -666,6 +666,38 @@ TEST(ConvCompiler, ResidualAddIsAOneByOneConvOverTheConcatenation) {
   }
 }
 
+TEST(ConvCompiler, ConcatAlongChannelsRequantizesEachInput) {
+  // x -> conv a (4 -> 6, relu), conv b (4 -> 3); Concat(a, b, x) -> conv c (13 -> 5) -> y; and
+  // Concat(a, b) as the model's output.
+  auto model = [](bool head_conv) {
+    ModelBuilder mb;
+    mb.input("x", {-1, 4, 6, 6});
+    conv3x3(mb, "conva", "x", "ca", 4, 6, 0.4f, 90);
+    mb.node("Relu", {"ca"}, {"a"}, "relua");
+    conv3x3(mb, "convb", "x", "b", 4, 3, 0.2f, 92);
+    auto& c = mb.node("Concat", head_conv ? std::vector<std::string>{"a", "b", "x"} : std::vector<std::string>{"a", "b"},
+                      {head_conv ? "cat" : "y"}, "cat");
+    ModelBuilder::attr_i(c, "axis", 1);
+    if (head_conv) conv3x3(mb, "convc", "cat", "y", 13, 5, 0.3f, 94);
+    mb.output("y");
+    return mb;
+  };
+  {
+    const nn::QCnn q = expect_cnn_matches_float(model(true), 4, 144, 0.04, 95);
+    ASSERT_EQ(q.convs.size(), 4u);
+    const nn::QConv2d& cat = q.convs[2];
+    EXPECT_EQ(cat.sources, (std::vector<int32_t>{0, 1, -1}));
+    EXPECT_EQ(cat.geom.in_c, 13u);
+    EXPECT_EQ(cat.geom.out_c, 13u);
+    for (uint32_t o = 0; o < 13; ++o) EXPECT_EQ(cat.w_q[o * 13 + o], 127) << o;
+    EXPECT_EQ(q.convs[3].sources, std::vector<int32_t>{});
+  }
+  {
+    const nn::QCnn q = expect_cnn_matches_float(model(false), 3, 144, 0.03, 96);
+    EXPECT_EQ(q.output_features(), 9u * 36);
+  }
+}
+
 TEST(ConvCompiler, MergeErrorsNameTheNode) {
   {
     ModelBuilder mb;
@@ -675,6 +707,16 @@ TEST(ConvCompiler, MergeErrorsNameTheNode) {
     mb.output("y");
     expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), random_floats(36, -1.0f, 1.0f, 81), 1); },
                  ErrorKind::kUnsupported, {"node 'add' (Add)", "an Add adds two maps", "with the same shape"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 6, 6});
+    conv3x3(mb, "conv1", "x", "c1", 1, 3, 0.3f, 80);
+    auto& c = mb.node("Concat", {"c1", "c1"}, {"y"}, "cat");
+    ModelBuilder::attr_i(c, "axis", 2);
+    mb.output("y");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), random_floats(36, -1.0f, 1.0f, 81), 1); },
+                 ErrorKind::kUnsupported, {"node 'cat' (Concat)", "axis 2", "joins the channels"});
   }
 }
 
