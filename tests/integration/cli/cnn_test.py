@@ -139,6 +139,30 @@ elif CASE == "cnn_feature_map":
         expect("feature map [batch, " in so, so)
         rc, so, se = cli.run("run", model, "--input", xin, "--labels", TEST_Y, "--backend", "ref")
         expect(rc == 2 and "is a feature map" in se, f"--labels: {rc} {se}")
+elif CASE == "cnn_blocks":
+    # examples/cnn_blocks (PyTorch): a residual block, a depthwise-separable block, a Concat block
+    # in int8 on ref (--check bit for bit, within 3% of PyTorch's output, the output in the model's
+    # shape); the residual and the Concat block on rtl bit-identical to ref (4 images).
+    blocks = os.path.join(EXAMPLES, "cnn_blocks")
+    for name in ("residual_block", "dwsep_block", "concat_block"):
+        model = os.path.join(blocks, name + ".onnx")
+        xin = os.path.join(blocks, name + "_x.npy")
+        want = np.load(os.path.join(blocks, name + "_expected.npy"))
+        out = os.path.join(cli.tmp, name + ".npy")
+        j = json.loads(cli.run_ok("run", model, "--input", xin, "--backend", "ref", "--check", "--output", out, "-q",
+                                  "--json"))
+        y = np.load(out)
+        expect(y.shape == want.shape and j["check"]["cpu"] == "equal", f"{name}: {y.shape} {j.get('check')}")
+        err = float(np.max(np.abs(y - want)))
+        expect(err <= 0.03 * float(np.max(np.abs(want))), f"{name}: max error {err}")
+        if name != "dwsep_block" and rtl_built():
+            xs = cli.save(name + "_x4.npy", np.load(xin)[:4])
+            ys = {}
+            for be in ("ref", "rtl"):
+                ys[be] = os.path.join(cli.tmp, f"{name}_{be}.npy")
+                cli.run_ok("run", model, "--input", xs, "--calibrate", xin, "--backend", be, "--check", "--output",
+                           ys[be], "-q")
+            expect(np.array_equal(np.load(ys["ref"]), np.load(ys["rtl"])), f"{name}: rtl output differs from ref")
 else:
     print("unknown case", CASE)
     sys.exit(1)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <random>
 
@@ -816,6 +817,68 @@ TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
 // The PyTorch-exported digits CNN (examples/digits/train_cnn.py: Conv-ReLU-AvgPool x 2, the
 // x.view(x.size(0), -1) pattern, Linear, Softmax): the float interpreter reproduces PyTorch, and
 // int8 on the device (ref) is bit-exact with the integer pass and within 1 point of float accuracy.
+// The blocks of examples/cnn_blocks (make_models.py, PyTorch, committed with their inputs and
+// PyTorch's outputs): the optimized graph in float equals PyTorch's output; int8 on ref equals
+// the CPU integer model bit for bit and is within `tol` of PyTorch's output's largest magnitude.
+struct TorchBlock {
+  std::string name;
+  size_t layers;
+  double tol;
+};
+
+TEST(ConvCompiler, PyTorchBlocks) {
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/cnn_blocks/";
+  for (const TorchBlock& b : {TorchBlock{"residual_block", 4, 0.02}, TorchBlock{"dwsep_block", 2, 0.03},
+                              TorchBlock{"concat_block", 4, 0.03}}) {
+    SCOPED_TRACE(b.name);
+    std::ifstream f(dir + b.name + ".onnx", std::ios::binary);
+    ASSERT_TRUE(f.good());
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const Graph g = import_onnx_graph(bytes, b.name + ".onnx");
+    const npy::Array xa = npy::load(dir + b.name + "_x.npy");
+    const npy::Array ea = npy::load(dir + b.name + "_expected.npy");
+    const std::vector<float> x(xa.view<float>().begin(), xa.view<float>().end());
+    const std::span<const float> want = ea.view<float>();
+    const uint64_t n = xa.shape[0];
+    const Graph og = optimize(g);
+    for (const Node& node : og.nodes) EXPECT_NE(node.op, Op::kBatchNormalization) << "not folded: " << node.label();
+    const auto t = interpret_float(og, x, n);
+    const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+    ASSERT_EQ(yf.size(), want.size());
+    double ymax = 0;
+    for (size_t i = 0; i < yf.size(); ++i) {
+      ASSERT_NEAR(yf[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << "element " << i;
+      ymax = std::max(ymax, std::fabs(static_cast<double>(want[i])));
+    }
+    const nn::QCnn q = compile_quantized_cnn(g, x, n);
+    EXPECT_EQ(q.convs.size(), b.layers);
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    Device dev = Device::open("ref", BackendConfig{});
+    const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, n);
+    EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, n));
+    std::vector<float> y(r.output_i32.size());
+    if (q.has_head()) {
+      y = nn::dequantize_output(q.head, r.output_i32, n);
+    } else {
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(r.output_i32[i]) * q.map_scale();
+    }
+    ASSERT_EQ(y.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - want[i]));
+    EXPECT_LE(worst, b.tol * ymax) << "int8: largest error " << worst << " of max " << ymax;
+    std::cout << b.name << ": int8 max error " << worst / ymax << " of max |y|, " << r.cycles << " ref cycles for " << n
+              << " images, " << r.moved_bytes << " bytes moved vs " << r.min_bytes << " minimum\n";
+    if (b.name == "dwsep_block") {  // bf16 too (the residual Add and the Concat are int8 only)
+      const runtime::CnnBf16RunResult rb = runtime::run_cnn_bf16(dev, compile_bf16_cnn(g), x, n);
+      ASSERT_EQ(rb.output.size(), want.size());
+      double wb = 0;
+      for (size_t i = 0; i < want.size(); ++i) wb = std::max(wb, std::fabs(static_cast<double>(rb.output[i]) - want[i]));
+      EXPECT_LE(wb, 0.02 * ymax) << "bf16: largest error " << wb << " of max " << ymax;
+    }
+  }
+}
+
 TEST(ConvCompiler, DigitsCnnFromPyTorch) {
   const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/digits/";
   std::ifstream f(dir + "digits_cnn.onnx", std::ios::binary);
