@@ -843,12 +843,20 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     if (n.op == Op::kRelu && is_layer_value(n.inputs[0]) && layer_of[static_cast<size_t>(n.inputs[0])] >= 0) {
       Layer& l = layers[static_cast<size_t>(layer_of[static_cast<size_t>(n.inputs[0])])];
       const ValueId v = n.inputs[0];
-      if (l.value != v || l.relu || attr_int(g, *l.node, "relu", 0) != 0 || l.node->op == Op::kMaxPool ||
+      // After a MaxPool the Relu moves to the layer before the pool (max commutes with ReLU).
+      Layer* host = &l;
+      if (l.node->op == Op::kMaxPool && l.src[0] >= 0) {
+        Layer& p = layers[static_cast<size_t>(l.src[0])];
+        if (p.node->op != Op::kMaxPool && readers[static_cast<size_t>(p.value)].size() == 1 && !g.is_graph_output(p.value)) {
+          host = &p;
+        }
+      }
+      if (l.value != v || host->relu || attr_int(g, *host->node, "relu", 0) != 0 || host->node->op == Op::kMaxPool ||
           readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
         g.fail(ErrorKind::kUnsupported, n, "a Relu in a CNN must be the only reader of a Conv, pool, Add or Concat output");
       }
-      l.relu = true;
-      l.relu_label = n.label();
+      host->relu = true;
+      host->relu_label = n.label();
       l.value = n.outputs[0];
       layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
       continue;
@@ -888,6 +896,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       nn::QConv2d q = l.src.size() > 1 || l.node->op == Op::kAdd || l.node->op == Op::kConcat
                           ? quantize_merge(g, *l.node, in_scales, out_scales[c], l.relu)
                           : quantize_conv(g, *l.node, in_scales[0], out_scales[c]);
+      if (l.relu) q.relu = true;
       if (!l.relu_label.empty()) q.name += " + " + l.relu_label;
       if (l.src != std::vector<int32_t>{static_cast<int32_t>(c) - 1}) q.sources = l.src;
       net.convs.push_back(std::move(q));

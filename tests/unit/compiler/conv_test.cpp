@@ -473,6 +473,21 @@ TEST(ConvCompiler, FeatureMapOutputs) {
     ASSERT_EQ(q.convs.size(), 1u);
     EXPECT_TRUE(q.convs[0].relu);
   }
+  {  // Conv -> MaxPool -> Relu (LeNet's F.relu(F.max_pool2d(conv(x), 2))): the Relu moves to the conv
+    ConvSpec cs;
+    cs.relu = false;
+    ModelBuilder mb = conv_model(cs);
+    mb.graph().mutable_output()->Clear();
+    auto& p = mb.node("MaxPool", {"y"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {2, 2});
+    attr_ints(p, "strides", {2, 2});
+    mb.node("Relu", {"p"}, {"z"}, "relu_after_pool");
+    mb.output("z");
+    const nn::QCnn q = expect_cnn_matches_float(mb, 4, 300, 0.03, 9);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_TRUE(q.convs[0].relu);
+    EXPECT_EQ(q.convs[0].name, "conv (Conv) + relu_after_pool (Relu)");
+  }
   {  // Conv -> Flatten: the map, flattened in NCHW order
     ModelBuilder mb = conv_model(ConvSpec{});
     mb.graph().mutable_output()->Clear();
