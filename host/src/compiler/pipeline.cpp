@@ -23,6 +23,7 @@ Graph optimize(Graph g) {
   fuse_gelu(g);  // PyTorch's Erf form of GELU, before fuse_dense takes its Add for a bias
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
+  fold_conv_batchnorm(g);  // before lower_feature_maps: a CNN's BatchNormalization stays per channel
   lower_feature_maps(g);
   fuse_activations(g);  // Sigmoid, Tanh, ... into the Dense before them (int8 lookup tables)
   fold_pads(g);
