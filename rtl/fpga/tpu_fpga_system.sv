@@ -22,8 +22,10 @@ module tpu_fpga_system #(
   parameter int unsigned InflightDepth = 8,
   // No bf16 MXU mode on the boards (an fp32 adder per PE does not fit them): FEATURES.BF16 = 0.
   parameter bit          EnableBf16    = 1'b0,
-  // ACTIVATE's 256-entry lookup table (2048 flip-flops and ActLanes byte muxes): FEATURES.LUT.
-  parameter bit          EnableLut     = 1'b1,
+  // ACTIVATE's 256-entry lookup table: FEATURES.LUT. Off on the boards: Yosys 0.23 maps the
+  // table register (2048 flip-flops) and its byte lookups to ~32k LUT4 on ECP5 at N = 8 (the
+  // variable part-selects become wide shifters), more than the ULX3S/Arty budgets leave.
+  parameter bit          EnableLut     = 1'b0,
   parameter int unsigned ClkHz      = 12000000,
   parameter int unsigned Baud       = 115200,
   parameter int unsigned MemBytes   = 131072
