@@ -74,6 +74,13 @@ struct CnnTrainer::Impl {
     return std::move(r.dx);
   }
 
+  std::vector<float> relu_bwd(std::span<const float> y, std::span<const float> g) {
+    if (device == nullptr) return relu_backward_host(y, g);
+    ReluBackwardResult r = relu_backward_bf16(*device, y, g);
+    cycles += r.cycles;
+    return std::move(r.d);
+  }
+
   ConvParamGradResult conv_dw(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> dy,
                               uint64_t rows) {
     if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
@@ -182,7 +189,7 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   std::vector<nn::DenseLayer>& dl = net.head.layers;
   std::vector<std::vector<float>> dense_dw(dl.size()), dense_db(dl.size());
   for (size_t i = dl.size(); i-- > 0;) {
-    if (dl[i].relu) g = relu_backward_host(head[i], g);
+    if (dl[i].relu) g = m.relu_bwd(head[i], g);
     const std::vector<float>& x = i == 0 ? acts.back() : head[i - 1];
     const uint64_t k = dl[i].k, nn_ = dl[i].n;
     std::vector<float> x1(n * (k + 1));  // [X | 1]
@@ -207,10 +214,7 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   for (size_t l = net.convs.size(); l-- > 0;) {
     const Bf16ConvLayer& L = net.convs[l];
     if (L.kind == Kind::kConv) {
-      if (L.relu) {
-        g = relu_backward_host(acts[l + 1], g);
-        m.host_bytes += 4 * g.size();
-      }
+      if (L.relu) g = m.relu_bwd(acts[l + 1], g);
       conv_g[l] = m.conv_dw(L, acts[l], g, n);
     }
     if (l == 0) break;

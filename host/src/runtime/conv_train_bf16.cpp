@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 
@@ -211,8 +212,68 @@ std::vector<float> relu_backward_host(std::span<const float> y, std::span<const 
                 fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
   }
   std::vector<float> d(y.size());
-  for (size_t i = 0; i < y.size(); ++i) d[i] = (!std::isnan(y[i]) && y[i] <= 0.0f) ? 0.0f : dy[i];
+  for (size_t i = 0; i < y.size(); ++i) d[i] = num::to_float(num::select(num::to_bits(y[i]), num::to_bits(dy[i])));
   return d;
+}
+
+ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy) {
+  using detail::kC;
+  using detail::kL;
+  using detail::kS;
+  if (y.size() != dy.size()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
+  }
+  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("relu backward: the {} device has no VECTOR unit (FEATURES.BF16 "
+                                                     "is 0)",
+                                                     device.info().backend));
+  }
+  ReluBackwardResult r;
+  if (y.empty()) return r;
+  const DeviceParams& dp = device.info().params;
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (y.size() + an - 1) / an;
+  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, detail::kMaxRowsField));
+  std::vector<float> yp(rows * an, 0.0f), dp_(rows * an, 0.0f);
+  std::copy(y.begin(), y.end(), yp.begin());
+  std::copy(dy.begin(), dy.end(), dp_.begin());
+  HostBuffer ybuf = device.alloc(rows * row, 4096), dbuf = device.alloc(rows * row, 4096),
+             obuf = device.alloc(rows * row, 4096);
+  device.write(ybuf, 0, yp.data(), yp.size() * 4);
+  device.write(dbuf, 0, dp_.data(), dp_.size() * 4);
+  detail::Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
+    if (c >= 2) b.bridge({set});
+    for (const detail::Transfer& t : detail::split_transfer(a_row, ybuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    for (const detail::Transfer& t : detail::split_transfer(b_row, dbuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
+    v.set("dst_addr", b_row);
+    v.set("a_addr", a_row);
+    v.set("b_addr", b_row);
+    v.set("rows", n);
+    b.emit(kC, std::move(v), {set}, {set});
+    for (const detail::Transfer& t : detail::split_transfer(b_row, obuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kS, detail::dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+    }
+  }
+  const detail::MergedProgram prog = detail::merge_program(b, 16, 64);
+  device.clear_perf();
+  device.wait(device.submit(prog.code));
+  r.perf = device.perf();
+  r.cycles = r.perf.cycles;
+  std::vector<float> out(rows * an);
+  device.read(obuf, 0, out.data(), out.size() * 4);
+  out.resize(y.size());
+  r.d = std::move(out);
+  return r;
 }
 
 std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,

@@ -295,6 +295,23 @@ TEST(ConvTrainBf16, ReluBackwardIsSelect) {
   EXPECT_THROW((void)relu_backward_host(y, std::vector<float>(2)), Error);
 }
 
+TEST(ConvTrainBf16, ReluBackwardOnTheDeviceIsTheContract) {
+  for (const unsigned an : {4u, 16u}) {
+    SCOPED_TRACE(an);
+    std::mt19937 rng(an);
+    std::vector<float> y = normal(20011, rng, 1.0f), dy = normal(20011, rng, 1.0f);  // several ACC chunks
+    y[0] = -0.0f, y[1] = std::nanf(""), y[2] = 1e-40f, y[3] = 0.0f;  // -0, NaN, a subnormal, +0
+    dy[4] = 1e-40f, dy[5] = std::nanf(""), y[4] = y[5] = 1.0f;        // dy flushed / canonicalized
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("ref", cfg);
+    const ReluBackwardResult r = relu_backward_bf16(dev, y, dy);
+    expect_bits(r.d, relu_backward_host(y, dy), "relu");
+    EXPECT_GT(r.cycles, 0u);
+    EXPECT_GE(r.perf.rd_bytes, 2 * 4 * ((y.size() + an - 1) / an) * an);  // y and dy, plus the program
+  }
+}
+
 TEST(ConvTrainBf16, Errors) {
   std::mt19937 rng(3);
   ConvGeometry g = geom(2, 6, 6, 2, 3, 1, 1, 1);

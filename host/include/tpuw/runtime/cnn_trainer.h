@@ -4,9 +4,9 @@
 //             fused bias + ReLU, bf16 out), a MaxPool on the host; per dense layer one bf16 GEMM
 //             (bias preset, ReLU and bf16 rounding by ACTIVATE, the last layer's fp32 logits).
 //   (host)    softmax cross-entropy at the logits: dZ = (softmax - onehot) / rows (fp32).
-//   backward  per dense layer from the last: dZ = relu_backward(Y, dX) when ReLU; [dW | db] =
+//   backward  per dense layer from the last: dZ = relu_backward_bf16(Y, dX) (VECTOR SELECT) when ReLU; [dW | db] =
 //             [X | 1]^T . dZ (GEMM, A transposed on the device, fp32 out); dX = dZ . W^T (GEMM,
-//             LOADW transpose); then per conv-part layer from the last: the ReLU mask, dW/db
+//             LOADW transpose); then per conv-part layer from the last: the ReLU mask (SELECT), dW/db
 //             (conv_param_grads_bf16) and dX (conv_input_grad_bf16: the transposed convolution;
 //             an average pool the same; a max pool routed on the host), runtime/conv_train_bf16.h.
 //   update    torch.optim.SGD (momentum, weight decay) on the fp32 masters, on the host in the
@@ -52,7 +52,7 @@ class CnnTrainer final : public Trainer {
   std::string name() const override;
 
   /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
-  /// im2col, gradient rows; docs/training.md) and of the max-pool / ReLU work it did.
+  /// im2col, gradient rows; docs/training.md) and of the max-pool routing it did.
   uint64_t last_host_bytes() const;
 
  private:

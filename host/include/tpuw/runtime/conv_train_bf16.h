@@ -25,9 +25,9 @@
 // the blocks added in fp32 in that order (gemm_bf16_host's contract). im2col is a host layout
 // (KH*KW copies of x in bf16; counted in host_bytes).
 //
-// On the host, and why: the ReLU mask (relu_backward_host) is folded into the layout of dy the host
-// prepares anyway; the device's VECTOR SELECT computes the same function (d = +0 if y <= 0 else dy)
-// but would need dy and y in fp32 in the ACC and a program of its own per layer. MaxPool backward
+// The ReLU mask is VECTOR SELECT on the device (relu_backward_bf16: d = +0 if y <= 0 else dy, y the
+// layer's bf16 output, both LOADed as fp32 rows into the ACC); relu_backward_host is its contract.
+// On the host, and why: MaxPool backward
 // (max_pool_backward_host) routes each output gradient to the argmax of its window; the VECTOR unit
 // has MAX and SELECT but no equality compare, so it cannot find the argmax position, and the routing
 // is a scatter. Rule: the argmax is the first window position, in (ky, kx) row-major order, inside
@@ -87,8 +87,20 @@ ConvParamGradResult conv_param_grads_bf16(Device& device, const Bf16ConvLayer& f
 ConvParamGradResult conv_param_grads_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> x,
                                                std::span<const float> dy, uint64_t batch, uint32_t array_n);
 
-/// The ReLU derivative as VECTOR SELECT defines it: +0 where y <= 0, else dy (y NaN: dy).
+/// The ReLU derivative as VECTOR SELECT defines it (num::select): +0 where y <= 0, else dy
+/// (y NaN: dy; dy flushed and canonicalized as every VECTOR result).
 std::vector<float> relu_backward_host(std::span<const float> y, std::span<const float> dy);
+
+struct ReluBackwardResult {
+  std::vector<float> d;  // relu_backward_host's values, bit for bit
+  PerfCounters perf;
+  uint64_t cycles = 0;
+};
+
+/// The same on the device: y and dy as fp32 rows of ArrayN lanes LOADed into the ACC, one VECTOR
+/// SELECT per chunk of rows (two chunk buffers, double buffered), the result STOREd. Throws
+/// Error(kUnsupported) without the VECTOR unit and Error(kInvalidArgument) for sizes that differ.
+ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy);
 
 /// MaxPool backward on the host (header comment: the routing rule). x is the pool's input, dy the
 /// gradient of its output; returns dX NCHW, bf16 values.
