@@ -1,6 +1,6 @@
 // The backward pass of a bf16 convolution on the verilated device (runtime/conv_train_bf16.h):
-// dX (transposed convolution) and dW/db (the im2col GEMM with TRANSPOSE) rtl == ref == the CPU
-// contract bit for bit, with the same bytes moved and MXU rows.
+// dX (transposed convolution), dW/db (the im2col GEMM with TRANSPOSE) and the ReLU mask (VECTOR
+// SELECT) rtl == ref == the CPU contract bit for bit, with the same bytes moved and MXU rows.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -56,6 +56,21 @@ TEST(ConvTrainBf16Rtl, GradientsMatchRefAndTheContract) {
   EXPECT_EQ(bits(pa.db), bits(want.db));
   EXPECT_EQ(bits(pa.dw), bits(pb.dw));
   EXPECT_EQ(pa.gemm.perf.rd_bytes, pb.gemm.perf.rd_bytes);
+}
+
+TEST(ConvTrainBf16Rtl, ReluBackwardMatchesRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  std::mt19937 rng(7);
+  std::vector<float> y = normal(1500, rng), dy = normal(1500, rng);
+  y[0] = -0.0f, y[1] = std::nanf(""), dy[2] = 1e-40f, y[2] = 1.0f;
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  const ReluBackwardResult a = relu_backward_bf16(rtl, y, dy);
+  const ReluBackwardResult b = relu_backward_bf16(ref, y, dy);
+  EXPECT_EQ(bits(a.d), bits(relu_backward_host(y, dy)));
+  EXPECT_EQ(bits(a.d), bits(b.d));
+  EXPECT_EQ(a.perf.rd_bytes, b.perf.rd_bytes);
+  EXPECT_EQ(a.perf.wr_bytes, b.perf.wr_bytes);
 }
 
 }  // namespace
