@@ -2,9 +2,11 @@
 //
 // Walks the optimized graph in node order keeping "the activation" (the one value the chain
 // carries) and the earlier activations: a node that reads an earlier one is a branch or skip
-// connection, which the chain cannot express. Dense nodes become layers; a Reshape/Flatten only
-// changes the feature shape; Softmax ends the chain on the host. An Add or Relu that fusion could
-// not merge is handled like the old importer did (bias / ReLU of the last layer) or reported.
+// connection, which the chain cannot express. Dense nodes become layers; a Reshape, Flatten, Squeeze
+// or Unsqueeze only changes the feature shape; Softmax, LogSoftmax and LayerNormalization end the
+// chain on the host (nn::HostStep), followed only by more of them and by layout changes. An Add or
+// Relu that fusion could not merge is handled like the old importer did (bias / ReLU of the last
+// layer) or reported.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,6 +19,7 @@
 namespace tpuw::compiler {
 namespace {
 
+using detail::attr_float;
 using detail::attr_int;
 using detail::bias_from;
 using detail::features;
@@ -31,7 +34,7 @@ constexpr uint32_t kMaxIdentityFeatures = 4096;
 
 class Lowering {
  public:
-  explicit Lowering(const Graph& g) : g_(g) { net_.source = g.source; }
+  explicit Lowering(const Graph& g) : g_(g), consumers_(g.consumers()) { net_.source = g.source; }
 
   nn::FloatNetwork run() {
     input();
@@ -39,13 +42,21 @@ class Lowering {
     output();
     finish_layer();
     if (net_.layers.empty()) identity_layer();
+    // One Softmax over every output feature is the form the rest of the back end has always known
+    // (nn::HostOp on the network, as the CNN head has it): keep it that way.
+    if (net_.host_steps.size() == 1 && net_.host_steps[0].op == nn::HostOp::kSoftmax &&
+        net_.host_steps[0].outer == 1 && net_.host_steps[0].inner == 1) {
+      net_.host_op = nn::HostOp::kSoftmax;
+      net_.host_steps.clear();
+    }
     return std::move(net_);
   }
 
  private:
-  enum class Stage { kInput, kLinear, kRelu, kSoftmax };
+  enum class Stage { kInput, kLinear, kRelu, kHost };
 
   const Graph& g_;
+  std::vector<std::vector<size_t>> consumers_;
   nn::FloatNetwork net_;
   std::set<ValueId> stale_;
   ValueId act_ = kNoValue;
@@ -118,7 +129,7 @@ class Lowering {
     return false;
   }
 
-  void require_activation_input(size_t i) const {
+  void require_activation_input(size_t i, bool after_host = false) const {
     const ValueId v = n_->inputs[i];
     if (!is_act(v)) {
       if (g_.is_constant(v)) {
@@ -127,8 +138,16 @@ class Lowering {
       }
       unsupported(fmt::format("reads '{}', which is not computed by the layer chain", name(v)));
     }
-    if (stage_ == Stage::kSoftmax) unsupported("follows Softmax; Softmax runs on the host and must be the last operator");
+    if (stage_ == Stage::kHost && !after_host) {
+      unsupported(fmt::format("follows the host operator {}; host operators (Softmax, LogSoftmax, LayerNormalization) "
+                              "run after the device program, so only host operators and layout changes (Reshape, "
+                              "Flatten, Squeeze, Unsqueeze) may follow them",
+                              net_.host_steps.back().name));
+    }
   }
+
+  // The activation input of a node that may also follow the host operators (layout, host ops).
+  void require_activation_anywhere(size_t i) const { require_activation_input(i, /*after_host=*/true); }
 
   void set_output(ValueId v) {
     stale_.insert(act_);
@@ -156,23 +175,103 @@ class Lowering {
         return set_output(n.outputs[0]);
       case Op::kFlatten:
       case Op::kReshape:
-        require_activation_input(0);
+      case Op::kSqueeze:
+      case Op::kUnsqueeze:
+        // Layout only: the rows stay row-major, the device never sees the change.
+        require_activation_anywhere(0);
         return set_output(n.outputs[0]);
-      case Op::kSoftmax: {
-        require_activation_input(0);
-        const Dims f = features(*g_.value(n.inputs[0]).shape);
-        const int64_t axis = attr_int(g_, n, "axis", -1);
-        if (f.size() != 1 || (axis != 1 && axis != -1)) {
-          unsupported(fmt::format("softmax over axis {} of a [batch, {}] tensor; only the feature axis of [batch, "
-                                  "features] is supported", axis, fmt::join(f, ", ")));
-        }
-        net_.host_op = nn::HostOp::kSoftmax;
-        stage_ = Stage::kSoftmax;
-        return set_output(n.outputs[0]);
-      }
+      case Op::kSoftmax:
+      case Op::kLogSoftmax:
+      case Op::kLayerNormalization: return host_step(n);
       default:
         unsupported("is not supported by the dense-layer chain the device runs today");
     }
+  }
+
+  // Softmax / LogSoftmax / LayerNormalization: a host operator after the device program (fp32).
+  void host_step(const Node& n) {
+    require_activation_anywhere(0);
+    const Dims& d = *g_.value(n.inputs[0]).shape;
+    const auto r = static_cast<int64_t>(d.size());
+    const int64_t raw = attr_int(g_, n, "axis", -1);
+    const int64_t axis = raw < 0 ? raw + r : raw;
+    if (axis < 0 || axis >= r) {
+      g_.fail(ErrorKind::kBadFile, n, fmt::format("axis {} is out of range for the rank-{} input {}", raw, r, dims_string(d)));
+    }
+    if (axis == 0) {
+      unsupported(fmt::format("axis {} of the input {} is the batch axis: the rows are not independent; only the "
+                              "feature axes (>= 1) are supported", raw, dims_string(d)));
+    }
+    nn::HostStep st;
+    st.name = n.label();
+    const auto ax = static_cast<size_t>(axis);
+    const auto prod = [&](size_t a, size_t b) {
+      int64_t p = 1;
+      for (size_t i = a; i < b; ++i) p *= d[i];
+      return static_cast<uint32_t>(p);
+    };
+    st.outer = prod(1, ax);
+    const bool coerce = n.op == Op::kLayerNormalization || attr_int(g_, n, kCoerce2dAttr, 0) != 0;
+    st.len = coerce ? prod(ax, d.size()) : prod(ax, ax + 1);
+    st.inner = coerce ? 1 : prod(ax + 1, d.size());
+    if (n.op == Op::kLayerNormalization) {
+      st.op = nn::HostOp::kLayerNorm;
+      st.epsilon = attr_float(g_, n, "epsilon", 1e-5f);
+      const Dims norm(d.begin() + axis, d.end());
+      st.scale = normalized_param(n, 1, "Scale", norm);
+      if (detail::input(n, 2) != kNoValue) st.bias = normalized_param(n, 2, "B", norm);
+      for (size_t k = 1; k < n.outputs.size(); ++k) {
+        const ValueId v = n.outputs[k];
+        if (v != kNoValue && (g_.is_graph_output(v) || !consumers_[static_cast<size_t>(v)].empty())) {
+          unsupported(fmt::format("output {} '{}' ({}) is read; only the normalized output Y is supported", k, name(v),
+                                  k == 1 ? "Mean" : "InvStdDev"));
+        }
+      }
+    } else {
+      st.op = n.op == Op::kSoftmax ? nn::HostOp::kSoftmax : nn::HostOp::kLogSoftmax;
+    }
+    net_.host_steps.push_back(std::move(st));
+    stage_ = Stage::kHost;
+    set_output(n.outputs[0]);
+  }
+
+  // LayerNormalization's Scale or B: a constant that broadcasts (numpy rules) to the normalized
+  // dimensions `norm`, one value per normalized feature.
+  std::vector<float> normalized_param(const Node& n, size_t i, const char* what, const Dims& norm) const {
+    const ValueId c = n.inputs[i];
+    if (!g_.is_constant(c)) {
+      unsupported(fmt::format("input {} '{}' ({}) must be an initializer or Constant", i, name(c), what));
+    }
+    const Value& v = g_.value(c);
+    const Dims& cd = *v.shape;
+    bool ok = cd.size() <= norm.size();
+    for (size_t k = 0; ok && k < cd.size(); ++k) {
+      const int64_t want = norm[norm.size() - cd.size() + k];
+      ok = cd[k] == 1 || cd[k] == want;
+    }
+    if (!ok) {
+      g_.fail(ErrorKind::kUnsupported, n, fmt::format("input {} '{}' ({}) has shape {}; it must broadcast to the "
+                                                      "normalized dimensions {}", i, name(c), what, dims_string(cd),
+                                                      dims_string(norm)));
+    }
+    const int64_t total = *checked_elements(norm);
+    std::vector<float> out(static_cast<size_t>(total));
+    for (int64_t j = 0; j < total; ++j) {
+      // Coordinates of j in norm, mapped to the (right-aligned, broadcast) constant.
+      int64_t rem = j, idx = 0, stride = 1;
+      for (size_t k = norm.size(); k-- > 0;) {
+        const int64_t coord = rem % norm[k];
+        rem /= norm[k];
+        const size_t off = norm.size() - k;  // 1 = last axis
+        if (off <= cd.size()) {
+          const int64_t cdim = cd[cd.size() - off];
+          if (cdim != 1) idx += coord * stride;
+          stride *= cdim;
+        }
+      }
+      out[static_cast<size_t>(j)] = static_cast<float>(v.data->as_double(static_cast<size_t>(idx)));
+    }
+    return out;
   }
 
   void dense(const Node& n) {

@@ -143,6 +143,19 @@ void check_raw(const RunOpts& o, const nn::QNetwork& q, const std::vector<int8_t
   }
 }
 
+// The final float outputs (after the host operators) against the CPU reference's, bit for bit.
+void check_final(const RunOpts& o, const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
+                 const char* what) {
+  for (size_t i = 0; i < golden.size() && i < y.size(); ++i) {
+    if (num::to_bits(golden[i]) != num::to_bits(y[i])) {
+      throw Error(ErrorKind::kMismatch,
+                  fmt::format("mismatch: output[{}, {}] (after the host operators): {} = {} (0x{:08x}), {} = {} "
+                              "(0x{:08x})", i / classes, i % classes, o.backend, y[i], num::to_bits(y[i]), what,
+                              golden[i], num::to_bits(golden[i])));
+    }
+  }
+}
+
 // What the one- and several-device paths do with the device's int32 output: dequantize it, --check
 // it against the CPU integer model, score --labels (int8 on the device and the float model), and
 // write --output.
@@ -159,6 +172,10 @@ RunOutputs finish_outputs(const RunOpts& o, const nn::FloatNetwork& net, const n
   RunOutputs r;
   if (o.check) {
     check_raw(o, q, x_q, in.rows, raw, classes);
+    // The CPU reference applies the same dequantization and host operators: the final outputs are
+    // equal bit for bit too.
+    check_final(o, nn::dequantize_output(q, nn::forward_int_raw(q, x_q, in.rows), in.rows), y, classes,
+                "cpu integer model");
     r.check_json = json{{"cpu", "equal"}};
   }
   if (!labels.empty()) {
@@ -170,13 +187,36 @@ RunOutputs finish_outputs(const RunOpts& o, const nn::FloatNetwork& net, const n
 }
 
 // --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
+// The host operators after the device program, for the reports: each reads the rows that came
+// back from the device (int32 or fp32) or that the operator before it wrote, and writes fp32 rows.
+struct HostRow {
+  std::string name, op;
+  uint64_t features = 0, rd_bytes = 0, wr_bytes = 0;
+};
+
+std::vector<HostRow> host_rows(const nn::FloatNetwork& net, uint64_t rows) {
+  const uint64_t f = net.output_features(), bytes = rows * f * 4;
+  std::vector<HostRow> r;
+  if (net.host_op != nn::HostOp::kNone) r.push_back({"softmax", nn::host_op_name(net.host_op), f, bytes, bytes});
+  for (const nn::HostStep& st : net.host_steps) r.push_back({st.name, nn::host_op_name(st.op), f, bytes, bytes});
+  return r;
+}
+
+// "softmax", "layernorm -> logsoftmax", or "none".
+std::string host_ops_string(const nn::FloatNetwork& net) {
+  std::vector<std::string> host;
+  for (const HostRow& h : host_rows(net, 0)) host.push_back(h.op);
+  return host.empty() ? "none" : fmt::format("{}", fmt::join(host, " -> "));
+}
+
 // The model lines both the one-device and the several-device reports start with.
 // q is null for bf16 (no quantization).
 void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& cal) {
   const uint32_t classes = net.output_features();
+  const std::string host = host_ops_string(net);
   fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
              model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s",
-             net.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
+             host == "none" ? "" : fmt::format(" -> {} (host)", host), net.output_name, classes);
   if (q == nullptr) {
     fmt::print("bf16: input and weights rounded to bf16 (round-to-nearest-even), fp32 accumulation and bias, bf16 "
                "activations between layers, fp32 outputs; no calibration\n");
@@ -202,7 +242,13 @@ json model_json(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwor
   j["batches"] = batches;
   j["input_features"] = net.input_features;
   j["output_features"] = net.output_features();
-  j["host_op"] = net.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
+  j["host_op"] = host_ops_string(net);
+  json hs = json::array();
+  for (const HostRow& h : host_rows(net, in.rows)) {
+    hs.push_back({{"name", h.name}, {"op", h.op}, {"on", "host"}, {"m", in.rows}, {"features", h.features},
+                  {"rd_bytes", h.rd_bytes}, {"wr_bytes", h.wr_bytes}});
+  }
+  j["host_ops"] = hs;
   if (q != nullptr) {
     j["input_scale"] = q->input_scale;
     j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
@@ -410,6 +456,13 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
                t.rd_bytes, t.wr_bytes, t.min_bytes, pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
                pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles));
   }
+  size_t row = s.layers.size();
+  for (const HostRow& h : host_rows(net, in.rows)) {
+    std::string name = h.name + " [host]";
+    if (name.size() > 40) name = name.substr(0, 37) + "...";
+    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  host, fp32\n", row++, name,
+               fmt::format("{}x{}", in.rows, h.features), "-", "-", h.rd_bytes, h.wr_bytes, "-");
+  }
   const PerfCounters& perf = s.perf;
   fmt::print("  total: {} cycles; mxu_active {} weight_stall {} weight_shift {} dma_wait {} act_busy {} instret {}; "
              "bytes read {} written {} (minimum {})\n",
@@ -525,7 +578,13 @@ RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, co
     }
     res.check_json = json{{"cpu", "equal"}};
   }
-  if (net.host_op == nn::HostOp::kSoftmax) nn::softmax_rows(y, classes);
+  nn::apply_host_ops(y, classes, net.host_op, net.host_steps);
+  if (o.check && !net.host_steps.empty()) {
+    // The CPU reference applies the same host operators: the final outputs are equal bit for bit too.
+    std::vector<float> golden = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
+    nn::apply_host_ops(golden, classes, net.host_op, net.host_steps);
+    check_final(o, golden, y, classes, "cpu bf16 model");
+  }
   if (!labels.empty()) {
     res.acc_int8 = accuracy(y, classes, labels);
     res.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
@@ -879,7 +938,8 @@ int run_command(const RunOpts& o) {
 RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
   RunOpts* o = opts_.get();
   auto* sub = app.add_subcommand(
-      "run", "run an ONNX model (dense layers, ReLU, softmax) on the device in int8 or bf16; float32 in and out");
+      "run", "run an ONNX model (dense layers, ReLU, ...; Softmax, LogSoftmax, LayerNormalization on the host) on the "
+      "device in int8 or bf16; float32 in and out");
   sub_ = sub;
   sub->add_option("MODEL", o->model, "ONNX model (.onnx)")->required();
   sub->add_option("-i,--input", o->input,

@@ -117,6 +117,9 @@ enum class Op : uint8_t {
   kDiv,
   kBatchNormalization,
   kTranspose,
+  kLogSoftmax,          // Softmax/LogSoftmax/LayerNormalization: host operators after the device
+  kLayerNormalization,  // program (fp32, per row; nn::HostStep in tpuw/nn/float_network.h)
+  kSqueeze,             // Squeeze/Unsqueeze/Reshape/Flatten of an activation: layout only
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
   kQuantize,    // x fp32 -> int8 with the output's per-tensor scale: sat8(round(x / scale))
@@ -168,6 +171,10 @@ struct Node {
   /// "name (Op)": how reports and layer names refer to the node.
   std::string label() const { return name + " (" + op_type + ")"; }
 };
+
+/// The importer's attribute on a Softmax/LogSoftmax of opset < 13 (value 1): the axes from `axis`
+/// on are normalized together, the input coerced to 2-D (opset 13 normalizes over `axis` alone).
+constexpr std::string_view kCoerce2dAttr = "tpuw.coerce_2d";
 
 struct GraphInput {
   ValueId value = kNoValue;

@@ -32,13 +32,23 @@ struct FloatNetwork {
   std::string output_name;           // the graph output
   uint32_t input_features = 0;       // product of the input's non-batch dimensions == layers[0].k
   std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
-  HostOp host_op = HostOp::kNone;    // applied on the host after the last layer
+  HostOp host_op = HostOp::kNone;    // applied on the host after the last layer (the CNN head's form)
+  std::vector<HostStep> host_steps;  // then these host operators, in order (the MLP compiler's form)
 
   uint32_t output_features() const { return layers.empty() ? input_features : layers.back().n; }
 };
 
 /// Row-wise softmax over `cols` columns, in place (max-subtracted, float32 result).
 void softmax_rows(std::span<float> y, uint32_t cols);
+
+/// One host operator over rows of `cols` features (y is [rows, cols]), in place, float32 results:
+/// Softmax as softmax_rows (float exp of the max-subtracted value, double sum); LogSoftmax
+/// (x - max) - log(sum), the sum and the difference in double; LayerNormalization with the mean
+/// and the (biased) variance in double. Throws Error(kInternal) when cols != step.features().
+void apply_host_step(std::span<float> y, uint32_t cols, const HostStep& step);
+
+/// `op` (kSoftmax: softmax_rows) and then every step, in place: what the host does after the device.
+void apply_host_ops(std::span<float> y, uint32_t cols, HostOp op, std::span<const HostStep> steps);
 
 /// The float reference forward pass: x is [batch, input_features] row-major; returns
 /// [batch, output_features]. Accumulates in double, stores float32 after every layer.

@@ -1,0 +1,314 @@
+// Host operators at the end of the dense path (issue 13): Softmax, LogSoftmax and
+// LayerNormalization lowered to nn::HostStep (axes, opset semantics, parameters), their fp32
+// arithmetic against a direct double computation, the float reference and the int8 model applying
+// them, and the refusals (the batch axis, a device operator after a host operator, read statistics).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler_testlib.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/nn/float_network.h"
+#include "tpuw/nn/quantize.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using testing::expect_error;
+using testing::graph_of;
+using testing::ModelBuilder;
+using testing::random_floats;
+
+nn::FloatNetwork compile(const ModelBuilder& mb) { return compile_float(graph_of(mb)); }
+
+// Softmax / LogSoftmax over `len` of a [outer][len][inner] row, in double (the ONNX definition).
+std::vector<double> reference_softmax(const std::vector<float>& x, size_t outer, size_t len, size_t inner, bool log) {
+  std::vector<double> y(x.size());
+  const size_t row = outer * len * inner;
+  for (size_t r = 0; r < x.size(); r += row) {
+    for (size_t o = 0; o < outer; ++o) {
+      for (size_t i = 0; i < inner; ++i) {
+        auto at = [&](size_t l) { return r + (o * len + l) * inner + i; };
+        double mx = x[at(0)], sum = 0;
+        for (size_t l = 0; l < len; ++l) mx = std::max(mx, double{x[at(l)]});
+        for (size_t l = 0; l < len; ++l) sum += std::exp(x[at(l)] - mx);
+        for (size_t l = 0; l < len; ++l) y[at(l)] = log ? x[at(l)] - mx - std::log(sum) : std::exp(x[at(l)] - mx) / sum;
+      }
+    }
+  }
+  return y;
+}
+
+TEST(CompilerHostOps, SoftmaxAndLogSoftmaxAfterAGemmAreHostSteps) {
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    ModelBuilder mb;
+    mb.input("x", {-1, 4}).init("W", {4, 3}, random_floats(12, -1, 1, 5));
+    mb.node("MatMul", {"x", "W"}, {"h"}, "mm");
+    mb.node(op, {"h"}, {"y"}, "sm");
+    mb.output("y");
+    const nn::FloatNetwork net = compile(mb);
+    ASSERT_EQ(net.layers.size(), 1u) << op;
+    if (op[0] == 'S') {
+      // A Softmax over every output feature keeps the network's one host_op (the CNN head's form).
+      EXPECT_EQ(net.host_op, nn::HostOp::kSoftmax);
+      EXPECT_TRUE(net.host_steps.empty());
+    } else {
+      EXPECT_EQ(net.host_op, nn::HostOp::kNone);
+      ASSERT_EQ(net.host_steps.size(), 1u);
+      const nn::HostStep& s = net.host_steps[0];
+      EXPECT_EQ(s.op, nn::HostOp::kLogSoftmax);
+      EXPECT_EQ(s.name, "sm (LogSoftmax)");
+      EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{1, 3, 1}));
+    }
+    // The float reference applies it: the device layer's output, then the host operator.
+    const std::vector<float> x = random_floats(8, -2, 2, 6);
+    const std::vector<float> logits = nn::forward_float_layers(net, x, 2).back();
+    const std::vector<float> y = nn::forward_float(net, x, 2);
+    const std::vector<double> want = reference_softmax(logits, 1, 3, 1, op[0] == 'L');
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << op << " " << i;
+  }
+}
+
+// Opset 13 normalizes over `axis` alone; before 13 the axes from `axis` on are coerced to one.
+TEST(CompilerHostOps, AxisSemanticsFollowTheOpset) {
+  struct Case {
+    int64_t opset, axis;
+    uint32_t outer, len, inner;
+  };
+  for (const Case c : {Case{13, 1, 1, 4, 5}, Case{13, 2, 4, 5, 1}, Case{13, -1, 4, 5, 1}, Case{13, -2, 1, 4, 5},
+                       Case{11, 1, 1, 20, 1}, Case{11, 2, 4, 5, 1}, Case{11, -2, 1, 20, 1}}) {
+    for (const char* op : {"Softmax", "LogSoftmax"}) {
+      ModelBuilder mb(c.opset);
+      mb.input("x", {-1, 4, 5});
+      ModelBuilder::attr_i(mb.node(op, {"x"}, {"y"}, "s"), "axis", c.axis);
+      mb.output("y");
+      const nn::FloatNetwork net = compile(mb);
+      if (net.host_op == nn::HostOp::kSoftmax) {  // the whole row: the network's host_op
+        EXPECT_TRUE(net.host_steps.empty());
+        EXPECT_EQ(c.len, 20u) << op << " opset " << c.opset << " axis " << c.axis;
+      } else {
+        ASSERT_EQ(net.host_steps.size(), 1u);
+        const nn::HostStep& s = net.host_steps[0];
+        EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{c.outer, c.len, c.inner}))
+            << op << " opset " << c.opset << " axis " << c.axis;
+      }
+      // No matrix operator: an identity layer carries the rows through the device.
+      ASSERT_EQ(net.layers.size(), 1u);
+      const std::vector<float> x = random_floats(40, -3, 3, 7);
+      const std::vector<float> y = nn::forward_float(net, x, 2);
+      const std::vector<double> want = reference_softmax(x, c.outer, c.len, c.inner, op[0] == 'L');
+      for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 2e-6) << op << " " << i;
+    }
+  }
+  // The default axis: 1 before opset 13 (all features), -1 from 13 on (the last axis).
+  for (const int64_t opset : {11, 13}) {
+    ModelBuilder mb(opset);
+    mb.input("x", {-1, 4, 5});
+    mb.node("LogSoftmax", {"x"}, {"y"}, "s");
+    mb.output("y");
+    const nn::HostStep s = compile(mb).host_steps.at(0);
+    EXPECT_EQ(s.len, opset == 11 ? 20u : 5u);
+  }
+}
+
+TEST(CompilerHostOps, LayerNormalizationWithScaleAndBias) {
+  const std::vector<float> scale{0.5f, 2, -1, 1.5f}, bias{0.25f, -1, 0, 3};
+  ModelBuilder mb(17);
+  mb.input("x", {-1, 3, 4}).init("scale", {4}, scale).init("B", {4}, bias);
+  auto& ln = mb.node("LayerNormalization", {"x", "scale", "B"}, {"y"}, "ln");
+  ModelBuilder::attr_f(ln, "epsilon", 0.01f);
+  mb.output("y");
+  const nn::FloatNetwork net = compile(mb);
+  ASSERT_EQ(net.host_steps.size(), 1u);
+  const nn::HostStep& s = net.host_steps[0];
+  EXPECT_EQ(s.op, nn::HostOp::kLayerNorm);
+  EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{3, 4, 1}));
+  EXPECT_FLOAT_EQ(s.epsilon, 0.01f);
+  EXPECT_EQ(s.scale, scale);
+  EXPECT_EQ(s.bias, bias);
+  const std::vector<float> x = random_floats(24, -3, 3, 8);
+  const std::vector<float> y = nn::forward_float(net, x, 2);
+  for (size_t b = 0; b < x.size(); b += 4) {
+    double mean = 0, var = 0;
+    for (size_t j = 0; j < 4; ++j) mean += x[b + j] / 4.0;
+    for (size_t j = 0; j < 4; ++j) var += (x[b + j] - mean) * (x[b + j] - mean) / 4.0;
+    for (size_t j = 0; j < 4; ++j) {
+      const double want = (x[b + j] - mean) / std::sqrt(var + 0.01) * scale[j] + bias[j];
+      EXPECT_NEAR(y[b + j], want, 1e-5) << b + j;
+    }
+  }
+  // Axis 1 of [batch, 3, 4]: one block of 12 features; a [1, 4] scale broadcasts over the 3.
+  ModelBuilder mb2(17);
+  mb2.input("x", {-1, 3, 4}).init("scale", {1, 4}, scale);
+  ModelBuilder::attr_i(mb2.node("LayerNormalization", {"x", "scale"}, {"y"}, "ln"), "axis", 1);
+  mb2.output("y");
+  const nn::HostStep s2 = compile(mb2).host_steps.at(0);
+  EXPECT_EQ((std::vector<uint32_t>{s2.outer, s2.len, s2.inner}), (std::vector<uint32_t>{1, 12, 1}));
+  ASSERT_EQ(s2.scale.size(), 12u);
+  for (size_t j = 0; j < 12; ++j) EXPECT_EQ(s2.scale[j], scale[j % 4]);
+  EXPECT_TRUE(s2.bias.empty());
+}
+
+TEST(CompilerHostOps, ChainOfHostOperatorsAndLayoutAfterThem) {
+  ModelBuilder mb(17);
+  mb.input("x", {-1, 6}).init("W", {6, 4}, random_floats(24, -1, 1, 9)).init("scale", {4}, {1, 1, 1, 1});
+  mb.init_i64("shape", {0, 2, 2});
+  mb.node("Gemm", {"x", "W"}, {"h"}, "fc");
+  mb.node("LayerNormalization", {"h", "scale"}, {"n"}, "ln");
+  mb.node("Reshape", {"n", "shape"}, {"r"}, "rs");
+  mb.node("LogSoftmax", {"r"}, {"y"}, "ls");
+  mb.output("y");
+  const nn::FloatNetwork net = compile(mb);
+  ASSERT_EQ(net.host_steps.size(), 2u);
+  EXPECT_EQ(net.host_steps[0].name, "ln (LayerNormalization)");
+  EXPECT_EQ(net.host_steps[1].name, "ls (LogSoftmax)");
+  EXPECT_EQ((std::vector<uint32_t>{net.host_steps[1].outer, net.host_steps[1].len}), (std::vector<uint32_t>{2, 2}));
+}
+
+TEST(CompilerHostOps, Refusals) {
+  // The batch axis: rows are not independent.
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    for (const int64_t axis : {0, -2}) {
+      ModelBuilder mb;
+      mb.input("x", {-1, 4});
+      ModelBuilder::attr_i(mb.node(op, {"x"}, {"y"}, "s"), "axis", axis);
+      mb.output("y");
+      expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported,
+                   {std::string("node 's' (") + op + ")", "is the batch axis"});
+    }
+  }
+  {
+    ModelBuilder mb(17);
+    mb.input("x", {-1, 4}).init("scale", {4, 4}, std::vector<float>(16, 1.0f));
+    ModelBuilder::attr_i(mb.node("LayerNormalization", {"x", "scale"}, {"y"}, "ln"), "axis", 0);
+    mb.output("y");
+    expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported, {"node 'ln' (LayerNormalization)", "batch axis"});
+  }
+  // A device operator after a host operator.
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 4}).init("W", {4, 4}, random_floats(16, -1, 1, 10));
+    mb.node("Softmax", {"x"}, {"s"}, "sm");
+    mb.node("MatMul", {"s", "W"}, {"y"}, "mm");
+    mb.output("y");
+    expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported,
+                 {"node 'mm' (", "follows the host operator sm (Softmax)"});
+  }
+  // LayerNormalization's Mean output read by the graph.
+  {
+    ModelBuilder mb(17);
+    mb.input("x", {-1, 4}).init("scale", {4}, {1, 1, 1, 1});
+    mb.node("LayerNormalization", {"x", "scale"}, {"y", "mean"}, "ln");
+    mb.output("y").output("mean");
+    expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported, {"node 'ln' (LayerNormalization)", "Mean"});
+  }
+  // A Scale that is not a constant, or does not fit the normalized dimensions.
+  {
+    ModelBuilder mb(17);
+    mb.input("x", {-1, 4}).init("scale", {3}, {1, 1, 1});
+    mb.node("LayerNormalization", {"x", "scale"}, {"y"}, "ln");
+    mb.output("y");
+    expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported,
+                 {"node 'ln' (LayerNormalization)", "'scale' (Scale) has shape [3]", "[4]"});
+  }
+}
+
+// nn::quantize keeps the host steps: the int8 model's dequantized output goes through them, the
+// same function on the same values as the float reference's.
+TEST(CompilerHostOps, TheInt8ModelAppliesTheSameHostSteps) {
+  ModelBuilder mb(17);
+  mb.input("x", {-1, 5}).init("W", {5, 6}, random_floats(30, -1, 1, 11)).init("scale", {6}, random_floats(6, 0.5f, 2, 12));
+  mb.node("MatMul", {"x", "W"}, {"h"}, "mm");
+  mb.node("LayerNormalization", {"h", "scale"}, {"n"}, "ln");
+  mb.node("Softmax", {"n"}, {"y"}, "sm");
+  mb.output("y");
+  const nn::FloatNetwork net = compile(mb);
+  const std::vector<float> x = random_floats(20, -1, 1, 13);
+  const nn::QNetwork q = nn::quantize(net, x, 4);
+  ASSERT_EQ(q.host_steps.size(), 2u);
+  const std::vector<int32_t> raw = nn::forward_int_raw(q, nn::quantize_input(q, x), 4);
+  std::vector<float> plain(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) plain[i] = static_cast<float>(raw[i]) * q.layers.back().out_scale[i % 6];
+  nn::apply_host_ops(plain, 6, nn::HostOp::kNone, net.host_steps);
+  const std::vector<float> y = nn::dequantize_output(q, raw, 4);
+  ASSERT_EQ(y.size(), plain.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], plain[i]) << i;
+  // Within int8 error of the float model, and the softmax rows sum to 1.
+  const std::vector<float> f = nn::forward_float(net, x, 4);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], f[i], 0.05) << i;
+  for (size_t r = 0; r < 4; ++r) {
+    double sum = 0;
+    for (size_t j = 0; j < 6; ++j) sum += y[r * 6 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+}
+
+// ---- Squeeze / Unsqueeze of an activation: layout only ------------------------------------------
+TEST(CompilerLayout, SqueezeAndUnsqueezeKeepTheBatchAxis) {
+  struct Case {
+    const char* op;
+    int64_t opset;
+    Dims in;
+    std::vector<int64_t> axes;
+    Dims want;
+  };
+  for (const Case& c : {Case{"Squeeze", 13, {-1, 4, 1, 1}, {2, 3}, {kBatch, 4}},
+                        Case{"Squeeze", 11, {-1, 4, 1, 1}, {-1}, {kBatch, 4, 1}},
+                        Case{"Unsqueeze", 13, {-1, 4}, {2}, {kBatch, 4, 1}},
+                        Case{"Unsqueeze", 11, {-1, 4}, {-1, 1}, {kBatch, 1, 4, 1}}}) {
+    ModelBuilder mb(c.opset);
+    mb.input("x", c.in).init("W", {4, 4}, random_floats(16, -1, 1, 20));
+    auto& n = mb.node(c.op, c.opset >= 13 ? std::vector<std::string>{"x", "axes"} : std::vector<std::string>{"x"}, {"s"}, "sq");
+    if (c.opset >= 13) {
+      mb.init_i64("axes", c.axes);
+    } else {
+      auto* a = n.add_attribute();
+      a->set_name("axes");
+      a->set_type(onnx::AttributeProto_AttributeType_INTS);
+      for (const int64_t v : c.axes) a->add_ints(v);
+    }
+    mb.output("s");
+    Graph g = graph_of(mb);
+    infer_shapes(g, true);
+    EXPECT_EQ(*g.value(g.nodes[0].outputs[0]).shape, c.want) << c.op << " " << dims_string(c.axes);
+    // The rows pass through unchanged (an identity layer; exact in float).
+    const nn::FloatNetwork net = compile(mb);
+    const std::vector<float> x = random_floats(8, -1, 1, 21);
+    EXPECT_EQ(nn::forward_float(net, x, 2), x) << c.op;
+  }
+  // [batch, C, 1, 1] -> Squeeze -> Gemm: the head of a CNN-style export.
+  ModelBuilder mb;
+  mb.input("x", {-1, 4, 1, 1}).init("W", {4, 3}, random_floats(12, -1, 1, 22)).init_i64("axes", {-1, -2});
+  mb.node("Squeeze", {"x", "axes"}, {"s"}, "sq");
+  mb.node("Gemm", {"s", "W"}, {"y"}, "fc");
+  mb.output("y");
+  const nn::FloatNetwork net = compile(mb);
+  ASSERT_EQ(net.layers.size(), 1u);
+  EXPECT_EQ(net.layers[0].k, 4u);
+}
+
+TEST(CompilerLayout, SqueezeAndUnsqueezeRefusals) {
+  struct Case {
+    const char* op;
+    Dims in;
+    std::vector<int64_t> axes;  // empty: no axes input
+    ErrorKind kind;
+    std::string msg;
+  };
+  for (const Case& c : {Case{"Squeeze", {-1, 4, 1}, {0}, ErrorKind::kUnsupported, "axis 0 is the batch axis"},
+                        Case{"Squeeze", {-1, 4, 1}, {1}, ErrorKind::kBadFile, "has size 4, not 1"},
+                        Case{"Squeeze", {-1, 4, 1}, {3}, ErrorKind::kBadFile, "axis 3 is out of range"},
+                        Case{"Squeeze", {-1, 4, 1}, {}, ErrorKind::kUnsupported, "give the axes"},
+                        Case{"Unsqueeze", {-1, 4}, {0}, ErrorKind::kUnsupported, "axis 0 is the batch axis"},
+                        Case{"Unsqueeze", {-1, 4}, {1, 1}, ErrorKind::kBadFile, "axis 1 is repeated"}}) {
+    ModelBuilder mb;
+    mb.input("x", c.in);
+    if (!c.axes.empty()) mb.init_i64("axes", c.axes);
+    mb.node(c.op, c.axes.empty() ? std::vector<std::string>{"x"} : std::vector<std::string>{"x", "axes"}, {"y"}, "sq");
+    mb.output("y");
+    expect_error([&] { (void)compile(mb); }, c.kind, {std::string("node 'sq' (") + c.op + ")", c.msg});
+  }
+}
+
+}  // namespace
+}  // namespace tpuw::compiler
