@@ -179,12 +179,31 @@ class Lowering {
       case Op::kUnsqueeze:
         // Layout only: the rows stay row-major, the device never sees the change.
         require_activation_anywhere(0);
+        fixed_batch(n);
         return set_output(n.outputs[0]);
       case Op::kSoftmax:
       case Op::kLogSoftmax:
       case Op::kLayerNormalization: return host_step(n);
       default:
         unsupported("is not supported by the dense-layer chain the device runs today");
+    }
+  }
+
+  // A Reshape by a shape with a positive dimension 0: the number of rows the model needs.
+  void fixed_batch(const Node& n) {
+    const int64_t b = detail::reshape_fixed_batch(g_, n);
+    if (b == 0) return;
+    Dims shape;
+    const TensorData& d = *g_.value(n.inputs[1]).data;
+    for (size_t i = 0; i < d.size(); ++i) shape.push_back(detail::as_int(d, i));
+    const std::string by = fmt::format("node '{}' ({}): reshape to {}", n.name, n.op_type, dims_string(shape));
+    if (net_.fixed_batch != 0 && net_.fixed_batch != static_cast<uint64_t>(b)) {
+      unsupported(fmt::format("reshape to {} fixes the batch to {} rows, but {} fixes it to {}", dims_string(shape), b,
+                              net_.fixed_batch_by, net_.fixed_batch));
+    }
+    if (net_.fixed_batch == 0) {
+      net_.fixed_batch = static_cast<uint64_t>(b);
+      net_.fixed_batch_by = by;
     }
   }
 

@@ -279,12 +279,16 @@ class Inference {
            fmt::format("reshape to {} merges the batch dimension; the result must be [batch, features...]", shape_str));
     }
     const int64_t b = shape_in[0];
-    if (b > 0 || (b == 0 && allowzero)) {
+    // A positive dimension 0 keeps the batch only when the input has exactly that many rows: where
+    // the consumer records and checks that (Graph::batch_may_be_fixed), the rest is resolved as if
+    // it does (a -1 against the row's features); another number of rows is never reinterpreted.
+    if ((b > 0 && !g_.batch_may_be_fixed) || (b == 0 && allowzero)) {
       fail(ErrorKind::kUnsupported,
-           fmt::format("reshape to {} fixes the batch dimension to {}; only reshapes that keep it are supported (export "
-                       "with x.view(x.size(0), -1) or torch.flatten(x, 1))", shape_str, b));
+           fmt::format("reshape to {}{} fixes the batch dimension to {}; only reshapes that keep it are supported "
+                       "(export with x.view(x.size(0), -1) or torch.flatten(x, 1))",
+                       shape_str, allowzero ? " with allowzero=1" : "", b));
     }
-    if (b != 0 && b != -1 && b != kBatch) fail(ErrorKind::kBadFile, fmt::format("shape {}: dimension 0 is {}", shape_str, b));
+    if (b < -1 && b != kBatch) fail(ErrorKind::kBadFile, fmt::format("shape {}: dimension 0 is {}", shape_str, b));
     Dims out;
     int infer = -1;
     int64_t known_p = 1;

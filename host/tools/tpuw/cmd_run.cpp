@@ -838,6 +838,13 @@ int run_command(const RunOpts& o) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: the model has no dense layer to run on the device", o.model));
   }
   const Rows in = load_rows(o.input, net, "--input");
+  if (net.fixed_batch != 0 && in.rows != net.fixed_batch) {
+    // The model is only defined for that many rows: another number would be reinterpreted.
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: {} needs exactly {} input rows (dimension 0 of the shape is fixed); --input {} has "
+                            "{} (export with x.view(x.size(0), -1) to accept any batch)",
+                            o.model, net.fixed_batch_by, net.fixed_batch, o.input, in.rows));
+  }
   const uint32_t classes = net.output_features();
   std::vector<int64_t> labels;
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);

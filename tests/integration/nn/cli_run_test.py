@@ -251,6 +251,21 @@ elif CASE == "host_ops":
     bad = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases", "test_softmax_axis_0")
     bad_input_case([os.path.join(bad, "model.onnx"), "--input", os.path.join(bad, "input.npy")], "is the batch axis")
 
+elif CASE == "reshape_fixed_batch":
+    # ONNX's Reshape to [2, 12] of a [2, 3, 4] input fixes dimension 0: it runs for exactly 2 rows
+    # (the -1/0 of the shape resolved against the row's 12 features) and refuses any other number.
+    case = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases", "test_reshape_reduced_dims")
+    model, x = os.path.join(case, "model.onnx"), os.path.join(case, "input.npy")
+    want = np.load(os.path.join(case, "expected.npy"))
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"rs_{prec}.npy")
+        run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check", "-q")
+        y = np.load(out)
+        expect(y.shape == (2, 12) and np.max(np.abs(y - want)) <= 0.06 * np.max(np.abs(want)), f"{prec}: {y}")
+    x3 = save("x3.npy", np.concatenate([np.load(x)] * 2)[:3])
+    bad_input_case([model, "--input", x3], "needs exactly 2 input rows")
+    bad_input_case([model, "--input", x3], "node '#0' (Reshape): reshape to [2, 12]")
+
 else:
     print("unknown case", CASE)
     sys.exit(1)

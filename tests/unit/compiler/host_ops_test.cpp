@@ -287,6 +287,50 @@ TEST(CompilerLayout, SqueezeAndUnsqueezeKeepTheBatchAxis) {
   EXPECT_EQ(net.layers[0].k, 4u);
 }
 
+// A Reshape whose shape fixes dimension 0 keeps the batch for exactly that many rows: the network
+// records it (the runtime checks the rows); -1 and 0 resolve against the real row size.
+TEST(CompilerLayout, ReshapeWithAFixedBatchIsRecordedNotReinterpreted) {
+  for (const auto& [shape, want] : std::vector<std::pair<std::vector<int64_t>, Dims>>{
+           {{2, 12}, {kBatch, 12}}, {{2, -1, 2}, {kBatch, 6, 2}}, {{2, 0, 1, -1}, {kBatch, 3, 1, 4}},
+           {{2, 3, 4}, {kBatch, 3, 4}}, {{1, -1}, {kBatch, 12}}}) {
+    ModelBuilder mb;
+    mb.input("x", {-1, 3, 4}).init_i64("s", shape);
+    mb.node("Reshape", {"x", "s"}, {"y"}, "rs");
+    mb.output("y");
+    Graph g = graph_of(mb);
+    // Only a consumer that records the row count accepts it (the CNN and training paths do not).
+    expect_error([&] { (void)optimize(g); }, ErrorKind::kUnsupported,
+                 {"node 'rs' (Reshape)", "fixes the batch dimension to " + std::to_string(shape[0])});
+    g.batch_may_be_fixed = true;
+    infer_shapes(g, true);
+    EXPECT_EQ(*g.value(g.nodes[0].outputs[0]).shape, want) << dims_string(shape);
+    // Kept by remove_identities even when it changes nothing ([2, 3, 4]): its batch is recorded.
+    const nn::FloatNetwork net = compile(mb);
+    EXPECT_EQ(net.fixed_batch, static_cast<uint64_t>(shape[0])) << dims_string(shape);
+    EXPECT_EQ(net.fixed_batch_by, "node 'rs' (Reshape): reshape to " + dims_string(shape));
+  }
+  // Keeping the batch symbol: any number of rows.
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 4}).init_i64("s", {-1, 12});
+  mb.node("Reshape", {"x", "s"}, {"y"}, "rs");
+  mb.output("y");
+  EXPECT_EQ(compile(mb).fixed_batch, 0u);
+  // Two Reshapes that fix different batches cannot both hold.
+  ModelBuilder mb2;
+  mb2.input("x", {-1, 3, 4}).init_i64("s", {2, 12}).init_i64("t", {3, 12});
+  mb2.node("Reshape", {"x", "s"}, {"y"}, "r1");
+  mb2.node("Reshape", {"y", "t"}, {"z"}, "r2");
+  mb2.output("z");
+  expect_error([&] { (void)compile(mb2); }, ErrorKind::kUnsupported,
+               {"node 'r2' (Reshape): reshape to [3, 12] fixes the batch to 3 rows, but node 'r1' (Reshape)"});
+  // A wrong element count is an error naming the node.
+  ModelBuilder mb3;
+  mb3.input("x", {-1, 3, 4}).init_i64("s", {2, 5, -1});
+  mb3.node("Reshape", {"x", "s"}, {"y"}, "rs");
+  mb3.output("y");
+  expect_error([&] { (void)compile(mb3); }, ErrorKind::kBadFile, {"node 'rs' (Reshape)", "does not divide 12 features"});
+}
+
 TEST(CompilerLayout, SqueezeAndUnsqueezeRefusals) {
   struct Case {
     const char* op;

@@ -195,6 +195,11 @@ class Graph {
   std::vector<Node> nodes;  // topological order
   std::vector<GraphInput> inputs;
   std::vector<GraphOutput> outputs;
+  /// A Reshape whose constant shape fixes dimension 0 (ONNX's [2, 12] for a [2, 3, 4] input) keeps
+  /// the batch only for exactly that many rows. Shape inference accepts it when this is set, by a
+  /// consumer that records the row count and checks it at run time (compile_float:
+  /// nn::FloatNetwork::fixed_batch); otherwise it refuses it (the CNN and training paths).
+  bool batch_may_be_fixed = false;
 
   ValueId add_value(Value v);
   ValueId add_constant(std::string name, DType dtype, Dims dims, TensorData data);

@@ -34,6 +34,10 @@ struct FloatNetwork {
   std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
   HostOp host_op = HostOp::kNone;    // applied on the host after the last layer (the CNN head's form)
   std::vector<HostStep> host_steps;  // then these host operators, in order (the MLP compiler's form)
+  // A Reshape whose shape fixes dimension 0 (ONNX's [2, 12] for a [2, 3, 4] input) keeps the batch
+  // only when the input has exactly that many rows: the runtime checks it (never reinterprets).
+  uint64_t fixed_batch = 0;          // 0: any number of rows
+  std::string fixed_batch_by;        // "node 'r' (Reshape): reshape to [2, 12]": the node that fixes it
 
   uint32_t output_features() const { return layers.empty() ? input_features : layers.back().n; }
 };
