@@ -2,7 +2,10 @@
 //
 // Walks the optimized graph in node order keeping "the activation" (the one value the chain
 // carries) and the earlier activations: a node that reads an earlier one is a branch or skip
-// connection, which the chain cannot express. Dense nodes become layers; a Reshape, Flatten, Squeeze
+// connection, which the chain cannot express -- except host operators and layout changes reading a
+// view of the last layer's output, which may branch (a model with several outputs: the logits and
+// their Softmax). Every value the chain computes has a tap: after how many layers, and which host
+// operators since; every graph output must be a tap of the last layer's output. Dense nodes become layers; a Reshape, Flatten, Squeeze
 // or Unsqueeze only changes the feature shape; Softmax, LogSoftmax and LayerNormalization end the
 // chain on the host (nn::HostStep), followed only by more of them and by layout changes. An Add or
 // Relu that fusion could not merge is handled like the old importer did (bias / ReLU of the last
@@ -11,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include <limits>
+#include <map>
 #include <set>
 
 #include "pass_util.h"
@@ -39,9 +43,18 @@ class Lowering {
   nn::FloatNetwork run() {
     input();
     for (const Node& n : g_.nodes) node(n);
-    output();
+    const std::vector<const Tap*> outs = outputs();
     finish_layer();
     if (net_.layers.empty()) identity_layer();
+    net_.output_name = g_.outputs[0].name;
+    if (outs.size() > 1) {
+      // Several outputs: each is the whole last-layer output, then its own host operators.
+      for (size_t i = 0; i < outs.size(); ++i) {
+        net_.outputs.push_back({g_.outputs[i].name, 0, net_.output_features(), outs[i]->steps});
+      }
+      return std::move(net_);
+    }
+    net_.host_steps = outs[0]->steps;
     // One Softmax over every output feature is the form the rest of the back end has always known
     // (nn::HostOp on the network, as the CNN head has it): keep it that way.
     if (net_.host_steps.size() == 1 && net_.host_steps[0].op == nn::HostOp::kSoftmax &&
@@ -55,6 +68,14 @@ class Lowering {
  private:
   enum class Stage { kInput, kLinear, kRelu, kHost };
 
+  // Where a value stands in the chain: the output of the first `layers` layers as they were at
+  // `version` (a bias Add or Relu changes the last layer), then the host operators `steps`.
+  struct Tap {
+    size_t layers = 0;
+    int version = 0;
+    std::vector<nn::HostStep> steps;
+  };
+
   const Graph& g_;
   std::vector<std::vector<size_t>> consumers_;
   nn::FloatNetwork net_;
@@ -63,6 +84,9 @@ class Lowering {
   Stage stage_ = Stage::kInput;
   std::vector<std::string> pending_;  // labels of the layer being built
   const Node* n_ = nullptr;
+  std::map<ValueId, Tap> taps_;       // every value of the chain
+  int version_ = 0;                   // bumped when a node changes the last layer
+  std::string last_host_;             // the last host operator, for messages
 
   [[noreturn]] void unsupported(const std::string& what) const { g_.fail(ErrorKind::kUnsupported, *n_, what); }
   const std::string& name(ValueId v) const { return g_.value(v).name; }
@@ -72,8 +96,9 @@ class Lowering {
     if (g_.inputs.size() > 1) {
       std::vector<std::string> names;
       for (const auto& in : g_.inputs) names.push_back(name(in.value));
-      g_.fail(ErrorKind::kUnsupported, fmt::format("the graph has {} inputs ({}); exactly one is supported",
-                                                   g_.inputs.size(), fmt::join(names, ", ")));
+      g_.fail(ErrorKind::kUnsupported,
+              fmt::format("graph input '{}': a second input (the graph has {} inputs: {}); models with one input "
+                          "(the batch of rows) are supported", names[1], g_.inputs.size(), fmt::join(names, ", ")));
     }
     const GraphInput& in = g_.inputs[0];
     const Value& v = g_.value(in.value);
@@ -85,21 +110,34 @@ class Lowering {
     net_.input_shape = in.declared;
     net_.input_features = static_cast<uint32_t>(*checked_elements(features(*v.shape)));
     act_ = in.value;
+    taps_[act_] = Tap{};
   }
 
-  void output() {
-    if (g_.outputs.size() != 1) {
-      g_.fail(ErrorKind::kUnsupported, fmt::format("the graph has {} outputs; exactly one is supported", g_.outputs.size()));
-    }
-    const GraphOutput& o = g_.outputs[0];
-    const std::string where = fmt::format("graph output '{}'", o.name);
-    if (o.value != act_) {
-      if (stale_.contains(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is not the end of the layer chain (later nodes extend it)");
-      if (g_.is_constant(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is a constant, not computed from the input");
-      g_.fail(ErrorKind::kUnsupported, where + ": is not computed by the layer chain from the graph input");
+  // The tap of every graph output, in order: each must be the last layer's output as the device
+  // returns it (after its bias and ReLU), then host operators and layout changes.
+  std::vector<const Tap*> outputs() const {
+    if (g_.outputs.empty()) g_.fail(ErrorKind::kBadFile, "the graph has no output");
+    std::vector<const Tap*> r;
+    for (const GraphOutput& o : g_.outputs) {
+      const std::string where = fmt::format("graph output '{}'", o.name);
+      const auto it = taps_.find(o.value);
+      if (it == taps_.end()) {
+        if (g_.is_constant(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is a constant, not computed from the input");
+        g_.fail(ErrorKind::kUnsupported, where + ": is not computed by the layer chain from the graph input");
+      }
+      const Tap& t = it->second;
+      if (t.layers != net_.layers.size() || t.version != version_) {
+        g_.fail(ErrorKind::kUnsupported,
+                where + fmt::format(": is not the end of the layer chain (later nodes extend it: it is the output of "
+                                    "{} of the {} layers{}); the device returns the last layer's output, every graph "
+                                    "output must be it or host operators and layout changes after it",
+                                    t.layers, net_.layers.size(), t.layers == net_.layers.size() ? " before its bias "
+                                    "or ReLU" : ""));
+      }
+      r.push_back(&t);
     }
     // A feature shape of rank > 1 ([batch, 4, 5]) is output flattened row-major, like Flatten.
-    net_.output_name = o.name;
+    return r;
   }
 
   // A model whose operators are all shape changes or host operators (a Flatten, a Softmax) still
@@ -142,16 +180,28 @@ class Lowering {
       unsupported(fmt::format("follows the host operator {}; host operators (Softmax, LogSoftmax, LayerNormalization) "
                               "run after the device program, so only host operators and layout changes (Reshape, "
                               "Flatten, Squeeze, Unsqueeze) may follow them",
-                              net_.host_steps.back().name));
+                              last_host_));
     }
   }
 
-  // The activation input of a node that may also follow the host operators (layout, host ops).
-  void require_activation_anywhere(size_t i) const { require_activation_input(i, /*after_host=*/true); }
+  // The activation input of a node that may also follow the host operators (layout, host ops): the
+  // activation, or an earlier value that is a view of the last layer's output (a branch of host
+  // operators and layout changes, for several outputs). Its tap.
+  const Tap& require_activation_anywhere(size_t i) const {
+    const ValueId v = n_->inputs[i];
+    if (v != act_ && stale_.contains(v)) {
+      const Tap& t = taps_.at(v);
+      if (t.layers == net_.layers.size() && t.version == version_) return t;
+    }
+    require_activation_input(i, /*after_host=*/true);
+    return taps_.at(v);
+  }
 
-  void set_output(ValueId v) {
+  // v is the new activation, at `steps` after the layers as they are now.
+  void set_output(ValueId v, std::vector<nn::HostStep> steps = {}) {
     stale_.insert(act_);
     act_ = v;
+    taps_[v] = Tap{net_.layers.size(), version_, std::move(steps)};
   }
 
   void finish_layer() {
@@ -170,6 +220,7 @@ class Lowering {
         require_activation_input(0);
         if (stage_ == Stage::kInput) unsupported("Relu on the graph input is not supported (it must follow MatMul/Gemm)");
         net_.layers.back().relu = true;
+        ++version_;
         stage_ = Stage::kRelu;
         pending_.push_back(n.label());
         return set_output(n.outputs[0]);
@@ -178,9 +229,11 @@ class Lowering {
       case Op::kSqueeze:
       case Op::kUnsqueeze:
         // Layout only: the rows stay row-major, the device never sees the change.
-        require_activation_anywhere(0);
-        fixed_batch(n);
-        return set_output(n.outputs[0]);
+        {
+          std::vector<nn::HostStep> steps = require_activation_anywhere(0).steps;
+          fixed_batch(n);
+          return set_output(n.outputs[0], std::move(steps));
+        }
       case Op::kSoftmax:
       case Op::kLogSoftmax:
       case Op::kLayerNormalization: return host_step(n);
@@ -209,7 +262,7 @@ class Lowering {
 
   // Softmax / LogSoftmax / LayerNormalization: a host operator after the device program (fp32).
   void host_step(const Node& n) {
-    require_activation_anywhere(0);
+    std::vector<nn::HostStep> steps = require_activation_anywhere(0).steps;
     const Dims& d = *g_.value(n.inputs[0]).shape;
     const auto r = static_cast<int64_t>(d.size());
     const int64_t raw = attr_int(g_, n, "axis", -1);
@@ -249,9 +302,10 @@ class Lowering {
     } else {
       st.op = n.op == Op::kSoftmax ? nn::HostOp::kSoftmax : nn::HostOp::kLogSoftmax;
     }
-    net_.host_steps.push_back(std::move(st));
+    last_host_ = st.name;
+    steps.push_back(std::move(st));
     stage_ = Stage::kHost;
-    set_output(n.outputs[0]);
+    set_output(n.outputs[0], std::move(steps));
   }
 
   // LayerNormalization's Scale or B: a constant that broadcasts (numpy rules) to the normalized
@@ -332,6 +386,7 @@ class Lowering {
     nn::DenseLayer& l = net_.layers.back();
     const std::vector<float> b = bias_from(g_, n, c, l.n, fmt::format("bias '{}'", name(c)));
     for (uint32_t j = 0; j < l.n; ++j) l.b[j] += b[j];
+    ++version_;
     pending_.push_back(n.label());
     set_output(n.outputs[0]);
   }

@@ -112,6 +112,26 @@ std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, st
   return outs;
 }
 
+std::vector<std::vector<float>> split_outputs(const FloatNetwork& net, std::span<const float> y, uint64_t rows) {
+  const uint32_t f = net.output_features();
+  if (y.size() != rows * f) {
+    throw Error(ErrorKind::kInternal, fmt::format("split_outputs: {} values for {} rows of {} features", y.size(), rows, f));
+  }
+  std::vector<std::vector<float>> out;
+  for (const NetOutput& o : net.outputs) {
+    if (o.col + o.cols > f) {
+      throw Error(ErrorKind::kInternal, fmt::format("output '{}': columns {}..{} of {}", o.name, o.col, o.col + o.cols, f));
+    }
+    std::vector<float> v(rows * o.cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      std::copy_n(y.begin() + static_cast<std::ptrdiff_t>(r * f + o.col), o.cols, v.begin() + static_cast<std::ptrdiff_t>(r * o.cols));
+    }
+    apply_host_ops(v, o.cols, HostOp::kNone, o.host_steps);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 std::vector<float> forward_float(const FloatNetwork& net, std::span<const float> x, uint64_t batch) {
   std::vector<std::vector<float>> outs = forward_float_layers(net, x, batch);
   std::vector<float> y = outs.empty() ? std::vector<float>(x.begin(), x.end()) : std::move(outs.back());

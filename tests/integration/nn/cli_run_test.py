@@ -266,6 +266,38 @@ elif CASE == "reshape_fixed_batch":
     bad_input_case([model, "--input", x3], "needs exactly 2 input rows")
     bad_input_case([model, "--input", x3], "node '#0' (Reshape): reshape to [2, 12]")
 
+elif CASE == "multi_output":
+    # Logits and their Softmax and LogSoftmax as three graph outputs: one .npy per output
+    # (out.npy -> out.NAME.npy, '/' -> '_'), each named in the report and --json; --check holds
+    # every output bit for bit.
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi_output.onnx")
+    x = save("x.npy", np.random.default_rng(3).uniform(-1, 1, (7, 6)).astype(np.float32))
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"{prec}.npy")
+        so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
+        expect("3 outputs: 'logits' [batch, 4], 'probs' [batch, 4] (softmax on the host)" in so, so)
+        expect("-> output 'head/logp'" in so and "check: device output" in so, so)
+        files = {n: os.path.join(TMP, f"{prec}.{f}.npy") for n, f in (("logits", "logits"), ("probs", "probs"),
+                                                                        ("head/logp", "head_logp"))}
+        for n, f in files.items():
+            expect(f"output '{n}' -> {f} (float32, (7, 4))" in so, so)
+        expect(not os.path.exists(out), "--output itself written for a model with several outputs")
+        z, p, lp = (np.load(files[n]).astype(np.float64) for n in ("logits", "probs", "head/logp"))
+        expect(z.shape == p.shape == lp.shape == (7, 4), f"{z.shape} {p.shape} {lp.shape}")
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        expect(np.allclose(p, e / e.sum(axis=1, keepdims=True), atol=1e-6), f"{prec}: probs is not softmax(logits)")
+        expect(np.allclose(lp, np.log(e / e.sum(axis=1, keepdims=True)), atol=1e-5), f"{prec}: logp")
+        j = json.loads(run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref",
+                              "--json"))
+        expect([o["name"] for o in j["outputs"]] == ["logits", "probs", "head/logp"], str(j["outputs"]))
+        expect([o["host_op"] for o in j["outputs"]] == ["none", "softmax", "logsoftmax"], str(j["outputs"]))
+        expect(j["outputs"][2]["file"] == files["head/logp"], str(j["outputs"]))
+        expect([(h["output"], h["rd_bytes"]) for h in j["host_ops"]] == [("probs", 7 * 4 * 4), ("head/logp", 7 * 4 * 4)],
+               str(j["host_ops"]))
+    # --labels scores the first output.
+    so = run_ok("run", model, "--input", x, "--labels", save("l.npy", np.arange(7) % 4), "--backend", "ref")
+    expect("accuracy on" in so, so)
+
 else:
     print("unknown case", CASE)
     sys.exit(1)

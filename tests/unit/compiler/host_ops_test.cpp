@@ -354,5 +354,77 @@ TEST(CompilerLayout, SqueezeAndUnsqueezeRefusals) {
   }
 }
 
+
+// ---- several outputs: views of the last layer's output, each with its own host operators --------
+TEST(CompilerOutputs, LogitsAndTheirSoftmaxAndLogSoftmax) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 4}).init("W", {4, 3}, random_floats(12, -1, 1, 31)).init("B", {3}, random_floats(3, -1, 1, 32));
+  mb.node("Gemm", {"x", "W", "B"}, {"logits"}, "fc");
+  mb.node("Softmax", {"logits"}, {"probs"}, "sm");
+  mb.node("Reshape", {"logits", "shape"}, {"r"}, "rs");
+  mb.init_i64("shape", {-1, 3, 1});
+  ModelBuilder::attr_i(mb.node("LogSoftmax", {"r"}, {"logp"}, "lsm"), "axis", 1);
+  mb.output("logits").output("probs").output("logp");
+  const nn::FloatNetwork net = compile(mb);
+  ASSERT_EQ(net.layers.size(), 1u);
+  EXPECT_EQ(net.host_op, nn::HostOp::kNone);
+  EXPECT_TRUE(net.host_steps.empty());
+  EXPECT_EQ(net.output_name, "logits");
+  ASSERT_EQ(net.outputs.size(), 3u);
+  EXPECT_EQ(net.outputs[0].name, "logits");
+  EXPECT_EQ(net.outputs[1].name, "probs");
+  EXPECT_EQ(net.outputs[2].name, "logp");
+  for (const nn::NetOutput& o : net.outputs) {
+    EXPECT_EQ(o.col, 0u);
+    EXPECT_EQ(o.cols, 3u);
+  }
+  EXPECT_TRUE(net.outputs[0].host_steps.empty());
+  ASSERT_EQ(net.outputs[1].host_steps.size(), 1u);
+  EXPECT_EQ(net.outputs[1].host_steps[0].op, nn::HostOp::kSoftmax);
+  ASSERT_EQ(net.outputs[2].host_steps.size(), 1u);
+  EXPECT_EQ(net.outputs[2].host_steps[0].op, nn::HostOp::kLogSoftmax);
+  EXPECT_EQ(net.outputs[2].host_steps[0].name, "lsm (LogSoftmax)");
+
+  // split_outputs: the raw rows, their softmax and log-softmax (the ONNX definition, in double).
+  const std::vector<float> x = random_floats(20, -1, 1, 33);
+  const std::vector<float> y = nn::forward_float(net, x, 5);  // no host operator on the network itself
+  const std::vector<std::vector<float>> outs = nn::split_outputs(net, y, 5);
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_EQ(outs[0], y);
+  const std::vector<double> sm = reference_softmax(y, 1, 3, 1, false), lsm = reference_softmax(y, 1, 3, 1, true);
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(outs[1][i], sm[i], 1e-6) << i;
+    EXPECT_NEAR(outs[2][i], lsm[i], 1e-5) << i;
+  }
+}
+
+TEST(CompilerOutputs, EveryOutputMustBeTheLastLayersOutput) {
+  // A hidden layer's output: the device returns only the last layer's.
+  ModelBuilder mb;
+  mb.input("x", {-1, 4}).init("W1", {4, 3}, random_floats(12, -1, 1, 34)).init("W2", {3, 2}, random_floats(6, -1, 1, 35));
+  mb.node("MatMul", {"x", "W1"}, {"h"}, "mm1");
+  mb.node("Relu", {"h"}, {"hr"}, "relu");
+  mb.node("MatMul", {"hr", "W2"}, {"y"}, "mm2");
+  mb.output("y").output("hr");
+  expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported,
+               {"graph output 'hr': is not the end of the layer chain", "output of 1 of the 2 layers"});
+  // The last layer before its ReLU, next to the ReLU's output.
+  ModelBuilder mb2;
+  mb2.input("x", {-1, 4}).init("W", {4, 3}, random_floats(12, -1, 1, 36));
+  mb2.node("MatMul", {"x", "W"}, {"h"}, "mm");
+  mb2.node("Relu", {"h"}, {"y"}, "relu");
+  mb2.output("y").output("h");
+  expect_error([&] { (void)compile(mb2); }, ErrorKind::kUnsupported,
+               {"graph output 'h': is not the end of the layer chain", "before its bias or ReLU"});
+  // A host operator on a hidden layer's output (a branch the device cannot return).
+  ModelBuilder mb3;
+  mb3.input("x", {-1, 4}).init("W1", {4, 3}, random_floats(12, -1, 1, 37)).init("W2", {3, 2}, random_floats(6, -1, 1, 38));
+  mb3.node("MatMul", {"x", "W1"}, {"h"}, "mm1");
+  mb3.node("MatMul", {"h", "W2"}, {"y"}, "mm2");
+  mb3.node("Softmax", {"h"}, {"p"}, "sm");
+  mb3.output("y").output("p");
+  expect_error([&] { (void)compile(mb3); }, ErrorKind::kUnsupported, {"node 'sm' (Softmax)", "reads 'h', an earlier activation"});
+}
+
 }  // namespace
 }  // namespace tpuw::compiler

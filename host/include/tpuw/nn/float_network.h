@@ -25,6 +25,14 @@ struct DenseLayer {
   bool relu = false;     // ReLU fused after the layer
 };
 
+/// One graph output of a model with several (FloatNetwork::outputs): columns [col, col + cols) of
+/// the last layer's output rows, then its own host operators (applied to those columns alone).
+struct NetOutput {
+  std::string name;                  // the graph output
+  uint32_t col = 0, cols = 0;        // the slice of the last layer's output features
+  std::vector<HostStep> host_steps;  // in order, each over `cols` features
+};
+
 struct FloatNetwork {
   std::string source;                // file (or name) the model was read from, for messages
   std::string input_name;            // the graph input
@@ -38,6 +46,9 @@ struct FloatNetwork {
   // only when the input has exactly that many rows: the runtime checks it (never reinterprets).
   uint64_t fixed_batch = 0;          // 0: any number of rows
   std::string fixed_batch_by;        // "node 'r' (Reshape): reshape to [2, 12]": the node that fixes it
+  // A model with several outputs: every one of them, in the graph's order (output_name is the
+  // first's; host_op and host_steps are then empty: each output has its own). Empty for one output.
+  std::vector<NetOutput> outputs;
 
   uint32_t output_features() const { return layers.empty() ? input_features : layers.back().n; }
 };
@@ -53,6 +64,11 @@ void apply_host_step(std::span<float> y, uint32_t cols, const HostStep& step);
 
 /// `op` (kSoftmax: softmax_rows) and then every step, in place: what the host does after the device.
 void apply_host_ops(std::span<float> y, uint32_t cols, HostOp op, std::span<const HostStep> steps);
+
+/// The outputs of a model with several (net.outputs, in order) from the last layer's rows y
+/// [rows, output_features()]: each output's columns, then its host operators; [rows, cols] each.
+/// Empty when net.outputs is.
+std::vector<std::vector<float>> split_outputs(const FloatNetwork& net, std::span<const float> y, uint64_t rows);
 
 /// The float reference forward pass: x is [batch, input_features] row-major; returns
 /// [batch, output_features]. Accumulates in double, stores float32 after every layer.
