@@ -1,17 +1,21 @@
-// tpuw_bench_conv: one int8 2-D convolution as an implicit GEMM on the device (patches formed by
-// UB address generation, tpuw/runtime/conv.h). Default: 3x3, 64 -> 64 channels, 28x28, batch 32,
-// stride 1, pad 1, rtl backend, N=16 (issue 13's figure).
+// tpuw_bench_conv: one 2-D convolution as an implicit GEMM on the device (patches formed by UB
+// address generation), int8 (tpuw/runtime/conv.h) or with --dtype bf16 (bf16 x bf16 -> fp32,
+// tpuw/runtime/conv_bf16.h). Default: 3x3, 64 -> 64 channels, 28x28, batch 32, stride 1, pad 1,
+// rtl backend, N=16 (issue 13's figure).
 //
 // Figures: MXU utilization = MACs / (N^2 * PERF_CYCLES); row efficiency (the share of streamed MXU
 // rows that are output pixels: the rest are the padded border columns); bytes moved (PERF_RD_BYTES
 // + PERF_WR_BYTES, instruction fetch included) against the minimum (input, weights, bias, output
-// once); stall counters. The output is checked bit for bit against the integer CPU convolution.
+// once; 2-byte elements in bf16); stall counters. The output is checked bit for bit against the
+// CPU model (int8: the integer convolution; bf16: conv2d_bf16_host, the numerics contract).
 //
 // --enforce exits 1 when a deterministic goal is missed: output != CPU, utilization < 0.80, bytes
 // moved > 1.5x the minimum.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -22,13 +26,14 @@
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/conv_bf16.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Runs one int8 convolution (implicit GEMM, on-chip patches) and reports cycles, MXU utilization and "
+  CLI::App app{"Runs one int8 or bf16 convolution (implicit GEMM, on-chip patches) and reports cycles, MXU utilization and "
                "bytes moved against the minimum."};
   bool json = false, enforce = false, depthwise = false;
   uint64_t batch = 32;
-  std::string backend = "rtl";
+  std::string backend = "rtl", dtype = "int8";
   unsigned array_n = 16;
   uint32_t in_c = 64, out_c = 64, size = 28, kernel = 3, stride = 1, pad = 1, dilation = 1;
   app.add_flag("--json", json, "print one JSON object instead of the human line");
@@ -36,6 +41,7 @@ int main(int argc, char** argv) {
   app.add_flag("--enforce", enforce, "exit 1 if the output is wrong, utilization < 0.80 or bytes > 1.5x minimum");
   app.add_option("--batch", batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--backend", backend, "rtl or ref")->capture_default_str()->check(CLI::IsMember({"rtl", "ref"}));
+  app.add_option("--dtype", dtype, "int8 or bf16")->capture_default_str()->check(CLI::IsMember({"int8", "bf16"}));
   app.add_option("--array-n", array_n, "MXU size (a built configuration)")->capture_default_str();
   app.add_option("--in-channels", in_c, "input channels")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--out-channels", out_c, "output channels")->capture_default_str()->check(CLI::PositiveNumber);
@@ -84,8 +90,38 @@ int main(int argc, char** argv) {
     cfg.array_n = array_n;
     cfg.memory.size = 256ull << 20;
     tpuw::Device dev = tpuw::Device::open(backend, cfg);
-    const tpuw::runtime::ConvRunResult r = tpuw::runtime::run_conv2d(dev, l, x, batch);
-    const bool correct = r.y == tpuw::nn::conv2d_int(l, x, batch);
+    // bf16: the same weights and input as floats (the int8 values / 64: exact in bf16), the bias
+    // as fp32, the same ReLU.
+    tpuw::runtime::ConvRunResult r;
+    bool correct = false;
+    if (dtype == "bf16") {
+      tpuw::runtime::Bf16ConvLayer lb;
+      lb.name = l.name;
+      lb.geom = l.geom;
+      lb.relu = l.relu;
+      for (const int8_t w : l.w_q) lb.w.push_back(static_cast<float>(w) / 64.0f);
+      for (const int32_t b : l.bias_q) lb.bias.push_back(static_cast<float>(b) / 8192.0f);
+      std::vector<float> xf;
+      for (const int8_t v : x) xf.push_back(static_cast<float>(v) / 64.0f);
+      const tpuw::runtime::ConvBf16RunResult rb = tpuw::runtime::run_conv2d_bf16(dev, lb, xf, batch);
+      const std::vector<float> want = tpuw::runtime::conv2d_bf16_host(lb, xf, batch, array_n);
+      correct = rb.y.size() == want.size() &&
+                std::equal(rb.y.begin(), rb.y.end(), want.begin(), [](float a, float b) {
+                  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+                });
+      r.plan = rb.plan;
+      r.perf = rb.perf;
+      r.cycles = rb.cycles;
+      r.utilization = rb.utilization;
+      r.row_efficiency = rb.row_efficiency;
+      r.min_bytes = rb.min_bytes;
+      r.moved_bytes = rb.moved_bytes;
+      r.instructions = rb.instructions;
+      r.wall_s = rb.wall_s;
+    } else {
+      r = tpuw::runtime::run_conv2d(dev, l, x, batch);
+      correct = r.y == tpuw::nn::conv2d_int(l, x, batch);
+    }
     const double bytes_ratio = double(r.moved_bytes) / double(r.min_bytes);
     // Depthwise: the useful MACs are 1/in_c of a dense layer's (one input channel per output).
     const double util = depthwise ? r.utilization / in_c : r.utilization;
@@ -93,6 +129,7 @@ int main(int argc, char** argv) {
     const auto& p = r.perf;
     const auto& pl = r.plan;
     out["conv"] = {{"backend", backend},
+                   {"dtype", dtype},
                    {"array_n", array_n},
                    {"batch", batch},
                    {"in_channels", in_c},
@@ -126,13 +163,13 @@ int main(int argc, char** argv) {
                    {"pinned_weight_tiles", pl.pinned_tiles},
                    {"wall_s", r.wall_s}};
     if (!json) {
-      fmt::print("{}conv {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
+      fmt::print("{}{} conv {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
                  "{:.3f} (goal >= {:.2f}; row efficiency {:.3f}); {:.2f} MB moved, {:.3f}x the minimum {:.2f} MB (goal "
                  "<= {:.1f}x); MXU active {}, weight stall {}, DMA wait {}, act busy {}; output {}; {:.2f} s wall\n",
-                 depthwise ? "depthwise " : "", kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
+                 depthwise ? "depthwise " : "", dtype, kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
                  backend, array_n, r.cycles, util, kUtilGoal, r.row_efficiency, double(r.moved_bytes) / 1e6, bytes_ratio,
                  double(r.min_bytes) / 1e6, kBytesGoal, p.mxu_active, p.weight_stall, p.dma_wait, p.act_busy,
-                 correct ? "bit-exact with the CPU" : "WRONG", r.wall_s);
+                 correct ? "bit-exact with the CPU model" : "WRONG", r.wall_s);
       fmt::print("  plan: {} tiles of {} images, {} rows per MATMUL ({} output pixels per image), {} instructions, "
                  "weights {}\n",
                  pl.tiles, pl.images_per_tile, pl.acc_rows, pl.ho * pl.wo, r.instructions,

@@ -46,6 +46,7 @@
 #include "tpuw/worker/strategies.h"
 #include "cli_common.h"
 #include "cmd_run_cnn.h"
+#include "cmd_run_cnn_bf16.h"
 #include "mpi_collective.h"
 
 namespace tpuw::cli {
@@ -887,13 +888,9 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
   return kOk;
 }
 
-// A model with convolutions or pooling: int8 on one device through cmd_run_cnn.cpp.
+// A model with convolutions or pooling: on one device through cmd_run_cnn.cpp (int8) or
+// cmd_run_cnn_bf16.cpp (bf16).
 int run_cnn_branch(const RunOpts& o) {
-  if (o.precision != "int8") {
-    throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: {}: --precision bf16 runs dense-layer models only; convolutions and pooling run "
-                            "in int8 for now", o.model, cnn_node_label(o.model)));
-  }
   if (multi_selected(o.multi)) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one device for now (no --devices/--strategy)", o.model));
   }
@@ -916,7 +913,7 @@ int run_cnn_branch(const RunOpts& o) {
   c.json = o.json;
   c.quiet = o.quiet;
   c.check = o.check;
-  return run_cnn_model(c);
+  return o.precision == "bf16" ? run_cnn_bf16_model(c) : run_cnn_model(c);
 }
 
 int run_command(const RunOpts& o) {

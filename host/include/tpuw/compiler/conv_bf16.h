@@ -1,0 +1,56 @@
+// A CNN for bf16 inference (`tpuw run --precision bf16`, docs/network_compiler.md "bf16 CNNs"):
+// the same chain of layers the int8 CNN compiler accepts (tpuw/compiler/conv.h), without
+// calibration or quantization: float weights and biases, rounded to bf16 (weights) by the runtime
+// (tpuw/runtime/conv_bf16.h), which defines the numerics and runs every Conv and average pool as
+// an implicit GEMM in bf16 on the device.
+//
+//   input [batch, C, H, W] -> Conv (+Relu) / AveragePool / GlobalAveragePool / MaxPool (Pad folded)
+//   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] ... [Softmax]
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpuw/compiler/ir.h"
+#include "tpuw/nn/float_network.h"
+#include "tpuw/nn/qconv.h"
+
+namespace tpuw::compiler {
+
+/// One convolution-like layer of a bf16 CNN.
+struct Bf16ConvLayer {
+  enum class Kind { kConv, kAvgPool, kMaxPool };
+  std::string name;
+  Kind kind = Kind::kConv;
+  nn::ConvGeometry geom;
+  /// kConv: the dense weights [out_c][in_c][kernel_h][kernel_w] (a grouped / depthwise Conv has
+  /// zeros outside its groups). kAvgPool: 1/(kernel_h*kernel_w) on the channel diagonal of every
+  /// tap, zeros elsewhere. kMaxPool: empty. float32 as in the model (the runtime rounds to bf16).
+  std::vector<float> w;
+  std::vector<float> bias;  // [out_c] fp32 (zeros for a Conv without bias and for pools); empty for kMaxPool
+  bool relu = false;        // a fused Relu (kConv only)
+
+  /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
+  void check() const;
+};
+
+/// A bf16 CNN: the layers, then a flatten (NCHW order) and the dense head in float. Without dense
+/// layers (head.layers empty) the model's output is the last layer's feature map itself, NCHW,
+/// flattened per row (head.input_features values; head.host_op may still be a softmax).
+struct Bf16Cnn {
+  uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
+  std::vector<Bf16ConvLayer> convs;
+  nn::FloatNetwork head;  // input_features = the last layer's out_c * out_h * out_w
+  std::vector<int64_t> output_dims;  // the graph output's shape without the batch ([classes], [C, H, W], ...)
+
+  /// Throws Error(kInvalidArgument) when the layers do not chain.
+  void check() const;
+};
+
+/// A CNN straight from its imported graph: optimize(), then the chain of compile_quantized_cnn
+/// (the same nodes accepted and the same errors, naming the node, for anything else), where the
+/// Flatten and the dense head are optional: a model may end in a convolution or pooling layer.
+Bf16Cnn compile_bf16_cnn(Graph g);
+
+}  // namespace tpuw::compiler

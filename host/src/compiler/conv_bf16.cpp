@@ -1,0 +1,190 @@
+// A CNN for bf16 inference (tpuw/compiler/conv_bf16.h): the int8 CNN compiler's chain without
+// calibration; geometry, attribute rules and fusions are the int8 path's (conv_geometry, optimize).
+#include "tpuw/compiler/conv_bf16.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "pass_util.h"
+#include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/passes.h"
+#include "tpuw/error.h"
+
+namespace tpuw::compiler {
+namespace {
+
+using detail::attr_int;
+using detail::input;
+
+std::string layer_name(const Node& n) {
+  std::string s = n.origin.empty() ? n.label() : n.origin.front();
+  for (size_t i = 1; i < n.origin.size(); ++i) s += " + " + n.origin[i];
+  return s;
+}
+
+Bf16ConvLayer lower_layer(const Graph& g, const Node& n) {
+  Bf16ConvLayer l;
+  l.name = layer_name(n);
+  l.geom = conv_geometry(g, n);
+  const uint64_t O = l.geom.out_c, C = l.geom.in_c, T = uint64_t{l.geom.kernel_h} * l.geom.kernel_w;
+  if (n.op == Op::kMaxPool) {
+    l.kind = Bf16ConvLayer::Kind::kMaxPool;
+    return l;
+  }
+  l.bias.assign(O, 0.0f);
+  if (n.op != Op::kConv) {
+    // An average pool (count_include_pad=1 semantics, as conv_geometry accepts it): 1/taps on the
+    // channel diagonal of every tap.
+    l.kind = Bf16ConvLayer::Kind::kAvgPool;
+    l.w.assign(O * C * T, 0.0f);
+    const float inv = static_cast<float>(1.0 / static_cast<double>(T));
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t t = 0; t < T; ++t) l.w[(o * C + o) * T + t] = inv;
+    }
+    return l;
+  }
+  l.relu = attr_int(g, n, "relu", 0) != 0;
+  // Dense weights: a grouped convolution (weight [O, C/group, KH, KW]) gets zeros outside its
+  // groups (as the int8 compiler's; the device skips the all-zero weight tiles).
+  const Value& wv = g.value(n.inputs[1]);
+  const TensorData& wd = *wv.data;
+  const uint64_t group = static_cast<uint64_t>(attr_int(g, n, "group", 1));
+  const uint64_t cg = C / group, og = O / group;
+  l.w.assign(O * C * T, 0.0f);
+  for (uint64_t o = 0; o < O; ++o) {
+    const uint64_t c0 = (o / og) * cg;
+    for (uint64_t c = 0; c < cg; ++c) {
+      for (uint64_t t = 0; t < T; ++t) {
+        const auto v = static_cast<float>(wd.as_double((o * cg + c) * T + t));
+        if (std::isnan(v)) {
+          g.fail(ErrorKind::kUnsupported, n, fmt::format("weight '{}' element {} is NaN", wv.name, (o * cg + c) * T + t));
+        }
+        l.w[(o * C + c0 + c) * T + t] = v;
+      }
+    }
+  }
+  if (const ValueId b = input(n, 2); b != kNoValue) {
+    for (uint64_t o = 0; o < O; ++o) l.bias[o] = static_cast<float>(g.value(b).data->as_double(o));
+  }
+  return l;
+}
+
+}  // namespace
+
+void Bf16ConvLayer::check() const {
+  geom.check(name);
+  const uint64_t per = uint64_t{geom.in_c} * geom.kernel_h * geom.kernel_w;
+  const auto bad = [&](const std::string& what) {
+    return Error(ErrorKind::kInvalidArgument, fmt::format("bf16 layer '{}': {}", name, what));
+  };
+  if (kind == Kind::kMaxPool) {
+    if (geom.in_c != geom.out_c) throw bad(fmt::format("a max pool has {} input and {} output channels", geom.in_c, geom.out_c));
+    if (!w.empty() || !bias.empty() || relu) throw bad("a max pool has no weights, bias or ReLU");
+    return;
+  }
+  if (w.size() != geom.out_c * per) throw bad(fmt::format("w has {} values, expected O*C*KH*KW = {}", w.size(), geom.out_c * per));
+  if (bias.size() != geom.out_c) throw bad(fmt::format("bias has {} values, expected {}", bias.size(), geom.out_c));
+}
+
+void Bf16Cnn::check() const {
+  uint64_t c = in_c, h = in_h, w = in_w;
+  for (size_t i = 0; i < convs.size(); ++i) {
+    const Bf16ConvLayer& l = convs[i];
+    l.check();
+    if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("bf16 CNN layer {} '{}' reads {}x{}x{}, the previous layer gives {}x{}x{}", i, l.name,
+                              l.geom.in_c, l.geom.in_h, l.geom.in_w, c, h, w));
+    }
+    c = l.geom.out_c;
+    h = l.geom.out_h();
+    w = l.geom.out_w();
+  }
+  if (head.input_features != c * h * w || (!head.layers.empty() && head.layers[0].k != head.input_features)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("bf16 CNN: the dense head reads {} features, the convolutions give {}x{}x{} = {}",
+                            head.input_features, c, h, w, c * h * w));
+  }
+}
+
+Bf16Cnn compile_bf16_cnn(Graph graph) {
+  const Graph g = optimize(std::move(graph));
+  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
+                                                g.outputs.size()));
+  }
+  const ValueId in = g.inputs[0].value;
+  const Dims& din = *g.value(in).shape;
+  if (din.size() != 4) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, "
+                                                "width]", g.value(in).name, dims_string(din)));
+  }
+  Bf16Cnn net;
+  net.in_c = static_cast<uint32_t>(din[1]);
+  net.in_h = static_cast<uint32_t>(din[2]);
+  net.in_w = static_cast<uint32_t>(din[3]);
+
+  ValueId act = in;
+  size_t i = 0;
+  auto is_conv_like = [](Op op) {
+    return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
+  };
+  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
+    if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
+    net.convs.push_back(lower_layer(g, g.nodes[i]));
+    act = g.nodes[i].outputs[0];
+  }
+  if (net.convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through the dense-layer path)");
+  nn::FloatNetwork& head = net.head;
+  head.source = g.source;
+  head.output_name = g.outputs[0].name;
+  head.input_name = g.value(act).name;
+  const nn::ConvGeometry& last = net.convs.back().geom;
+  head.input_features = static_cast<uint32_t>(uint64_t{last.out_c} * last.out_h() * last.out_w());
+  if (i < g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape)) {
+    const Node& flat = g.nodes[i++];
+    if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
+      g.fail(ErrorKind::kUnsupported, flat, "must flatten the last convolution's output to [batch, features]");
+    }
+    act = flat.outputs[0];
+    head.input_name = g.value(act).name;
+  } else if (i < g.nodes.size()) {
+    g.fail(ErrorKind::kUnsupported, g.nodes[i],
+           "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
+           "then Flatten/Reshape and dense layers");
+  }
+  for (; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
+      g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
+    }
+    if (n.op == Op::kDense) {
+      nn::DenseLayer l;
+      l.name = layer_name(n);
+      const Value& w = g.value(n.inputs[1]);
+      l.k = static_cast<uint32_t>((*w.shape)[0]);
+      l.n = static_cast<uint32_t>((*w.shape)[1]);
+      l.w.assign(w.data->f.begin(), w.data->f.end());
+      const Value& b = g.value(n.inputs[2]);
+      l.b.assign(b.data->f.begin(), b.data->f.end());
+      l.relu = attr_int(g, n, "relu", 0) != 0;
+      head.layers.push_back(std::move(l));
+    } else if (n.op == Op::kSoftmax && g.value(act).shape->size() == 2) {
+      head.host_op = nn::HostOp::kSoftmax;
+    } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
+      g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
+    }
+    act = n.outputs[0];
+  }
+  if (act != g.outputs[0].value) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers",
+                                                g.outputs[0].name));
+  }
+  const Dims& dout = *g.value(act).shape;
+  net.output_dims.assign(dout.begin() + 1, dout.end());
+  net.check();
+  return net;
+}
+
+}  // namespace tpuw::compiler

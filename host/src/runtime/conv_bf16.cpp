@@ -1,0 +1,472 @@
+// bf16 convolution as an implicit GEMM on the device and whole bf16 CNNs (tpuw/runtime/conv_bf16.h).
+//
+// Sequential meaning of a layer's program (the int8 convolution's, runtime/conv.cpp, with bf16
+// row pairs; program_builder.h derives the tokens). Rows below count pixels; UB and WB addresses
+// are twice that (a bf16 pixel or weight row is a row pair):
+//   LOAD ACC bias <- one fp32 row per output block, once
+//   for tile t (images_per_tile images; UB input buffer t%2):
+//     for channel block cb: LOAD UB input buffer <- the tile's images of block cb
+//     for output block ob (strip s; ACC buffer s%2, UB staging s%2):
+//       for tap, for cb (weight tile (ob, tap, cb), all-zero tiles skipped):
+//         [LOAD WB slot <- tile, unless it is resident there]
+//         LOADW bf16 slot
+//         for image i: MATMUL bf16 UB pixels (image i, cb) + tap_offset[tap] -> ACC rows of image i,
+//                      swap = (i == 0), accumulate = not the first executed tile
+//       ACTIVATE bf16 ACC buffer -> UB staging (fp32 bias, ReLU, round to bf16)
+//       for image i, for output row oy: STORE staging pixels oy*wq .. + wo_stored -> host
+#include "tpuw/runtime/conv_bf16.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "program_builder.h"
+#include "tpuw/error.h"
+#include "tpuw/numerics.h"
+#include "tpuw/runtime/gemm_bf16.h"
+
+namespace tpuw::runtime {
+namespace {
+
+using detail::Builder;
+using detail::dma_instr;
+using detail::kC;
+using detail::kL;
+using detail::kS;
+using detail::split_transfer;
+using detail::Transfer;
+
+// As the int8 convolution's: loads placed this many compute instructions ahead of their first use.
+constexpr uint64_t kLookahead = 96;
+
+void require_bf16(const Device& device, const char* what) {
+  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: the {} device has no bf16 mode (FEATURES.BF16 is 0: built without EnableBf16); use "
+                            "int8",
+                            what, device.info().backend));
+  }
+}
+
+// The max pool of the contract: the max of the window's inputs inside the image; NaN if one is NaN.
+std::vector<float> max_pool_host(const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch) {
+  const nn::ConvGeometry& g = l.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, Ho = g.out_h(), Wo = g.out_w();
+  if (x.size() != batch * C * H * W) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 max pool '{}': input has {} values, expected {}", l.name,
+                                                         x.size(), batch * C * H * W));
+  }
+  std::vector<float> y(batch * C * Ho * Wo);
+  for (uint64_t bc = 0; bc < batch * C; ++bc) {
+    const float* img = x.data() + bc * H * W;
+    for (uint64_t oy = 0; oy < Ho; ++oy) {
+      for (uint64_t ox = 0; ox < Wo; ++ox) {
+        float m = -std::numeric_limits<float>::infinity();
+        bool nan = false;
+        for (uint64_t dy = 0; dy < g.kernel_h; ++dy) {
+          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + dy * g.dilation_h) - g.pad_top;
+          if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+          for (uint64_t dx = 0; dx < g.kernel_w; ++dx) {
+            const int64_t ix = static_cast<int64_t>(ox * g.stride_w + dx * g.dilation_w) - g.pad_left;
+            if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+            const float v = img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
+            nan = nan || std::isnan(v);
+            m = std::max(m, v);
+          }
+        }
+        y[(bc * Ho + oy) * Wo + ox] = nan ? num::to_float(num::kF32Nan) : m;
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<float> bf16_values(std::span<const float> x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16::round(x[i]);
+  return r;
+}
+
+}  // namespace
+
+ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch) {
+  // In pixels: the UB and WB hold half as many bf16 rows; a DMA unit of lcm(2N, beat) bytes is
+  // lcm(N, beat/2)/N pixels, which plan_conv computes from a beat of half the width.
+  DeviceParams half = params;
+  half.ub_depth = params.ub_depth / 2;
+  half.wb_depth = params.wb_depth / 2;
+  if (params.dma_data_w % 16 != 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("bf16 conv: a {}-bit DMA beat", params.dma_data_w));
+  }
+  half.dma_data_w = params.dma_data_w / 2;
+  try {
+    return plan_conv(half, geom, batch);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+    throw Error(ErrorKind::kUnsupported, fmt::format("bf16 {} (rows counted in bf16 pixels, a UB row pair each: half "
+                                                     "the UB of int8)",
+                                                     e.what()));
+  }
+}
+
+uint64_t conv_bf16_in_bytes(const ConvPlan& p) { return 2 * p.in_bytes(); }
+uint64_t conv_bf16_w_bytes(const ConvPlan& p) { return 2 * p.w_bytes(); }
+uint64_t conv_bf16_param_bytes(const ConvPlan& p) { return p.o_blocks * 4 * uint64_t{p.array_n}; }
+uint64_t conv_bf16_out_bytes(const ConvPlan& p) { return 2 * p.out_bytes(); }
+uint64_t conv_bf16_min_bytes(const ConvPlan& p) {
+  const ConvGeometry& g = p.geom;
+  const uint64_t in = p.batch * g.in_c * uint64_t{g.in_h} * g.in_w;
+  const uint64_t w = uint64_t{g.out_c} * g.in_c * p.taps;
+  const uint64_t out = p.batch * g.out_c * p.ho * p.wo;
+  return 2 * in + 2 * w + 4 * uint64_t{g.out_c} + 2 * out;
+}
+
+std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x) {
+  const ConvGeometry& g = p.geom;
+  const uint64_t an = p.array_n;
+  const uint64_t hw = uint64_t{g.in_h} * g.in_w;
+  if (x.size() != p.batch * g.in_c * hw) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: input has {} elements, expected batch*C*H*W = {}",
+                                                         x.size(), p.batch * g.in_c * hw));
+  }
+  // Host image: [c_block][batch][img_rows][N] bf16, the padded, phase-split image of each block.
+  std::vector<uint16_t> out(p.in_bytes(), 0);
+  for (uint64_t b = 0; b < p.batch; ++b) {
+    for (uint64_t c = 0; c < g.in_c; ++c) {
+      uint16_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
+      const float* src = x.data() + (b * g.in_c + c) * hw;
+      for (uint64_t y = 0; y < g.in_h; ++y) {
+        const uint64_t Y = y + g.pad_top;
+        const uint64_t row_base = ((Y % g.stride_h) * g.stride_w) * p.hq * p.wq + (Y / g.stride_h) * p.wq;
+        for (uint64_t xx = 0; xx < g.in_w; ++xx) {
+          const uint64_t X = xx + g.pad_left;
+          const uint64_t row = row_base + (X % g.stride_w) * p.hq * p.wq + X / g.stride_w;
+          img[row * an] = num::bf16_from_float(src[y * g.in_w + xx]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<uint16_t> pack_conv_bf16_weights(const ConvPlan& p, std::span<const float> w) {
+  const ConvGeometry& g = p.geom;
+  const uint64_t an = p.array_n;
+  if (w.size() != uint64_t{g.out_c} * g.in_c * p.taps) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: weights have {} elements, expected O*C*KH*KW = {}",
+                                                         w.size(), uint64_t{g.out_c} * g.in_c * p.taps));
+  }
+  // Tile (ob, tap, cb), row k = input channel cb*N + k, column n = output channel ob*N + n.
+  std::vector<uint16_t> out(p.w_bytes(), 0);
+  for (uint64_t o = 0; o < g.out_c; ++o) {
+    for (uint64_t c = 0; c < g.in_c; ++c) {
+      for (uint64_t t = 0; t < p.taps; ++t) {
+        const uint64_t tile = ((o / an) * p.taps + t) * p.c_blocks + c / an;
+        out[tile * an * an + (c % an) * an + o % an] = num::bf16_from_float(w[(o * g.in_c + c) * p.taps + t]);
+      }
+    }
+  }
+  return out;
+}
+
+void mark_zero_tiles_bf16(ConvPlan& p, std::span<const uint16_t> packed) {
+  const uint64_t tile = uint64_t{p.array_n} * p.array_n;
+  p.zero_tile.assign(p.weight_tiles, 0);
+  for (uint64_t t = 0; t < p.weight_tiles; ++t) {
+    const uint16_t* b = packed.data() + t * tile;
+    p.zero_tile[t] = std::all_of(b, b + tile, [](uint16_t v) { return (v & 0x7FFFu) == 0; }) ? 1 : 0;
+  }
+}
+
+std::vector<float> unpack_conv_bf16_output(const ConvPlan& p, std::span<const uint16_t> packed) {
+  const uint64_t an = p.array_n, oc = p.geom.out_c;
+  if (packed.size() < p.out_bytes()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: output image has {} elements, the plan needs {}",
+                                                         packed.size(), p.out_bytes()));
+  }
+  // Host image: [batch][o_block][ho][wo_stored][N] bf16.
+  std::vector<float> y(p.batch * oc * p.ho * p.wo);
+  for (uint64_t b = 0; b < p.batch; ++b) {
+    for (uint64_t o = 0; o < oc; ++o) {
+      const uint16_t* src = packed.data() + (b * p.o_blocks + o / an) * p.ho * p.wo_stored * an + o % an;
+      float* dst = y.data() + (b * oc + o) * p.ho * p.wo;
+      for (uint64_t oy = 0; oy < p.ho; ++oy) {
+        for (uint64_t ox = 0; ox < p.wo; ++ox) dst[oy * p.wo + ox] = num::bf16_to_float(src[(oy * p.wo_stored + ox) * an]);
+      }
+    }
+  }
+  return y;
+}
+
+ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
+                              uint64_t out_addr) {
+  const uint64_t an = p.array_n, beat = 2 * uint64_t{p.beat}, kimg = p.images_per_tile;
+  for (uint64_t addr : {in_addr, w_addr, bias_addr, out_addr}) {
+    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("compile_conv_bf16: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
+    }
+  }
+  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC [strip 0 | strip 1 | bias].
+  const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
+  const uint64_t stage_rows = kimg * p.acc_rows;
+  const uint64_t bias_row = p.buffers * stage_rows;
+  const uint64_t px = 2 * an;  // bytes of a bf16 pixel (a UB row pair) and of a weight tile row
+  const size_t r_w = 0, r_in = p.w_slots, r_stage = r_in + 2, r_acc = r_stage + 2, r_par = r_acc + 2;
+  Builder b(r_par + 1);
+
+  for (const Transfer& t : split_transfer(bias_row, bias_addr, p.o_blocks * 4 * an, 4 * an, beat)) {
+    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
+  }
+  std::vector<int64_t> slot_holds(p.w_slots, -1);
+  uint64_t ring = 0, strip = 0;
+  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
+    const uint64_t img0 = tile * kimg;
+    const uint64_t nimg = std::min(kimg, p.batch - img0);
+    const uint64_t ib = tile % p.buffers;
+    const uint64_t in_base = ib * in_buf_rows;
+    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
+      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
+      for (const Transfer& t :
+           split_transfer(2 * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
+        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
+      }
+    }
+    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
+      const uint64_t sb = strip % p.buffers;
+      const uint64_t acc_base = sb * stage_rows;
+      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
+      bool first = true;
+      for (uint64_t tap = 0; tap < p.taps; ++tap) {
+        for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
+          const uint64_t wt = (ob * p.taps + tap) * p.c_blocks + cb;
+          if (p.skipped(wt)) continue;
+          const uint64_t slot =
+              wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
+          if (slot_holds[slot] != static_cast<int64_t>(wt)) {
+            for (const Transfer& t : split_transfer(slot * px, w_addr + wt * an * px, an * px, an, beat)) {
+              b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});
+            }
+            slot_holds[slot] = static_cast<int64_t>(wt);
+          }
+          isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
+          lw.set("wb_addr", slot * px);
+          lw.set("bf16", 1);
+          b.emit(kC, std::move(lw), {r_w + slot}, {});
+          for (uint64_t i = 0; i < nimg; ++i) {
+            isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+            mm.set("bf16", 1);
+            mm.set("accumulate", first ? 0 : 1);
+            mm.set("swap", i == 0 ? 1 : 0);
+            mm.set("ub_addr", 2 * (in_base + (cb * kimg + i) * p.img_rows + p.tap_offset[tap]));
+            mm.set("acc_addr", acc_base + i * p.acc_rows);
+            mm.set("rows", p.acc_rows);
+            b.emit(kC, std::move(mm), {r_in + ib}, {r_acc + sb}, /*is_matmul=*/true);
+          }
+          first = false;
+        }
+      }
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("bf16", 1);
+      act.set("relu", relu ? 1 : 0);
+      act.set("bias", 1);
+      act.set("acc_addr", acc_base);
+      act.set("ub_addr", 2 * stage_base);
+      act.set("rows", nimg * p.acc_rows);
+      act.set("bias_addr", bias_row + ob);
+      b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      for (uint64_t i = 0; i < nimg; ++i) {
+        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
+        for (uint64_t oy = 0; oy < p.ho; ++oy) {
+          for (const Transfer& t : split_transfer(2 * (stage_base + i * p.acc_rows + oy * p.wq),
+                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
+            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
+          }
+        }
+      }
+    }
+  }
+  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
+  ConvProgram prog;
+  prog.code = std::move(merged.code);
+  prog.fold_index = std::move(merged.fold_index);
+  prog.loads = merged.loads;
+  prog.loadws = merged.loadws;
+  prog.matmuls = merged.matmuls;
+  prog.stores = merged.stores;
+  return prog;
+}
+
+ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, std::span<const float> x,
+                                  uint64_t batch) {
+  layer.check();
+  ConvBf16RunResult r;
+  if (layer.kind == Bf16ConvLayer::Kind::kMaxPool) {
+    r.host = true;
+    r.plan.geom = layer.geom;
+    r.plan.batch = batch;
+    const auto t0 = std::chrono::steady_clock::now();
+    r.y = max_pool_host(layer, x, batch);
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  require_bf16(device, "bf16 convolution");
+  r.plan = plan_conv_bf16(device.info().params, layer.geom, batch);
+  const ConvPlan& p = r.plan;
+  const std::vector<uint16_t> xin = pack_conv_bf16_input(p, x);
+  const std::vector<uint16_t> wp = pack_conv_bf16_weights(p, layer.w);
+  std::vector<float> bias(p.o_blocks * p.array_n, 0.0f);
+  std::copy(layer.bias.begin(), layer.bias.end(), bias.begin());
+  HostBuffer ibuf = device.alloc(conv_bf16_in_bytes(p), 4096);
+  HostBuffer wbuf = device.alloc(conv_bf16_w_bytes(p), 4096);
+  HostBuffer pbuf = device.alloc(conv_bf16_param_bytes(p), 4096);
+  HostBuffer obuf = device.alloc(conv_bf16_out_bytes(p), 4096);
+  device.write(ibuf, 0, xin.data(), xin.size() * 2);
+  device.write(wbuf, 0, wp.data(), wp.size() * 2);
+  device.write(pbuf, 0, bias.data(), bias.size() * 4);
+  mark_zero_tiles_bf16(r.plan, wp);
+  const ConvProgram prog = compile_conv_bf16(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
+  r.instructions = prog.code.size() + 1;
+
+  device.clear_perf();
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint32_t fence = device.submit(prog.code);
+  device.wait(fence);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<uint16_t> packed(p.out_bytes());
+  device.read(obuf, 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(p, packed);
+  r.perf = device.perf();
+  r.cycles = r.perf.cycles;
+  r.min_bytes = conv_bf16_min_bytes(p);
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+  const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
+  r.utilization = r.cycles > 0 ? static_cast<double>(p.macs()) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.executed_tiles()) / static_cast<double>(p.mxu_rows());
+  return r;
+}
+
+std::vector<float> conv2d_bf16_host(const Bf16ConvLayer& layer, std::span<const float> x, uint64_t batch,
+                                    uint32_t array_n) {
+  layer.check();
+  if (layer.kind == Bf16ConvLayer::Kind::kMaxPool) return max_pool_host(layer, x, batch);
+  const ConvGeometry& g = layer.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, O = g.out_c, Ho = g.out_h(), Wo = g.out_w();
+  const uint64_t an = array_n, T = uint64_t{g.kernel_h} * g.kernel_w;
+  const uint64_t cbs = (C + an - 1) / an, obs = (O + an - 1) / an, cp = cbs * an;
+  if (an == 0) throw Error(ErrorKind::kInvalidArgument, "bf16 conv: array_n 0");
+  if (x.size() != batch * C * H * W) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv '{}': input has {} values, expected {}", layer.name,
+                                                         x.size(), batch * C * H * W));
+  }
+  // Weights as the device holds them: bf16 bits [o][tap][c] with c padded to cb blocks (+0).
+  std::vector<uint16_t> w(O * T * cp, 0);
+  for (uint64_t o = 0; o < O; ++o) {
+    for (uint64_t c = 0; c < C; ++c) {
+      for (uint64_t t = 0; t < T; ++t) w[(o * T + t) * cp + c] = num::bf16_from_float(layer.w[(o * C + c) * T + t]);
+    }
+  }
+  // The tiles the device runs (mark_zero_tiles_bf16 + ConvPlan::skipped).
+  std::vector<uint8_t> run(obs * T * cbs, 0);
+  for (uint64_t ob = 0; ob < obs; ++ob) {
+    bool any = false;
+    for (uint64_t t = 0; t < T; ++t) {
+      for (uint64_t cb = 0; cb < cbs; ++cb) {
+        bool zero = true;
+        for (uint64_t o = ob * an; o < std::min(O, (ob + 1) * an) && zero; ++o) {
+          for (uint64_t k = 0; k < an && zero; ++k) zero = (w[(o * T + t) * cp + cb * an + k] & 0x7FFFu) == 0;
+        }
+        run[(ob * T + t) * cbs + cb] = zero ? 0 : 1;
+        any = any || !zero;
+      }
+    }
+    if (!any) run[ob * T * cbs] = 1;  // an all-zero block still runs its first tile
+  }
+  const std::vector<uint16_t> xb = [&] {
+    std::vector<uint16_t> v(x.size());
+    for (size_t i = 0; i < x.size(); ++i) v[i] = num::bf16_from_float(x[i]);
+    return v;
+  }();
+  std::vector<float> y(batch * O * Ho * Wo);
+  std::vector<uint16_t> col(cp);  // the input pixel of one tap, channels padded with +0
+  std::vector<uint32_t> acc(O);
+  std::vector<uint8_t> started(O);
+  for (uint64_t bi = 0; bi < batch; ++bi) {
+    for (uint64_t oy = 0; oy < Ho; ++oy) {
+      for (uint64_t ox = 0; ox < Wo; ++ox) {
+        std::fill(started.begin(), started.end(), 0);
+        for (uint64_t t = 0; t < T; ++t) {
+          const uint64_t dy = t / g.kernel_w, dx = t % g.kernel_w;
+          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + dy * g.dilation_h) - g.pad_top;
+          const int64_t ix = static_cast<int64_t>(ox * g.stride_w + dx * g.dilation_w) - g.pad_left;
+          const bool inside = iy >= 0 && iy < static_cast<int64_t>(H) && ix >= 0 && ix < static_cast<int64_t>(W);
+          std::fill(col.begin(), col.end(), uint16_t{0});
+          if (inside) {
+            for (uint64_t c = 0; c < C; ++c) {
+              col[c] = xb[((bi * C + c) * H + static_cast<uint64_t>(iy)) * W + static_cast<uint64_t>(ix)];
+            }
+          }
+          for (uint64_t o = 0; o < O; ++o) {
+            const uint64_t ob = o / an;
+            const uint16_t* wo = w.data() + (o * T + t) * cp;
+            for (uint64_t cb = 0; cb < cbs; ++cb) {
+              if (!run[(ob * T + t) * cbs + cb]) continue;
+              uint32_t s = 0;  // +0
+              for (uint64_t k = cb * an; k < (cb + 1) * an; ++k) s = num::mac_bf16(s, col[k], wo[k]);
+              acc[o] = started[o] ? num::add(acc[o], s) : s;
+              started[o] = 1;
+            }
+          }
+        }
+        for (uint64_t o = 0; o < O; ++o) {
+          const uint16_t v = num::activate_bf16(acc[o], num::to_bits(layer.bias[o]), true, layer.relu);
+          y[((bi * O + o) * Ho + oy) * Wo + ox] = num::bf16_to_float(v);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<const float> x, uint64_t batch) {
+  net.check();
+  require_bf16(device, "bf16 CNN");
+  CnnBf16RunResult r;
+  std::vector<float> a = bf16_values(x);
+  for (const Bf16ConvLayer& l : net.convs) {
+    r.convs.push_back(run_conv2d_bf16(device, l, a, batch));
+    const ConvBf16RunResult& c = r.convs.back();
+    a = c.y;
+    if (c.host) continue;
+    r.cycles += c.cycles;
+    r.macs += c.plan.macs();
+    r.moved_bytes += c.moved_bytes;
+    r.min_bytes += c.min_bytes;
+  }
+  if (net.head.layers.empty()) {  // the feature map is the output
+    r.output = std::move(a);
+  } else {
+    r.head = run_network_bf16(device, net.head, a, batch);
+    r.output = r.head.output;
+  }
+  r.cycles += r.head.cycles;
+  r.macs += r.head.macs;
+  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
+  r.min_bytes += r.head.min_bytes;
+  const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
+  r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  return r;
+}
+
+std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
+                                         uint32_t array_n) {
+  net.check();
+  std::vector<float> a = bf16_values(x);
+  for (const Bf16ConvLayer& l : net.convs) a = conv2d_bf16_host(l, a, batch, array_n);
+  return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
+}
+
+}  // namespace tpuw::runtime
