@@ -48,9 +48,11 @@ class Lowering {
     if (net_.layers.empty()) identity_layer();
     net_.output_name = g_.outputs[0].name;
     if (outs.size() > 1) {
-      // Several outputs: each is the whole last-layer output, then its own host operators.
+      // Several outputs: each is the last layer's output (or one head's columns of it), then its
+      // own host operators.
       for (size_t i = 0; i < outs.size(); ++i) {
-        net_.outputs.push_back({g_.outputs[i].name, 0, net_.output_features(), outs[i]->steps});
+        const uint32_t cols = outs[i]->cols == 0 ? net_.output_features() : outs[i]->cols;
+        net_.outputs.push_back({g_.outputs[i].name, outs[i]->col, cols, outs[i]->steps});
       }
       return std::move(net_);
     }
@@ -74,6 +76,7 @@ class Lowering {
     size_t layers = 0;
     int version = 0;
     std::vector<nn::HostStep> steps;
+    uint32_t col = 0, cols = 0;  // the columns of the layer's output it views (one head of several)
   };
 
   const Graph& g_;
@@ -87,6 +90,8 @@ class Lowering {
   std::map<ValueId, Tap> taps_;       // every value of the chain
   int version_ = 0;                   // bumped when a node changes the last layer
   std::string last_host_;             // the last host operator, for messages
+  ValueId last_dense_in_ = kNoValue;  // what the last layer reads: another Dense reading it is a second head
+  std::string heads_;                 // the last layer's heads, when it has several ("fc1 (Gemm) | fc2 (Gemm)")
 
   [[noreturn]] void unsupported(const std::string& what) const { g_.fail(ErrorKind::kUnsupported, *n_, what); }
   const std::string& name(ValueId v) const { return g_.value(v).name; }
@@ -135,6 +140,10 @@ class Lowering {
                                     "or ReLU" : ""));
       }
       r.push_back(&t);
+    }
+    if (r.size() == 1 && !heads_.empty()) {
+      g_.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}': the last layer has several heads ({}) but only "
+                                                   "one of them is a graph output", g_.outputs[0].name, heads_));
     }
     // A feature shape of rank > 1 ([batch, 4, 5]) is output flattened row-major, like Flatten.
     return r;
@@ -197,11 +206,14 @@ class Lowering {
     return taps_.at(v);
   }
 
-  // v is the new activation, at `steps` after the layers as they are now.
-  void set_output(ValueId v, std::vector<nn::HostStep> steps = {}) {
+  // v is the new activation, at `steps` after the layers as they are now; a view of the same
+  // columns as `from` (a layout change or host operator), else the whole last layer.
+  void set_output(ValueId v, std::vector<nn::HostStep> steps = {}, const Tap* from = nullptr) {
+    const uint32_t col = from != nullptr ? from->col : 0;
+    const uint32_t cols = from != nullptr ? from->cols : (net_.layers.empty() ? 0 : net_.layers.back().n);
     stale_.insert(act_);
     act_ = v;
-    taps_[v] = Tap{net_.layers.size(), version_, std::move(steps)};
+    taps_[v] = Tap{net_.layers.size(), version_, std::move(steps), col, cols};
   }
 
   void finish_layer() {
@@ -219,6 +231,7 @@ class Lowering {
       case Op::kRelu:
         require_activation_input(0);
         if (stage_ == Stage::kInput) unsupported("Relu on the graph input is not supported (it must follow MatMul/Gemm)");
+        if (!heads_.empty()) unsupported(fmt::format("follows a layer with several heads ({}); a ReLU must be fused into each head", heads_));
         net_.layers.back().relu = true;
         ++version_;
         stage_ = Stage::kRelu;
@@ -230,9 +243,9 @@ class Lowering {
       case Op::kUnsqueeze:
         // Layout only: the rows stay row-major, the device never sees the change.
         {
-          std::vector<nn::HostStep> steps = require_activation_anywhere(0).steps;
+          const Tap& in = require_activation_anywhere(0);
           fixed_batch(n);
-          return set_output(n.outputs[0], std::move(steps));
+          return set_output(n.outputs[0], in.steps, &in);
         }
       case Op::kSoftmax:
       case Op::kLogSoftmax:
@@ -262,7 +275,8 @@ class Lowering {
 
   // Softmax / LogSoftmax / LayerNormalization: a host operator after the device program (fp32).
   void host_step(const Node& n) {
-    std::vector<nn::HostStep> steps = require_activation_anywhere(0).steps;
+    const Tap& in = require_activation_anywhere(0);
+    std::vector<nn::HostStep> steps = in.steps;
     const Dims& d = *g_.value(n.inputs[0]).shape;
     const auto r = static_cast<int64_t>(d.size());
     const int64_t raw = attr_int(g_, n, "axis", -1);
@@ -305,7 +319,7 @@ class Lowering {
     last_host_ = st.name;
     steps.push_back(std::move(st));
     stage_ = Stage::kHost;
-    set_output(n.outputs[0], std::move(steps));
+    set_output(n.outputs[0], std::move(steps), &in);
   }
 
   // LayerNormalization's Scale or B: a constant that broadcasts (numpy rules) to the normalized
@@ -347,9 +361,49 @@ class Lowering {
     return out;
   }
 
+  // A second head on the last layer's input (two Gemms reading one trunk): its columns are appended
+  // to the last layer, so the device computes both in one layer and each output is its columns.
+  bool try_head(const Node& n) {
+    if (n.inputs[0] == act_ || n.inputs[0] != last_dense_in_ || net_.layers.empty()) return false;
+    nn::DenseLayer& l = net_.layers.back();
+    const Value& w = g_.value(n.inputs[1]);
+    const Value& b = g_.value(n.inputs[2]);
+    const auto k = static_cast<uint32_t>((*w.shape)[0]), n2 = static_cast<uint32_t>((*w.shape)[1]);
+    const bool relu = attr_int(g_, n, "relu", 0) != 0;
+    if (taps_.at(act_).layers != net_.layers.size()) return false;
+    const std::string first = heads_.empty() ? fmt::format("{}", fmt::join(pending_, " + ")) : heads_;
+    if (relu != l.relu) {
+      unsupported(fmt::format("is a second head on '{}' {} a ReLU, but {} {}: the heads of one layer must agree", name(n.inputs[0]),
+                              relu ? "with" : "without", first, l.relu ? "has one" : "has none"));
+    }
+    if (k != l.k) throw Error(ErrorKind::kInternal, fmt::format("{}: node '{}': head does not match", g_.source, n.name));
+    std::vector<float> wn(size_t{k} * (l.n + n2));
+    for (uint32_t i = 0; i < k; ++i) {
+      std::copy_n(l.w.begin() + static_cast<std::ptrdiff_t>(size_t{i} * l.n), l.n, wn.begin() + static_cast<std::ptrdiff_t>(size_t{i} * (l.n + n2)));
+      std::copy_n(w.data->f.begin() + static_cast<std::ptrdiff_t>(size_t{i} * n2), n2,
+                  wn.begin() + static_cast<std::ptrdiff_t>(size_t{i} * (l.n + n2) + l.n));
+    }
+    const uint32_t col = l.n;
+    l.w = std::move(wn);
+    l.b.insert(l.b.end(), b.data->f.begin(), b.data->f.end());
+    l.n += n2;
+    const std::string second = n.origin.empty() ? n.label() : fmt::format("{}", fmt::join(n.origin, " + "));
+    heads_ = fmt::format("{} | {}", first, second);
+    pending_ = {heads_};
+    const Tap head{net_.layers.size(), version_, {}, col, n2};
+    stale_.insert(act_);
+    act_ = n.outputs[0];
+    taps_[act_] = head;
+    stage_ = l.relu ? Stage::kRelu : Stage::kLinear;
+    return true;
+  }
+
   void dense(const Node& n) {
+    if (try_head(n)) return;
     require_activation_input(0);
     finish_layer();
+    last_dense_in_ = n.inputs[0];
+    heads_.clear();
     const Value& w = g_.value(n.inputs[1]);
     const Value& b = g_.value(n.inputs[2]);
     nn::DenseLayer l;
@@ -376,6 +430,7 @@ class Lowering {
                               name(g_.is_constant(n.inputs[0]) ? n.inputs[1] : n.inputs[0])));
     }
     require_activation_input(a0 ? 0 : 1);
+    if (!heads_.empty()) unsupported(fmt::format("follows a layer with several heads ({}); a bias must be fused into each head", heads_));
     if (stage_ != Stage::kLinear) {
       unsupported(stage_ == Stage::kInput
                       ? "Add is supported only as the bias of a preceding MatMul/Gemm, not on the graph input"

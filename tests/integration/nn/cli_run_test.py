@@ -298,6 +298,24 @@ elif CASE == "multi_output":
     so = run_ok("run", model, "--input", x, "--labels", save("l.npy", np.arange(7) % 4), "--backend", "ref")
     expect("accuracy on" in so, so)
 
+elif CASE == "two_heads":
+    # Two heads on one trunk ('cls' = Softmax of one Gemm, 'box' = another Gemm): one device layer of
+    # 3 + 4 columns, each output its columns; int8 and bf16 agree within int8's error.
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "two_heads.onnx")
+    x = save("x.npy", np.random.default_rng(4).uniform(-1, 1, (7, 6)).astype(np.float32))
+    got = {}
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"{prec}.npy")
+        so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
+        expect("2 dense layers [batch, 7] -> 2 outputs: 'cls' [batch, 3] (softmax on the host), 'box' [batch, 4]" in so, so)
+        expect("cls_head (Gemm) | box_head (Gemm)" in so and "check: device output" in so, so)
+        cls, box = np.load(os.path.join(TMP, f"{prec}.cls.npy")), np.load(os.path.join(TMP, f"{prec}.box.npy"))
+        expect(cls.shape == (7, 3) and box.shape == (7, 4), f"{cls.shape} {box.shape}")
+        expect(np.allclose(cls.sum(axis=1), 1.0, atol=1e-5), f"{prec}: cls rows do not sum to 1")
+        got[prec] = (cls, box)
+    for a, b in zip(got["int8"], got["bf16"]):
+        expect(np.max(np.abs(a - b)) <= 0.1 * np.max(np.abs(b)), f"int8 {a} vs bf16 {b}")
+
 else:
     print("unknown case", CASE)
     sys.exit(1)

@@ -426,5 +426,68 @@ TEST(CompilerOutputs, EveryOutputMustBeTheLastLayersOutput) {
   expect_error([&] { (void)compile(mb3); }, ErrorKind::kUnsupported, {"node 'sm' (Softmax)", "reads 'h', an earlier activation"});
 }
 
+
+// Two heads on one trunk: one device layer with both heads' columns, each output its columns.
+TEST(CompilerOutputs, TwoHeadsOnOneTrunkAreOneLayer) {
+  const std::vector<float> w0 = random_floats(12, -1, 1, 40), w1 = random_floats(6, -1, 1, 41),
+                           w2 = random_floats(9, -1, 1, 42), b1 = random_floats(2, -1, 1, 43),
+                           b2 = random_floats(3, -1, 1, 44);
+  ModelBuilder mb;
+  mb.input("x", {-1, 4}).init("W0", {4, 3}, w0).init("W1", {3, 2}, w1).init("B1", {2}, b1).init("W2", {3, 3}, w2);
+  mb.init("B2", {3}, b2);
+  mb.node("MatMul", {"x", "W0"}, {"h"}, "trunk");
+  mb.node("Relu", {"h"}, {"t"}, "relu");
+  mb.node("Gemm", {"t", "W1", "B1"}, {"a"}, "head_a");
+  mb.node("Gemm", {"t", "W2", "B2"}, {"b"}, "head_b");
+  mb.node("Softmax", {"b"}, {"bp"}, "sm");
+  mb.output("a").output("bp");
+  const nn::FloatNetwork net = compile(mb);
+  ASSERT_EQ(net.layers.size(), 2u);
+  EXPECT_EQ(net.layers[1].n, 5u);
+  EXPECT_EQ(net.layers[1].name, "head_a (Gemm) | head_b (Gemm)");
+  ASSERT_EQ(net.outputs.size(), 2u);
+  EXPECT_EQ(net.outputs[0].name, "a");
+  EXPECT_EQ(net.outputs[0].col, 0u);
+  EXPECT_EQ(net.outputs[0].cols, 2u);
+  EXPECT_TRUE(net.outputs[0].host_steps.empty());
+  EXPECT_EQ(net.outputs[1].name, "bp");
+  EXPECT_EQ(net.outputs[1].col, 2u);
+  EXPECT_EQ(net.outputs[1].cols, 3u);
+  ASSERT_EQ(net.outputs[1].host_steps.size(), 1u);
+  EXPECT_EQ(net.outputs[1].host_steps[0].features(), 3u);
+
+  const std::vector<float> x = random_floats(8, -1, 1, 45);
+  const std::vector<std::vector<float>> outs = nn::split_outputs(net, nn::forward_float(net, x, 2), 2);
+  for (size_t r = 0; r < 2; ++r) {
+    std::vector<double> h(3), a(2), b(3);
+    for (size_t j = 0; j < 3; ++j) {
+      for (size_t i = 0; i < 4; ++i) h[j] += double{x[r * 4 + i]} * w0[i * 3 + j];
+      h[j] = std::max(h[j], 0.0);
+    }
+    for (size_t j = 0; j < 2; ++j) {
+      a[j] = b1[j];
+      for (size_t i = 0; i < 3; ++i) a[j] += h[i] * w1[i * 2 + j];
+      EXPECT_NEAR(outs[0][r * 2 + j], a[j], 1e-5);
+    }
+    double mx = -1e30, sum = 0;
+    for (size_t j = 0; j < 3; ++j) {
+      b[j] = b2[j];
+      for (size_t i = 0; i < 3; ++i) b[j] += h[i] * w2[i * 3 + j];
+      mx = std::max(mx, b[j]);
+    }
+    for (size_t j = 0; j < 3; ++j) sum += std::exp(b[j] - mx);
+    for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(outs[1][r * 3 + j], std::exp(b[j] - mx) / sum, 1e-5);
+  }
+
+  // Heads that disagree on the ReLU cannot share a layer; one head alone as the output is refused.
+  ModelBuilder mb2;
+  mb2.input("x", {-1, 4}).init("W1", {4, 2}, random_floats(8, -1, 1, 46)).init("W2", {4, 3}, random_floats(12, -1, 1, 47));
+  mb2.node("MatMul", {"x", "W1"}, {"a"}, "ha");
+  mb2.node("MatMul", {"x", "W2"}, {"b0"}, "hb");
+  mb2.node("Relu", {"b0"}, {"b"}, "rb");
+  mb2.output("a").output("b");
+  expect_error([&] { (void)compile(mb2); }, ErrorKind::kUnsupported, {"the heads of one layer must agree"});
+}
+
 }  // namespace
 }  // namespace tpuw::compiler
