@@ -352,8 +352,25 @@ void fold_pads(Graph& g) {
     Node* next = rd.size() == 1 && !g.is_graph_output(y) ? &g.nodes[rd[0]] : nullptr;
     if (next == nullptr || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
         auto_pad(g, *next) != "NOTSET") {
-      g.fail(ErrorKind::kUnsupported, pad, "a Pad is supported only as the only input of a Conv or AveragePool "
-                                           "(without auto_pad)");
+      // Not foldable: the Pad runs as a 1x1 average pool with those pads (the identity with a
+      // zero border, count_include_pad=1), a layer of its own.
+      Node& pn = g.nodes[i];  // its origin already names the Pad
+      pn.op = Op::kAveragePool;
+      pn.inputs.resize(1);
+      pn.attrs.clear();
+      Attribute ks;
+      ks.kind = Attribute::Kind::kInts;
+      ks.ints = {1, 1};
+      pn.set_attr("kernel_shape", ks);
+      Attribute pa;
+      pa.kind = Attribute::Kind::kInts;
+      pa.ints = {p[2], p[3], p[6], p[7]};
+      pn.set_attr("pads", pa);
+      Attribute ci;
+      ci.kind = Attribute::Kind::kInt;
+      ci.i = 1;
+      pn.set_attr("count_include_pad", ci);
+      continue;
     }
     std::vector<int64_t> q = attr_ints(g, *next, "pads", 4, 0);
     const std::vector<int64_t> add = {p[2], p[3], p[6], p[7]};  // top, left, bottom, right
@@ -385,13 +402,138 @@ void fold_pads(Graph& g) {
   g.nodes = std::move(kept);
 }
 
+namespace {
+
+// BatchNormalization (inference) as a per-channel y = x * s[c] + t[c]; nullopt when it is not a
+// plain inference BN over [batch, C, H, W] with constant parameters (lower_feature_maps reports it).
+struct ChannelAffine {
+  std::vector<double> s, t;
+};
+
+std::optional<ChannelAffine> bn_affine(const Graph& g, const Node& n) {
+  if (attr_int(g, n, "training_mode", 0) != 0) return std::nullopt;
+  for (size_t k = 1; k < n.outputs.size(); ++k) {
+    if (n.outputs[k] != kNoValue) return std::nullopt;
+  }
+  const Value& xv = g.value(n.inputs[0]);
+  if (!xv.shape || xv.shape->size() != 4 || !detail::batch_led(*xv.shape)) return std::nullopt;
+  const auto ch = static_cast<size_t>((*xv.shape)[1]);
+  for (size_t k = 1; k <= 4; ++k) {
+    if (!g.is_constant(n.inputs[k]) || g.value(n.inputs[k]).data->size() != ch) return std::nullopt;
+  }
+  const double eps = detail::attr_float(g, n, "epsilon", 1e-5f);
+  ChannelAffine a;
+  for (size_t c = 0; c < ch; ++c) {
+    const double var = g.value(n.inputs[4]).data->as_double(c) + eps;
+    if (!(var > 0)) g.fail(ErrorKind::kUnsupported, n, fmt::format("channel {}: var + epsilon is not positive", c));
+    const double sc = g.value(n.inputs[1]).data->as_double(c) / std::sqrt(var);
+    a.s.push_back(sc);
+    a.t.push_back(g.value(n.inputs[2]).data->as_double(c) - g.value(n.inputs[3]).data->as_double(c) * sc);
+  }
+  return a;
+}
+
+bool conv_like(Op op) {
+  return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool ||
+         op == Op::kPad;
+}
+
+}  // namespace
+
+size_t fold_conv_batchnorm(Graph& g) {
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<int64_t> producer(g.values.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const ValueId o : g.nodes[i].outputs) {
+      if (o != kNoValue) producer[static_cast<size_t>(o)] = static_cast<int64_t>(i);
+    }
+  }
+  std::vector<bool> drop(g.nodes.size(), false);
+  size_t count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& bn = g.nodes[i];
+    if (bn.op != Op::kBatchNormalization) continue;
+    const std::optional<ChannelAffine> a = bn_affine(g, bn);
+    if (!a) continue;
+    const ValueId x = bn.inputs[0];
+    const int64_t pi = producer[static_cast<size_t>(x)];
+    Node* prev = pi >= 0 ? &g.nodes[static_cast<size_t>(pi)] : nullptr;
+    const bool sole_reader = readers[static_cast<size_t>(x)].size() == 1 && !g.is_graph_output(x);
+    if (prev != nullptr && prev->op == Op::kConv && sole_reader && attr_int(g, *prev, "relu", 0) == 0 &&
+        g.is_constant(prev->inputs[1]) && (input(*prev, 2) == kNoValue || g.is_constant(input(*prev, 2)))) {
+      // Into the Conv: W'[o] = W[o] * s[o], b'[o] = b[o] * s[o] + t[o] (float32, like the model's).
+      const Value& wv = g.value(prev->inputs[1]);
+      const Dims wd = *wv.shape;
+      const auto O = static_cast<size_t>(wd[0]);
+      if (O != a->s.size()) continue;
+      TensorData w = *wv.data;
+      const size_t per = w.size() / O;
+      std::vector<double> wf(w.size());
+      for (size_t k = 0; k < w.size(); ++k) wf[k] = static_cast<float>(w.as_double(k) * a->s[k / per]);
+      std::vector<double> bf(O);
+      const ValueId bid = input(*prev, 2);
+      for (size_t o = 0; o < O; ++o) {
+        const double b0 = bid == kNoValue ? 0.0 : g.value(bid).data->as_double(o);
+        bf[o] = static_cast<float>(b0 * a->s[o] + a->t[o]);
+      }
+      const std::string base = prev->name + "." + bn.name;
+      const ValueId nw = g.add_constant(base + ".w_folded", DType::kFloat32, wd, TensorData{wf, {}});
+      const ValueId nb = g.add_constant(base + ".b_folded", DType::kFloat32, Dims{static_cast<int64_t>(O)}, TensorData{bf, {}});
+      prev = &g.nodes[static_cast<size_t>(pi)];  // add_constant does not touch nodes; keep the pointer honest
+      prev->inputs.resize(3);
+      prev->inputs[1] = nw;
+      prev->inputs[2] = nb;
+      prev->origin.push_back(bn.label());
+      g.replace_uses(bn.outputs[0], x);  // graph outputs keep their names
+      drop[i] = true;
+      ++count;
+      continue;
+    }
+    // Standalone inside a CNN (after a pool, a Relu of a conv, or right before a conv): a 1x1
+    // depthwise Conv with weight s[c] and bias t[c] (the device runs only its diagonal tiles).
+    bool in_cnn = prev != nullptr && (conv_like(prev->op) || (prev->op == Op::kRelu && [&] {
+                    const int64_t pp = producer[static_cast<size_t>(prev->inputs[0])];
+                    return pp >= 0 && conv_like(g.nodes[static_cast<size_t>(pp)].op);
+                  }()));
+    for (const size_t r : readers[static_cast<size_t>(bn.outputs[0])]) in_cnn = in_cnn || conv_like(g.nodes[r].op);
+    if (!in_cnn) continue;  // lower_feature_maps runs it as a per-feature map
+    const auto C = static_cast<int64_t>(a->s.size());
+    std::vector<double> wf(a->s.size()), bf(a->s.size());
+    for (size_t c = 0; c < a->s.size(); ++c) {
+      wf[c] = static_cast<float>(a->s[c]);
+      bf[c] = static_cast<float>(a->t[c]);
+    }
+    const ValueId nw = g.add_constant(bn.name + ".scale_dw", DType::kFloat32, Dims{C, 1, 1, 1}, TensorData{wf, {}});
+    const ValueId nb = g.add_constant(bn.name + ".shift_dw", DType::kFloat32, Dims{C}, TensorData{bf, {}});
+    Node& n = g.nodes[i];  // its origin already names the BatchNormalization
+    n.op = Op::kConv;
+    n.inputs = {x, nw, nb};
+    n.outputs.resize(1);
+    n.attrs.clear();
+    Attribute gr;
+    gr.kind = Attribute::Kind::kInt;
+    gr.i = C;
+    n.set_attr("group", gr);
+    ++count;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!drop[i]) kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  return count;
+}
+
 size_t fuse_conv_relu(Graph& g) {
   const std::vector<std::vector<size_t>> readers = g.consumers();
   std::vector<bool> drop(g.nodes.size(), false);
   size_t fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& c = g.nodes[i];
-    if (c.op != Op::kConv || attr_int(g, c, "relu", 0) != 0) continue;
+    if ((c.op != Op::kConv && c.op != Op::kAveragePool && c.op != Op::kGlobalAveragePool) ||
+        attr_int(g, c, "relu", 0) != 0) {
+      continue;
+    }
     const ValueId y = c.outputs[0];
     const auto& rd = readers[static_cast<size_t>(y)];
     if (rd.size() != 1 || g.is_graph_output(y)) continue;
@@ -443,6 +585,7 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
     }
     return y;
   }
+  const bool relu = attr_int(g, n, "relu", 0) != 0;
   if (n.op != Op::kConv) {
     // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
     std::vector<float> y(batch * O * Ho * Wo);
@@ -460,7 +603,7 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
               if (ix >= 0 && ix < static_cast<int64_t>(W)) s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
             }
           }
-          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(s * inv);
+          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(s * inv, 0.0) : s * inv);
         }
       }
     }
@@ -473,7 +616,6 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
   if (const ValueId b = input(n, 2); b != kNoValue) {
     for (size_t o = 0; o < O; ++o) bias[o] = static_cast<float>(g.value(b).data->as_double(o));
   }
-  const bool relu = attr_int(g, n, "relu", 0) != 0;
   std::vector<float> y(batch * O * Ho * Wo);
   for (uint64_t bi = 0; bi < batch; ++bi) {
     for (uint64_t o = 0; o < O; ++o) {
@@ -570,6 +712,88 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
   return q;
 }
 
+namespace {
+
+// An Add or Concat of activations in a CNN: [batch, C, H, W] maps of one height and width; an Add
+// of two maps of the same shape, a Concat along the channels (axis 1).
+void check_merge(const Graph& g, const Node& n) {
+  const Dims& d0 = *g.value(n.inputs[0]).shape;
+  for (const ValueId v : n.inputs) {
+    const Dims& d = *g.value(v).shape;
+    if (d.size() != 4 || d[2] != d0[2] || d[3] != d0[3] || (n.op == Op::kAdd && d != d0)) {
+      g.fail(ErrorKind::kUnsupported, n,
+             fmt::format("input '{}' has shape {}, input '{}' {}: {} maps of [batch, C, H, W] with the same {}",
+                         g.value(n.inputs[0]).name, dims_string(d0), g.value(v).name, dims_string(d),
+                         n.op == Op::kAdd ? "an Add adds two" : "a Concat joins",
+                         n.op == Op::kAdd ? "shape" : "height and width"));
+    }
+  }
+  if (n.op == Op::kAdd && n.inputs.size() != 2) g.fail(ErrorKind::kUnsupported, n, "an Add has two inputs");
+  if (n.op == Op::kConcat) {
+    int64_t axis = attr_int(g, n, "axis", 0);
+    if (axis < 0) axis += 4;
+    if (axis != 1) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("axis {}: a Concat of feature maps joins the channels (axis 1)",
+                                                     attr_int(g, n, "axis", 0)));
+    }
+  }
+}
+
+}  // namespace
+
+nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float> in_scales, float out_scale, bool relu) {
+  // A 1x1 convolution over the channel concatenation of the inputs [x_0; x_1; ...].
+  //   Add:    y[o] = (s_0 x_0[o] + s_1 x_1[o]) / s_out: weights w_k = round(127 s_k / max s) on the
+  //           diagonal of block k, one multiplier max s / (127 s_out) for every channel.
+  //   Concat: y[o] = s_k x_k[c] / s_out for the channel o = offset_k + c: weight 127 on the
+  //           diagonal, the multiplier s_k / (127 s_out) per output channel.
+  nn::QConv2d q;
+  q.name = n.origin.empty() ? n.label() : fmt::format("{}", n.origin.front());
+  for (size_t i = 1; i < n.origin.size(); ++i) q.name += " + " + n.origin[i];
+  q.relu = relu;
+  q.out_scale = out_scale;
+  std::vector<uint32_t> ch;
+  for (const ValueId v : n.inputs) ch.push_back(static_cast<uint32_t>((*g.value(v).shape)[1]));
+  const Dims& d0 = *g.value(n.inputs[0]).shape;
+  q.geom.in_h = static_cast<uint32_t>(d0[2]);
+  q.geom.in_w = static_cast<uint32_t>(d0[3]);
+  for (const uint32_t c : ch) q.geom.in_c += c;
+  q.geom.out_c = n.op == Op::kAdd ? ch[0] : q.geom.in_c;
+  const uint64_t O = q.geom.out_c, C = q.geom.in_c;
+  q.w_q.assign(O * C, 0);
+  q.bias_q.assign(O, 0);
+  std::vector<double> real(O);
+  if (n.op == Op::kAdd) {
+    const double m = std::max(in_scales[0], in_scales[1]);
+    for (uint64_t o = 0; o < O; ++o) {
+      for (size_t k = 0; k < 2; ++k) {
+        const double w = std::round(127.0 * in_scales[k] / m);
+        q.w_q[o * C + k * O + o] = static_cast<int8_t>(w);
+      }
+      real[o] = m / (127.0 * out_scale);
+    }
+  } else {
+    uint64_t off = 0;
+    for (size_t k = 0; k < ch.size(); ++k) {
+      for (uint64_t c = 0; c < ch[k]; ++c) {
+        q.w_q[(off + c) * C + off + c] = 127;
+        real[off + c] = in_scales[k] / (127.0 * out_scale);
+      }
+      off += ch[k];
+    }
+  }
+  for (uint64_t o = 0; o < O; ++o) {
+    try {
+      const nn::Requant rq = nn::quantize_multiplier(real[o]);
+      q.mult.push_back(rq.mult);
+      q.shift.push_back(rq.shift);
+    } catch (const Error& e) {
+      g.fail(ErrorKind::kUnsupported, n, e.what());
+    }
+  }
+  return q;
+}
+
 nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
   const Graph g = optimize(std::move(graph));
   if (g.inputs.size() != 1 || g.outputs.size() != 1) {
@@ -588,35 +812,115 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: calibration data has {} values, expected {} rows x {}",
                                                          g.source, calib.size(), rows, feat));
   }
-  const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
   nn::QCnn net;
   net.in_c = static_cast<uint32_t>(din[1]);
   net.in_h = static_cast<uint32_t>(din[2]);
   net.in_w = static_cast<uint32_t>(din[3]);
   net.input_scale = nn::symmetric_scale(calib);
 
-  // The chain: Convs reading the previous activation, then one Flatten/Reshape, then the head.
-  ValueId act = input;
-  size_t i = 0;
-  std::vector<const Node*> convs;
+  // The layers, in node order: conv/pool nodes reading the input or an earlier layer's output,
+  // residual Adds and channel Concats of such outputs (1x1 convolutions over the channel
+  // concatenation, quantize_merge), a Relu fused into the layer it follows; then one
+  // Flatten/Reshape and the head, or nothing (a feature-map output).
+  struct Layer {
+    const Node* node = nullptr;
+    std::vector<int32_t> src;  // -1: the input
+    bool relu = false;         // a Relu fused here (Add/Concat; a Conv's is its attribute)
+    std::string relu_label;
+    ValueId value = kNoValue;  // the layer's output (after the fused Relu)
+  };
+  std::vector<Layer> layers;
+  std::vector<int32_t> layer_of(g.values.size(), std::numeric_limits<int32_t>::min());
+  layer_of[static_cast<size_t>(input)] = -1;
+  const std::vector<std::vector<size_t>> readers = g.consumers();
   auto is_conv_like = [](Op op) {
     return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
   };
-  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
-    if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
-    convs.push_back(&g.nodes[i]);
-    act = g.nodes[i].outputs[0];
-  }
-  if (convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through compile_quantized)");
-  if (i == g.nodes.size() || (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape)) {
-    if (i < g.nodes.size()) {
-      g.fail(ErrorKind::kUnsupported, g.nodes[i],
-             "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
-             "then Flatten/Reshape and dense layers");
+  auto is_layer_value = [&](ValueId v) { return layer_of[static_cast<size_t>(v)] != std::numeric_limits<int32_t>::min(); };
+  size_t i = 0;
+  for (; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op == Op::kRelu && is_layer_value(n.inputs[0]) && layer_of[static_cast<size_t>(n.inputs[0])] >= 0) {
+      Layer& l = layers[static_cast<size_t>(layer_of[static_cast<size_t>(n.inputs[0])])];
+      const ValueId v = n.inputs[0];
+      // After a MaxPool the Relu moves to the layer before the pool (max commutes with ReLU).
+      Layer* host = &l;
+      if (l.node->op == Op::kMaxPool && l.src[0] >= 0) {
+        Layer& p = layers[static_cast<size_t>(l.src[0])];
+        if (p.node->op != Op::kMaxPool && readers[static_cast<size_t>(p.value)].size() == 1 && !g.is_graph_output(p.value)) {
+          host = &p;
+        }
+      }
+      if (l.value != v || host->relu || attr_int(g, *host->node, "relu", 0) != 0 || host->node->op == Op::kMaxPool ||
+          readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
+        g.fail(ErrorKind::kUnsupported, n, "a Relu in a CNN must be the only reader of a Conv, pool, Add or Concat output");
+      }
+      host->relu = true;
+      host->relu_label = n.label();
+      l.value = n.outputs[0];
+      layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
+      continue;
     }
-    g.fail(ErrorKind::kUnsupported, *convs.back(),
-           fmt::format("is the model's last layer (graph output '{}'): a CNN ends in Flatten/Reshape and dense "
-                       "layers; feature-map outputs are not supported yet", g.outputs[0].name));
+    const bool merge = (n.op == Op::kAdd || n.op == Op::kConcat) && !n.inputs.empty() &&
+                       std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return is_layer_value(v); });
+    if (!is_conv_like(n.op) && !merge) break;
+    if (!merge && !is_layer_value(n.inputs[0])) g.fail(ErrorKind::kUnsupported, n, "is not part of a chain of layers");
+    Layer l;
+    l.node = &n;
+    for (size_t k = 0; k < (merge ? n.inputs.size() : 1); ++k) l.src.push_back(layer_of[static_cast<size_t>(n.inputs[k])]);
+    l.value = n.outputs[0];
+    if (merge) check_merge(g, n);
+    layer_of[static_cast<size_t>(l.value)] = static_cast<int32_t>(layers.size());
+    layers.push_back(std::move(l));
+  }
+  if (layers.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through compile_quantized)");
+  const std::vector<std::vector<float>> acts = interpret_float(g, calib, rows);
+  ValueId act = layers.back().value;
+  // Output scales, last layer first: calibrated (the last one is the head's input scale), except
+  // that a MaxPool's input takes its output's scale (int8 max is then exact).
+  auto quantize_convs = [&](float last_scale) {
+    const size_t L = layers.size();
+    std::vector<float> out_scales(L);
+    for (size_t c = 0; c < L; ++c) {
+      out_scales[c] = c + 1 == L ? last_scale : nn::symmetric_scale(acts[static_cast<size_t>(layers[c].value)]);
+    }
+    for (size_t c = L; c-- > 0;) {
+      if (layers[c].node->op != Op::kMaxPool) continue;
+      const int32_t s = layers[c].src[0];
+      (s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]) = out_scales[c];
+    }
+    for (size_t c = 0; c < L; ++c) {
+      const Layer& l = layers[c];
+      std::vector<float> in_scales;
+      for (const int32_t s : l.src) in_scales.push_back(s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]);
+      nn::QConv2d q = l.src.size() > 1 || l.node->op == Op::kAdd || l.node->op == Op::kConcat
+                          ? quantize_merge(g, *l.node, in_scales, out_scales[c], l.relu)
+                          : quantize_conv(g, *l.node, in_scales[0], out_scales[c]);
+      if (l.relu) q.relu = true;
+      if (!l.relu_label.empty()) q.name += " + " + l.relu_label;
+      if (l.src != std::vector<int32_t>{static_cast<int32_t>(c) - 1}) q.sources = l.src;
+      net.convs.push_back(std::move(q));
+    }
+  };
+  // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
+  // map in NCHW order is the flattened row).
+  const bool ends_in_map = i == g.nodes.size();
+  const bool ends_in_flatten = i + 1 == g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape) &&
+                               g.nodes[i].inputs[0] == act;
+  if (ends_in_map && g.outputs[0].value != act) {
+    g.fail(ErrorKind::kUnsupported, *layers.back().node,
+           fmt::format("is the last layer but the graph output '{}' is another layer's", g.outputs[0].name));
+  }
+  if (ends_in_map || ends_in_flatten) {
+    quantize_convs(nn::symmetric_scale(acts[static_cast<size_t>(act)]));
+    net.check();
+    return net;
+  }
+  if (g.nodes[i].op != Op::kFlatten && g.nodes[i].op != Op::kReshape) {
+    g.fail(ErrorKind::kUnsupported, g.nodes[i],
+           "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
+           "residual Adds and channel Concats of their outputs, then Flatten/Reshape and dense layers (or ends in a "
+           "feature map)");
   }
   const Node& flat = g.nodes[i++];
   if (flat.inputs[0] != act || g.value(flat.outputs[0]).shape->size() != 2) {
@@ -658,23 +962,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   quantize(hg, flat_calib, rows);
   net.head = lower_to_qnetwork(hg);
 
-  // Output scales, last layer first: calibrated (the last one is the head's input scale), except
-  // that a MaxPool's input takes its output's scale (int8 max is then exact).
-  std::vector<float> out_scales(convs.size());
-  for (size_t c = convs.size(); c-- > 0;) {
-    if (c + 1 < convs.size() && convs[c + 1]->op == Op::kMaxPool) {
-      out_scales[c] = out_scales[c + 1];
-    } else {
-      out_scales[c] = c + 1 == convs.size() ? net.head.input_scale
-                                            : nn::symmetric_scale(acts[static_cast<size_t>(convs[c]->outputs[0])]);
-    }
-  }
-  if (convs[0]->op == Op::kMaxPool) net.input_scale = out_scales[0];
-  float scale = net.input_scale;
-  for (size_t c = 0; c < convs.size(); ++c) {
-    net.convs.push_back(quantize_conv(g, *convs[c], scale, out_scales[c]));
-    scale = out_scales[c];
-  }
+  quantize_convs(net.head.input_scale);
   net.check();
   return net;
 }

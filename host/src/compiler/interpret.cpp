@@ -61,6 +61,40 @@ class Interpreter {
       case Op::kMaxPool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
       case Op::kFlatten:
       case Op::kReshape: out(n) = in(n, 0); return;
+      case Op::kRelu: {  // (a CNN's Relu after a residual Add or a Concat)
+        std::vector<float> y = in(n, 0);
+        for (float& v : y) v = std::max(v, 0.0f);
+        out(n) = std::move(y);
+        return;
+      }
+      case Op::kAdd: {  // two activations of one shape (a residual Add)
+        if (g_.is_constant(n.inputs[0]) || g_.is_constant(n.inputs[1])) {
+          g_.fail(ErrorKind::kUnsupported, n, "is not supported by the float interpreter (an Add of a constant)");
+        }
+        const std::vector<float>& a = in(n, 0);
+        const std::vector<float>& b = in(n, 1);
+        if (a.size() != b.size()) g_.fail(ErrorKind::kUnsupported, n, "the float interpreter adds activations of one shape");
+        std::vector<float> y(a.size());
+        for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(static_cast<double>(a[i]) + b[i]);
+        out(n) = std::move(y);
+        return;
+      }
+      case Op::kConcat: {  // activations along axis 1 (channels or features), row by row
+        if (const int64_t axis = attr_int(g_, n, "axis", 0); axis != 1 && axis != -static_cast<int64_t>(g_.value(n.outputs[0]).shape->size()) + 1) {
+          g_.fail(ErrorKind::kUnsupported, n, "the float interpreter concatenates along axis 1 only");
+        }
+        std::vector<float> y;
+        y.reserve(batch_ * row_size(g_, n.outputs[0]));
+        for (uint64_t r = 0; r < batch_; ++r) {
+          for (size_t k = 0; k < n.inputs.size(); ++k) {
+            const uint64_t f = row_size(g_, n.inputs[k]);
+            const std::vector<float>& x = in(n, k);
+            y.insert(y.end(), x.begin() + static_cast<std::ptrdiff_t>(r * f), x.begin() + static_cast<std::ptrdiff_t>((r + 1) * f));
+          }
+        }
+        out(n) = std::move(y);
+        return;
+      }
       case Op::kSoftmax: {
         std::vector<float> y = in(n, 0);
         const Dims& d = *g_.value(n.inputs[0]).shape;

@@ -21,6 +21,7 @@ Graph optimize(Graph g) {
   verify(g);
   infer_shapes(g, /*strict=*/true);
   fuse_dense(g);
+  fold_conv_batchnorm(g);  // before lower_feature_maps: a CNN's BatchNormalization stays per channel
   lower_feature_maps(g);
   fold_pads(g);
   fuse_conv_relu(g);

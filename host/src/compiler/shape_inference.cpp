@@ -46,6 +46,7 @@ class Inference {
 
   void node(Node& n) {
     n_ = &n;
+    if (n.op == Op::kConcat && concat_of_activations(n)) return;  // a CNN's channel Concat
     switch (n.op) {
       case Op::kIdentity:
       case Op::kRelu:
@@ -161,6 +162,35 @@ class Inference {
     if (v == kNoValue) return;
     g_.value(v).dtype = t;
     g_.value(v).shape = std::move(d);
+  }
+
+  // A Concat of activations along a non-batch axis (a CNN's Concat along the channels): every
+  // input batch-led, of one rank, equal outside the axis. False when it is something else (a
+  // Concat of shape tensors, which constant folding evaluates; the switch reports what is left).
+  bool concat_of_activations(Node& n) {
+    for (const ValueId v : n.inputs) {
+      if (!known(v) || g_.is_constant(v)) return false;
+    }
+    const Dims& d0 = *shape(n.inputs[0]);
+    const auto rank = static_cast<int64_t>(d0.size());
+    int64_t axis = attr_int(g_, n, "axis", 0);
+    if (axis < 0) axis += rank;
+    if (rank < 2 || !batch_led(d0) || axis < 1 || axis >= rank) return false;
+    Dims out = d0;
+    out[static_cast<size_t>(axis)] = 0;
+    for (const ValueId v : n.inputs) {
+      const Dims& d = *shape(v);
+      if (static_cast<int64_t>(d.size()) != rank) return false;
+      for (int64_t i = 1; i < rank; ++i) {
+        if (i != axis && d[static_cast<size_t>(i)] != d0[static_cast<size_t>(i)]) {
+          fail(ErrorKind::kUnsupported, fmt::format("inputs '{}' {} and '{}' {} differ outside the Concat axis {}",
+                                                    name(n.inputs[0]), dims_string(d0), name(v), dims_string(d), axis));
+        }
+      }
+      out[static_cast<size_t>(axis)] += d[static_cast<size_t>(axis)];
+    }
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+    return true;
   }
 
   void same_as_input(Node& n) {

@@ -132,24 +132,49 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
   return y;
 }
 
+std::vector<int32_t> QCnn::sources_of(size_t l) const {
+  if (!convs[l].sources.empty()) return convs[l].sources;
+  return {static_cast<int32_t>(l) - 1};
+}
+
 void QCnn::check() const {
   uint32_t c = in_c, h = in_h, w = in_w;
   float scale = input_scale;
-  for (const QConv2d& l : convs) {
+  for (size_t li = 0; li < convs.size(); ++li) {
+    const QConv2d& l = convs[li];
     l.check();
+    // The input: the sources' channels, each of the same height and width.
+    const std::vector<int32_t> src = sources_of(li);
+    c = 0;
+    for (const int32_t k : src) {
+      if (k < -1 || k >= static_cast<int32_t>(li)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("cnn: conv '{}' reads layer {}, which is not the input (-1) or an earlier layer", l.name, k));
+      }
+      const ConvGeometry* sg = k < 0 ? nullptr : &convs[static_cast<size_t>(k)].geom;
+      const uint32_t sc = sg ? sg->out_c : in_c, sh = sg ? sg->out_h() : in_h, sw = sg ? sg->out_w() : in_w;
+      if (c != 0 && (sh != h || sw != w)) {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: conv '{}' concatenates maps of {}x{} and {}x{}", l.name,
+                                                             h, w, sh, sw));
+      }
+      c += sc, h = sh, w = sw;
+      scale = k < 0 ? input_scale : convs[static_cast<size_t>(k)].out_scale;
+    }
     if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("cnn: conv '{}' expects {}x{}x{} but its input is {}x{}x{}", l.name, l.geom.in_c,
                               l.geom.in_h, l.geom.in_w, c, h, w));
     }
-    if (l.max_pool && l.out_scale != scale) {
+    if (l.max_pool && (src.size() != 1 || l.out_scale != scale)) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: max pool '{}' has output scale {:g}, its input's is {:g}",
                                                            l.name, l.out_scale, scale));
     }
     c = l.geom.out_c, h = l.geom.out_h(), w = l.geom.out_w();
     scale = l.out_scale;
   }
-  if (head.layers.empty() || uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
+  if (convs.empty()) throw Error(ErrorKind::kInvalidArgument, "cnn: no convolution or pooling layer");
+  if (!has_head()) return;  // the last map is the output
+  if (uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cnn: the dense head reads {} features, the last convolution gives {}x{}x{}",
                             head.input_features, c, h, w));
@@ -161,10 +186,44 @@ void QCnn::check() const {
   }
 }
 
+uint64_t QCnn::output_features() const {
+  if (has_head()) return head.layers.back().n;
+  if (convs.empty()) return uint64_t{in_c} * in_h * in_w;
+  const ConvGeometry& g = convs.back().geom;
+  return uint64_t{g.out_c} * g.out_h() * g.out_w();
+}
+
+std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const int8_t> x,
+                                    const std::function<const std::vector<int8_t>&(size_t)>& out, uint64_t batch) {
+  const std::vector<int32_t> src = net.sources_of(l);
+  const ConvGeometry& g = net.convs[l].geom;
+  const uint64_t hw = uint64_t{g.in_h} * g.in_w;
+  if (src.size() == 1) {
+    const std::span<const int8_t> s = src[0] < 0 ? x : std::span<const int8_t>(out(static_cast<size_t>(src[0])));
+    return std::vector<int8_t>(s.begin(), s.end());
+  }
+  std::vector<int8_t> a(batch * g.in_c * hw);
+  int8_t* dst = a.data();
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (const int32_t k : src) {
+      const std::span<const int8_t> s = k < 0 ? x : std::span<const int8_t>(out(static_cast<size_t>(k)));
+      const uint64_t per = s.size() / batch;  // C_k * H * W
+      std::copy_n(s.data() + b * per, per, dst);
+      dst += per;
+    }
+  }
+  return a;
+}
+
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
-  std::vector<int8_t> a(x_q.begin(), x_q.end());
-  for (const QConv2d& l : net.convs) a = conv2d_int(l, a, batch);
+  std::vector<std::vector<int8_t>> outs;
+  auto out = [&](size_t k) -> const std::vector<int8_t>& { return outs[k]; };
+  for (size_t l = 0; l < net.convs.size(); ++l) {
+    outs.push_back(conv2d_int(net.convs[l], cnn_layer_input(net, l, x_q, out, batch), batch));
+  }
+  const std::vector<int8_t>& a = outs.back();
+  if (!net.has_head()) return std::vector<int32_t>(a.begin(), a.end());
   return forward_int_raw(net.head, a, batch);
 }
 

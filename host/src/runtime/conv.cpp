@@ -389,8 +389,13 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
 CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
   CnnRunResult r;
-  std::vector<int8_t> a(x_q.begin(), x_q.end());
-  for (const QConv2d& l : net.convs) {
+  auto out = [&](size_t k) -> const std::vector<int8_t>& { return r.convs[k].y; };
+  std::vector<int8_t> a;
+  for (size_t li = 0; li < net.convs.size(); ++li) {
+    const QConv2d& l = net.convs[li];
+    // Its input in host memory: the previous map, or its sources' maps side by side (a residual
+    // Add or a Concat reads the channel concatenation).
+    a = nn::cnn_layer_input(net, li, x_q, out, batch);
     if (l.max_pool) {
       ConvRunResult h;
       h.host = true;
@@ -399,24 +404,27 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
       const auto t0 = std::chrono::steady_clock::now();
       h.y = nn::conv2d_int(l, a, batch);
       h.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      a = h.y;
       r.convs.push_back(std::move(h));
       continue;
     }
     r.convs.push_back(run_conv2d(device, l, a, batch));
     const ConvRunResult& c = r.convs.back();
-    a = c.y;
     r.cycles += c.cycles;
     r.macs += c.plan.macs();
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }
-  r.head = run_network(device, net.head, a, batch);
-  r.output_i32 = r.head.output_i32;
-  r.cycles += r.head.cycles;
-  r.macs += r.head.macs;
-  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
-  r.min_bytes += r.head.min_bytes;
+  const std::vector<int8_t>& last = r.convs.back().y;
+  if (!net.has_head()) {
+    r.output_i32.assign(last.begin(), last.end());  // the last feature map is the output
+  } else {
+    r.head = run_network(device, net.head, last, batch);
+    r.output_i32 = r.head.output_i32;
+    r.cycles += r.head.cycles;
+    r.macs += r.head.macs;
+    r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
+    r.min_bytes += r.head.min_bytes;
+  }
   const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
   r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
   return r;

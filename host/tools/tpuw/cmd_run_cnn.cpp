@@ -6,7 +6,9 @@
 //      input), per-channel int8 weights (tpuw/compiler/conv.h)
 //   3. run_cnn in batches of --batch rows: one device program per convolution / pooling layer
 //      (implicit GEMM over the unified buffer), one for the dense head (tpuw/runtime/conv.h)
-//   4. dequantize the head's int32 output, apply the host operator, write --output (float32 [rows, classes])
+//   4. dequantize the head's int32 output, apply the host operator, write --output (float32 [rows, classes]);
+//      a model that ends in a feature map (no dense head) gives the map in the model's output
+//      shape, e.g. [rows, C, H, W] (NCHW)
 //   5. report per layer: shape, cycles, utilization, bytes moved vs the layer's minimum and where
 //      the cycles went; --labels: accuracy of the device and of the float model (the graph
 //      interpreted on the CPU in float); --check: the int32 output against the CPU integer model
@@ -14,6 +16,7 @@
 #include "cmd_run_cnn.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -150,8 +153,10 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
     const runtime::ConvPlan p = runtime::plan_conv(params, l.geom, rows);
     need += p.in_bytes() + p.w_bytes() + p.param_bytes() + p.out_bytes() + 4 * 4096;
   }
-  const runtime::NetworkPlan hp = runtime::plan_network(params, q.head, rows);
-  need += hp.input_bytes + hp.weight_bytes + hp.param_bytes + hp.spill_bytes + hp.output_bytes + 5 * 4096;
+  if (q.has_head()) {
+    const runtime::NetworkPlan hp = runtime::plan_network(params, q.head, rows);
+    need += hp.input_bytes + hp.weight_bytes + hp.param_bytes + hp.spill_bytes + hp.output_bytes + 5 * 4096;
+  }
   need += 8ull << 20;
   const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
   if (mem > (4ull << 30)) {
@@ -203,9 +208,25 @@ int run_cnn_model(const CnnRunOpts& o) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration", o.array_n));
   }
   const nn::QCnn q = compiler::compile_quantized_cnn(g, cal.x, cal.rows);
-  const uint32_t classes = q.head.layers.back().n;
+  const auto classes = static_cast<uint32_t>(q.output_features());
+  // The output's shape per row: the model's (a feature map keeps [C, H, W]; a head gives [classes]).
+  const Graph og = compiler::optimize(g);
+  std::vector<uint64_t> out_shape = {in.rows};
+  if (q.has_head()) {
+    out_shape.push_back(classes);
+  } else {
+    const compiler::Dims& od = *og.value(og.outputs[0].value).shape;
+    for (size_t i = 1; i < od.size(); ++i) out_shape.push_back(static_cast<uint64_t>(od[i]));
+  }
   std::vector<int64_t> labels;
-  if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
+  if (!o.labels.empty()) {
+    if (!q.has_head()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("--labels {}: the model's output '{}' is a feature map, not class scores", o.labels,
+                              g.outputs[0].name));
+    }
+    labels = load_class_labels(o.labels, in.rows, classes);
+  }
   const uint64_t features = shape.features();
   std::vector<int8_t> x_q(in.x.size());
   for (size_t i = 0; i < x_q.size(); ++i) x_q[i] = nn::quantize_value(in.x[i], q.input_scale);
@@ -287,9 +308,14 @@ int run_cnn_model(const CnnRunOpts& o) {
   }
 
   // ---- outputs ----------------------------------------------------------------------------------
-  const std::vector<float> y = nn::dequantize_output(q.head, raw, in.rows);
+  std::vector<float> y;
+  if (q.has_head()) {
+    y = nn::dequantize_output(q.head, raw, in.rows);
+  } else {
+    y.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) y[i] = static_cast<float>(raw[i]) * q.map_scale();
+  }
   const bool want_float = o.check || !labels.empty();
-  const Graph og = want_float ? compiler::optimize(g) : Graph{};
   const std::vector<float> yf = want_float ? float_outputs(og, in, features, classes) : std::vector<float>{};
   json check_json = nullptr;
   double float_max_diff = 0, argmax_agree = 0;
@@ -321,7 +347,7 @@ int run_cnn_model(const CnnRunOpts& o) {
     acc_dev = accuracy(y, classes, labels);
     acc_float = accuracy(yf, classes, labels);
   }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, std::span<const float>(y)));
 
   // ---- report -----------------------------------------------------------------------------------
   // PERF_RD_BYTES / PERF_WR_BYTES of every program (the dense head's per-layer bytes leave out its
@@ -382,10 +408,12 @@ int run_cnn_model(const CnnRunOpts& o) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  fmt::print("{}: input '{}' [batch, {}, {}, {}] -> {} convolution/pooling layer{} + {} dense layer{}{} -> [batch, {}]\n",
+  fmt::print("{}: input '{}' [batch, {}, {}, {}] -> {} convolution/pooling layer{} + {} dense layer{}{} -> {}\n",
              o.model, shape.name, shape.c, shape.h, shape.w, q.convs.size(), q.convs.size() == 1 ? "" : "s",
              q.head.layers.size(), q.head.layers.size() == 1 ? "" : "s",
-             host_op == "softmax" ? " -> softmax (host)" : "", classes);
+             host_op == "softmax" ? " -> softmax (host)" : "",
+             q.has_head() ? fmt::format("[batch, {}]", classes)
+                          : fmt::format("feature map [batch, {}]", fmt::join(out_shape.begin() + 1, out_shape.end(), ", ")));
   fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
              o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
   fmt::print("{} images on {} (N={}) in {} batch{} of {}: {} cycles ({:.0f} per image), utilization {:.3f}, wall "
@@ -421,7 +449,7 @@ int run_cnn_model(const CnnRunOpts& o) {
                "argmax agrees on {:.2f}% of the rows\n",
                float_max_diff, 100.0 * argmax_agree);
   }
-  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, in.rows, classes);
+  if (!o.output.empty()) fmt::print("output -> {} (float32, {})\n", o.output, npy::shape_string(out_shape));
   return 0;
 }
 

@@ -118,6 +118,51 @@ elif CASE == "cnn_bad_input":
         expect(rc == 2 and needle in se, f"{extra}: {rc} {se}")
     rc, so, se = cli.run("run", MODEL, "--input", TEST_X, "--labels", CALIB, "--backend", "ref")
     expect(rc == 2 and "labels" in se, f"bad labels: {rc} {se}")
+elif CASE == "cnn_feature_map":
+    # Models that end in a feature map (ONNX's own Conv and GlobalAveragePool node tests): the
+    # output .npy has the model's output shape (NCHW), within int8 tolerance of ONNX's expected
+    # output, bit-identical to the CPU integer model (--check); --labels is refused.
+    cases = os.path.join(EXAMPLES, "..", "tests", "conformance", "cases")
+    for name, shape in (("test_basic_conv_with_padding", (1, 1, 5, 5)), ("test_globalaveragepool", (1, 3, 1, 1))):
+        model = os.path.join(cases, name, "model.onnx")
+        xin = os.path.join(cases, name, "input.npy")
+        want = np.load(os.path.join(cases, name, "expected.npy"))
+        out = os.path.join(cli.tmp, name + ".npy")
+        j = json.loads(cli.run_ok("run", model, "--input", xin, "--backend", "ref", "--check", "--output", out, "-q",
+                                  "--json"))
+        y = np.load(out)
+        expect(y.shape == shape == want.shape and y.dtype == np.float32, f"{name}: {y.shape} vs {want.shape}")
+        expect(j["output_features"] == int(np.prod(shape[1:])) and j["check"]["cpu"] == "equal", j)
+        err = float(np.max(np.abs(y - want)))
+        expect(err <= 0.02 * float(np.max(np.abs(want))), f"{name}: max error {err}")
+        so = cli.run_ok("run", model, "--input", xin, "--backend", "ref")
+        expect("feature map [batch, " in so, so)
+        rc, so, se = cli.run("run", model, "--input", xin, "--labels", TEST_Y, "--backend", "ref")
+        expect(rc == 2 and "is a feature map" in se, f"--labels: {rc} {se}")
+elif CASE == "cnn_blocks":
+    # examples/cnn_blocks (PyTorch): a residual block, a depthwise-separable block, a Concat block
+    # in int8 on ref (--check bit for bit, within 3% of PyTorch's output, the output in the model's
+    # shape); the residual and the Concat block on rtl bit-identical to ref (4 images).
+    blocks = os.path.join(EXAMPLES, "cnn_blocks")
+    for name in ("residual_block", "dwsep_block", "concat_block"):
+        model = os.path.join(blocks, name + ".onnx")
+        xin = os.path.join(blocks, name + "_x.npy")
+        want = np.load(os.path.join(blocks, name + "_expected.npy"))
+        out = os.path.join(cli.tmp, name + ".npy")
+        j = json.loads(cli.run_ok("run", model, "--input", xin, "--backend", "ref", "--check", "--output", out, "-q",
+                                  "--json"))
+        y = np.load(out)
+        expect(y.shape == want.shape and j["check"]["cpu"] == "equal", f"{name}: {y.shape} {j.get('check')}")
+        err = float(np.max(np.abs(y - want)))
+        expect(err <= 0.03 * float(np.max(np.abs(want))), f"{name}: max error {err}")
+        if name != "dwsep_block" and rtl_built():
+            xs = cli.save(name + "_x4.npy", np.load(xin)[:4])
+            ys = {}
+            for be in ("ref", "rtl"):
+                ys[be] = os.path.join(cli.tmp, f"{name}_{be}.npy")
+                cli.run_ok("run", model, "--input", xs, "--calibrate", xin, "--backend", be, "--check", "--output",
+                           ys[be], "-q")
+            expect(np.array_equal(np.load(ys["ref"]), np.load(ys["rtl"])), f"{name}: rtl output differs from ref")
 else:
     print("unknown case", CASE)
     sys.exit(1)

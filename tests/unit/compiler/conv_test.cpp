@@ -4,16 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <random>
 
 #include "compiler_testlib.h"
 #include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::compiler {
@@ -69,6 +73,11 @@ ModelBuilder conv_model(const ConvSpec& s, uint32_t seed = 1) {
   if (s.relu) mb.node("Relu", {"c"}, {"y"}, "relu");
   mb.output("y");
   return mb;
+}
+
+int64_t attr_int_of(const Node& n, const std::string& key) {
+  const Attribute* a = n.attr(key);
+  return a == nullptr ? 0 : a->i;
 }
 
 const Node& only_conv(const Graph& g) {
@@ -352,12 +361,382 @@ TEST(ConvCompiler, SmallCnnOnTheDeviceMatchesIntegerAndFloat) {
   EXPECT_LT(worst, 0.03) << "largest probability error";
 }
 
-TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
-  {
-    ModelBuilder mb = conv_model(ConvSpec{});  // ends with the Conv's Relu: no dense head
-    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(300, 0.5f), 1); },
-                 ErrorKind::kUnsupported, {"node '", "(Conv)", "is the model's last layer", "feature-map outputs"});
+// Runs `mb` (one input [batch, C, H, W]) through compile_quantized_cnn and run_cnn on ref: the
+// output equals the integer CPU pass bit for bit and, dequantized, is within `tol` of the float
+// model's largest magnitude. Returns the compiled network.
+nn::QCnn expect_cnn_matches_float(const ModelBuilder& mb, uint64_t batch, uint64_t features, double tol, uint32_t seed) {
+  const std::vector<float> x = random_floats(batch * features, -1.0f, 1.0f, seed);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(mb), x, batch);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  const Graph og = optimize(graph_of(mb));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  EXPECT_EQ(r.output_i32.size(), yf.size());
+  EXPECT_EQ(q.output_features() * batch, yf.size());
+  std::vector<float> y(r.output_i32.size());
+  if (q.has_head()) {
+    y = nn::dequantize_output(q.head, r.output_i32, batch);
+  } else {
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(r.output_i32[i]) * q.map_scale();
   }
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < y.size() && i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  }
+  EXPECT_GT(ymax, 0.0);
+  EXPECT_LE(worst, tol * ymax) << "largest error " << worst << " of max " << ymax;
+  return q;
+}
+
+// The same model in bf16 (compile_bf16_cnn, run_cnn_bf16 on ref): within `tol` of the float
+// model's largest magnitude.
+void expect_bf16_cnn_matches_float(const ModelBuilder& mb, uint64_t batch, uint64_t features, double tol, uint32_t seed) {
+  const std::vector<float> x = random_floats(batch * features, -1.0f, 1.0f, seed);
+  const Bf16Cnn net = compile_bf16_cnn(graph_of(mb));
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnBf16RunResult r = runtime::run_cnn_bf16(dev, net, x, batch);
+  const Graph og = optimize(graph_of(mb));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(r.output.size(), yf.size());
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(r.output[i]) - yf[i]));
+  }
+  EXPECT_GT(ymax, 0.0);
+  EXPECT_LE(worst, tol * ymax) << "bf16: largest error " << worst << " of max " << ymax;
+}
+
+// Models that end in a feature map (no Flatten + dense head): the output is the last layer's int8
+// map, NCHW, in the model's output shape.
+TEST(ConvCompiler, FeatureMapOutputs) {
+  {  // Conv + Relu
+    const nn::QCnn q = expect_cnn_matches_float(conv_model(ConvSpec{}), 4, 300, 0.03, 1);
+    EXPECT_FALSE(q.has_head());
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].relu);
+    EXPECT_EQ(q.output_features(), 8u * 8 * 8);
+  }
+  {  // Conv without Relu (negative outputs), stride 2, asymmetric pads
+    ConvSpec s;
+    s.relu = false;
+    s.strides = {2, 2};
+    s.pads = {1, 0, 0, 1};
+    expect_cnn_matches_float(conv_model(s), 3, 300, 0.03, 2);
+  }
+  auto tail_model = [](const std::string& op) {
+    ModelBuilder mb = conv_model(ConvSpec{});  // x -> conv -> relu -> y [batch, 8, 8, 8]
+    mb.graph().mutable_output()->Clear();
+    auto& n = mb.node(op, {"y"}, {"z"}, "tail");
+    if (op == "MaxPool" || op == "AveragePool") {
+      attr_ints(n, "kernel_shape", {2, 2});
+      attr_ints(n, "strides", {2, 2});
+    }
+    if (op == "Pad") attr_ints(n, "pads", {0, 0, 1, 2, 0, 0, 2, 1});
+    mb.output("z");
+    return mb;
+  };
+  {
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("MaxPool"), 4, 300, 0.03, 3);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_TRUE(q.convs[1].max_pool);
+    EXPECT_EQ(q.output_features(), 8u * 4 * 4);
+  }
+  {
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("AveragePool"), 4, 300, 0.03, 4);
+    EXPECT_EQ(q.output_features(), 8u * 4 * 4);
+  }
+  {  // [batch, 8, 1, 1]
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("GlobalAveragePool"), 4, 300, 0.03, 5);
+    EXPECT_EQ(q.output_features(), 8u);
+  }
+  {  // a Pad that ends the model: a 1x1 average pool with those pads (zero border)
+    const nn::QCnn q = expect_cnn_matches_float(tail_model("Pad"), 4, 300, 0.03, 6);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_EQ(q.convs[1].geom.kernel_h, 1u);
+    EXPECT_EQ(q.output_features(), 8u * 11 * 11);
+  }
+  {  // AveragePool -> Relu: the Relu is fused into the pool
+    ModelBuilder mb;
+    mb.input("x", {-1, 3, 6, 6});
+    auto& p = mb.node("AveragePool", {"x"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {3, 3});
+    mb.node("Relu", {"p"}, {"y"}, "relu");
+    mb.output("y");
+    const nn::QCnn q = expect_cnn_matches_float(mb, 5, 108, 0.03, 7);
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].relu);
+  }
+  {  // Conv -> MaxPool -> Relu (LeNet's F.relu(F.max_pool2d(conv(x), 2))): the Relu moves to the conv
+    ConvSpec cs;
+    cs.relu = false;
+    ModelBuilder mb = conv_model(cs);
+    mb.graph().mutable_output()->Clear();
+    auto& p = mb.node("MaxPool", {"y"}, {"p"}, "pool");
+    attr_ints(p, "kernel_shape", {2, 2});
+    attr_ints(p, "strides", {2, 2});
+    mb.node("Relu", {"p"}, {"z"}, "relu_after_pool");
+    mb.output("z");
+    const nn::QCnn q = expect_cnn_matches_float(mb, 4, 300, 0.03, 9);
+    ASSERT_EQ(q.convs.size(), 2u);
+    EXPECT_TRUE(q.convs[0].relu);
+    EXPECT_EQ(q.convs[0].name, "conv (Conv) + relu_after_pool (Relu)");
+  }
+  {  // Conv -> Flatten: the map, flattened in NCHW order
+    ModelBuilder mb = conv_model(ConvSpec{});
+    mb.graph().mutable_output()->Clear();
+    auto& f = mb.node("Flatten", {"y"}, {"f"}, "flatten");
+    ModelBuilder::attr_i(f, "axis", 1);
+    mb.output("f");
+    expect_cnn_matches_float(mb, 2, 300, 0.03, 8);
+  }
+}
+
+// An inference BatchNormalization "name" over `c` channels reading `in`, writing `out`.
+void batch_norm(ModelBuilder& mb, const std::string& name, const std::string& in, const std::string& out, int64_t c,
+                uint32_t seed) {
+  mb.init(name + ".scale", {c}, random_floats(static_cast<size_t>(c), 0.5f, 2.0f, seed));
+  mb.init(name + ".B", {c}, random_floats(static_cast<size_t>(c), -0.5f, 0.5f, seed + 1));
+  mb.init(name + ".mean", {c}, random_floats(static_cast<size_t>(c), -0.3f, 0.3f, seed + 2));
+  mb.init(name + ".var", {c}, random_floats(static_cast<size_t>(c), 0.2f, 1.5f, seed + 3));
+  auto& n = mb.node("BatchNormalization", {in, name + ".scale", name + ".B", name + ".mean", name + ".var"}, {out}, name);
+  auto* a = n.add_attribute();
+  a->set_name("epsilon");
+  a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
+  a->set_f(1e-3f);
+}
+
+TEST(ConvCompiler, BatchNormFoldsIntoTheConv) {
+  // x -> Conv -> BN -> Relu -> Conv (no bias) -> BN -> y: both BNs fold, the Relu fuses after the fold.
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 8, 8});
+  mb.init("w1", {6, 3, 3, 3}, random_floats(162, -0.4f, 0.4f, 11));
+  mb.init("b1", {6}, random_floats(6, -0.2f, 0.2f, 12));
+  auto& c1 = mb.node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv1");
+  attr_ints(c1, "pads", {1, 1, 1, 1});
+  batch_norm(mb, "bn1", "c1", "n1", 6, 20);
+  mb.node("Relu", {"n1"}, {"r1"}, "relu1");
+  mb.init("w2", {5, 6, 3, 3}, random_floats(270, -0.3f, 0.3f, 13));
+  mb.node("Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  batch_norm(mb, "bn2", "c2", "y", 5, 30);
+  mb.output("y");
+  const Graph og = optimize(graph_of(mb));
+  for (const Node& n : og.nodes) EXPECT_EQ(n.op, Op::kConv) << n.label();
+  ASSERT_EQ(og.nodes.size(), 2u);
+  EXPECT_EQ(attr_int_of(og.nodes[0], "relu"), 1);
+  const nn::QCnn q = expect_cnn_matches_float(mb, 6, 192, 0.04, 14);
+  ASSERT_EQ(q.convs.size(), 2u);
+  EXPECT_TRUE(q.convs[0].relu);
+  EXPECT_EQ(q.convs[0].name, "conv1 (Conv) + bn1 (BatchNormalization) + relu1 (Relu)");
+  expect_bf16_cnn_matches_float(mb, 6, 192, 0.02, 14);
+  // The folded float graph computes the unfolded model: a naive conv + BatchNorm in double.
+  const uint64_t batch = 2;
+  const std::vector<float> x = random_floats(batch * 192, -1.0f, 1.0f, 15);
+  auto tensor = [&](const std::string& name) {
+    for (const auto& t : mb.graph().initializer()) {
+      if (t.name() != name) continue;
+      std::vector<float> f(t.raw_data().size() / sizeof(float));
+      std::memcpy(f.data(), t.raw_data().data(), f.size() * sizeof(float));
+      return std::vector<double>(f.begin(), f.end());
+    }
+    ADD_FAILURE() << name;
+    return std::vector<double>{};
+  };
+  // conv (3x3, pad `pad`) then BN with epsilon 1e-3, NCHW, square maps.
+  auto conv_bn = [&](const std::vector<double>& in, int64_t C, int64_t H, int64_t O, int64_t pad, const std::string& w,
+                     const std::string& b, const std::string& bn) {
+    const std::vector<double> wt = tensor(w), bt = b.empty() ? std::vector<double>(O, 0.0) : tensor(b);
+    const std::vector<double> sc = tensor(bn + ".scale"), sh = tensor(bn + ".B"), mu = tensor(bn + ".mean"),
+                              va = tensor(bn + ".var");
+    const int64_t Ho = H + 2 * pad - 2;
+    std::vector<double> out(batch * O * Ho * Ho);
+    for (int64_t bi = 0; bi < static_cast<int64_t>(batch); ++bi)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t yy = 0; yy < Ho; ++yy)
+          for (int64_t xx = 0; xx < Ho; ++xx) {
+            double acc = bt[o];
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t dy = 0; dy < 3; ++dy)
+                for (int64_t dx = 0; dx < 3; ++dx) {
+                  const int64_t iy = yy + dy - pad, ix = xx + dx - pad;
+                  if (iy < 0 || ix < 0 || iy >= H || ix >= H) continue;
+                  acc += in[((bi * C + c) * H + iy) * H + ix] * wt[((o * C + c) * 3 + dy) * 3 + dx];
+                }
+            out[((bi * O + o) * Ho + yy) * Ho + xx] = (acc - mu[o]) / std::sqrt(va[o] + 1e-3) * sc[o] + sh[o];
+          }
+    return out;
+  };
+  std::vector<double> a(x.begin(), x.end());
+  a = conv_bn(a, 3, 8, 6, 1, "w1", "b1", "bn1");
+  for (double& v : a) v = std::max(v, 0.0);
+  a = conv_bn(a, 6, 8, 5, 0, "w2", "", "bn2");
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(yf.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(yf[i], a[i], 1e-4 * (1 + std::fabs(a[i]))) << "element " << i;
+}
+
+TEST(ConvCompiler, StandaloneBatchNormRunsAsADepthwiseConv) {
+  // x -> Conv -> Relu -> MaxPool -> BN -> y: the BN cannot fold (a pool before it) and runs as a
+  // 1x1 depthwise conv (per-channel scale and shift) on the device.
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 8, 8});
+  mb.init("w1", {20, 2, 3, 3}, random_floats(360, -0.5f, 0.5f, 41));
+  auto& c1 = mb.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
+  attr_ints(c1, "pads", {1, 1, 1, 1});
+  mb.node("Relu", {"c1"}, {"r1"}, "relu1");
+  auto& p = mb.node("MaxPool", {"r1"}, {"p1"}, "pool1");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  batch_norm(mb, "bn", "p1", "y", 20, 50);
+  mb.output("y");
+  const nn::QCnn q = expect_cnn_matches_float(mb, 4, 128, 0.04, 42);
+  ASSERT_EQ(q.convs.size(), 3u);
+  EXPECT_EQ(q.convs[2].geom.kernel_h, 1u);
+  EXPECT_EQ(q.convs[2].name, "bn (BatchNormalization)");
+  expect_bf16_cnn_matches_float(mb, 4, 128, 0.02, 42);
+  // Diagonal weights: of the 2 x 2 channel-block tiles only the 2 diagonal ones are non-zero.
+  const std::vector<float> x = random_floats(4 * 128, -1.0f, 1.0f, 42);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, 4);
+  EXPECT_EQ(r.convs[2].plan.weight_tiles, 4u);
+  EXPECT_EQ(r.convs[2].plan.executed_tiles(), 2u);
+}
+
+// conv (3x3, pad 1, c -> c channels) "name" reading `in`, writing `out`.
+void conv3x3(ModelBuilder& mb, const std::string& name, const std::string& in, const std::string& out, int64_t c,
+             int64_t o, float range, uint32_t seed) {
+  mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -range, range, seed));
+  mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed + 1));
+  auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {out}, name);
+  attr_ints(n, "pads", {1, 1, 1, 1});
+}
+
+// A ResNet basic block without BN: x -> conv -> relu -> conv -> Add(., x) -> relu.
+ModelBuilder residual_block(int64_t c, int64_t hw, uint32_t seed) {
+  ModelBuilder mb;
+  mb.input("x", {-1, c, hw, hw});
+  conv3x3(mb, "conv1", "x", "c1", c, c, 0.3f, seed);
+  mb.node("Relu", {"c1"}, {"r1"}, "relu1");
+  conv3x3(mb, "conv2", "r1", "c2", c, c, 0.3f, seed + 2);
+  mb.node("Add", {"c2", "x"}, {"s"}, "add");
+  mb.node("Relu", {"s"}, {"y"}, "relu2");
+  mb.output("y");
+  return mb;
+}
+
+TEST(ConvCompiler, ResidualAddIsAOneByOneConvOverTheConcatenation) {
+  const ModelBuilder mb = residual_block(8, 6, 61);
+  const nn::QCnn q = expect_cnn_matches_float(mb, 5, 8 * 36, 0.04, 62);
+  ASSERT_EQ(q.convs.size(), 3u);
+  const nn::QConv2d& add = q.convs[2];
+  EXPECT_EQ(add.sources, (std::vector<int32_t>{1, -1}));
+  EXPECT_EQ(add.name, "add (Add) + relu2 (Relu)");
+  EXPECT_TRUE(add.relu);
+  EXPECT_EQ(add.geom.in_c, 16u);
+  EXPECT_EQ(add.geom.out_c, 8u);
+  EXPECT_EQ(add.geom.kernel_h, 1u);
+  // Diagonal blocks: w = round(127 s_k / max s), the larger input's weight 127.
+  const float sa = q.convs[1].out_scale, sb = q.input_scale;
+  EXPECT_NE(sa, sb);
+  EXPECT_EQ(add.w_q[0 * 16 + 0], static_cast<int8_t>(std::lround(127.0 * sa / std::max(sa, sb))));
+  EXPECT_EQ(add.w_q[3 * 16 + 8 + 3], static_cast<int8_t>(std::lround(127.0 * sb / std::max(sa, sb))));
+  EXPECT_EQ(add.w_q[3 * 16 + 4], 0);
+  // A block with a skip over a max pool and a non-ReLU Add that ends the model, and an Add of a
+  // conv with a 1x1 projection (different channel counts go through the projection).
+  ModelBuilder m2;
+  m2.input("x", {-1, 3, 8, 8});
+  conv3x3(m2, "conv1", "x", "c1", 3, 6, 0.4f, 70);
+  auto& p = m2.node("MaxPool", {"c1"}, {"p"}, "pool");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  conv3x3(m2, "conv2", "p", "c2", 6, 6, 0.3f, 72);
+  m2.init("proj.w", {6, 6, 1, 1}, random_floats(36, -0.5f, 0.5f, 74));
+  m2.node("Conv", {"p", "proj.w"}, {"pr"}, "proj");
+  m2.node("Add", {"c2", "pr"}, {"y"}, "add");
+  m2.output("y");
+  const nn::QCnn q2 = expect_cnn_matches_float(m2, 4, 192, 0.04, 75);
+  ASSERT_EQ(q2.convs.size(), 5u);
+  EXPECT_EQ(q2.convs[3].sources, (std::vector<int32_t>{1}));
+  EXPECT_EQ(q2.convs[4].sources, (std::vector<int32_t>{2, 3}));
+  EXPECT_FALSE(q2.convs[4].relu);
+  // rtl == ref bit for bit (the residual block, 2 images).
+  if (!backend_array_sizes("rtl").empty()) {
+    const std::vector<float> x = random_floats(2 * 8 * 36, -1.0f, 1.0f, 63);
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    Device ref = Device::open("ref", BackendConfig{});
+    Device rtl = Device::open("rtl", BackendConfig{});
+    const runtime::CnnRunResult a = runtime::run_cnn(ref, q, xq, 2);
+    const runtime::CnnRunResult b = runtime::run_cnn(rtl, q, xq, 2);
+    EXPECT_EQ(a.output_i32, b.output_i32);
+    EXPECT_EQ(a.moved_bytes, b.moved_bytes);
+  }
+}
+
+TEST(ConvCompiler, ConcatAlongChannelsRequantizesEachInput) {
+  // x -> conv a (4 -> 6, relu), conv b (4 -> 3); Concat(a, b, x) -> conv c (13 -> 5) -> y; and
+  // Concat(a, b) as the model's output.
+  auto model = [](bool head_conv) {
+    ModelBuilder mb;
+    mb.input("x", {-1, 4, 6, 6});
+    conv3x3(mb, "conva", "x", "ca", 4, 6, 0.4f, 90);
+    mb.node("Relu", {"ca"}, {"a"}, "relua");
+    conv3x3(mb, "convb", "x", "b", 4, 3, 0.2f, 92);
+    auto& c = mb.node("Concat", head_conv ? std::vector<std::string>{"a", "b", "x"} : std::vector<std::string>{"a", "b"},
+                      {head_conv ? "cat" : "y"}, "cat");
+    ModelBuilder::attr_i(c, "axis", 1);
+    if (head_conv) conv3x3(mb, "convc", "cat", "y", 13, 5, 0.3f, 94);
+    mb.output("y");
+    return mb;
+  };
+  {
+    const nn::QCnn q = expect_cnn_matches_float(model(true), 4, 144, 0.04, 95);
+    ASSERT_EQ(q.convs.size(), 4u);
+    const nn::QConv2d& cat = q.convs[2];
+    EXPECT_EQ(cat.sources, (std::vector<int32_t>{0, 1, -1}));
+    EXPECT_EQ(cat.geom.in_c, 13u);
+    EXPECT_EQ(cat.geom.out_c, 13u);
+    for (uint32_t o = 0; o < 13; ++o) EXPECT_EQ(cat.w_q[o * 13 + o], 127) << o;
+    EXPECT_EQ(q.convs[3].sources, std::vector<int32_t>{});
+  }
+  {
+    const nn::QCnn q = expect_cnn_matches_float(model(false), 3, 144, 0.03, 96);
+    EXPECT_EQ(q.output_features(), 9u * 36);
+  }
+}
+
+TEST(ConvCompiler, MergeErrorsNameTheNode) {
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 6, 6});
+    conv3x3(mb, "conv1", "x", "c1", 1, 3, 0.3f, 80);
+    mb.node("Add", {"c1", "x"}, {"y"}, "add");  // 3 channels + 1 channel broadcast
+    mb.output("y");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), random_floats(36, -1.0f, 1.0f, 81), 1); },
+                 ErrorKind::kUnsupported, {"node 'add' (Add)", "an Add adds two maps", "with the same shape"});
+  }
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 1, 6, 6});
+    conv3x3(mb, "conv1", "x", "c1", 1, 3, 0.3f, 80);
+    auto& c = mb.node("Concat", {"c1", "c1"}, {"y"}, "cat");
+    ModelBuilder::attr_i(c, "axis", 2);
+    mb.output("y");
+    expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), random_floats(36, -1.0f, 1.0f, 81), 1); },
+                 ErrorKind::kUnsupported, {"node 'cat' (Concat)", "axis 2", "joins the channels"});
+  }
+}
+
+TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
   {
     ModelBuilder mb;
     mb.input("x", {-1, 1, 4, 4});
@@ -453,6 +832,68 @@ TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
 // The PyTorch-exported digits CNN (examples/digits/train_cnn.py: Conv-ReLU-AvgPool x 2, the
 // x.view(x.size(0), -1) pattern, Linear, Softmax): the float interpreter reproduces PyTorch, and
 // int8 on the device (ref) is bit-exact with the integer pass and within 1 point of float accuracy.
+// The blocks of examples/cnn_blocks (make_models.py, PyTorch, committed with their inputs and
+// PyTorch's outputs): the optimized graph in float equals PyTorch's output; int8 on ref equals
+// the CPU integer model bit for bit and is within `tol` of PyTorch's output's largest magnitude.
+struct TorchBlock {
+  std::string name;
+  size_t layers;
+  double tol;
+};
+
+TEST(ConvCompiler, PyTorchBlocks) {
+  const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/cnn_blocks/";
+  for (const TorchBlock& b : {TorchBlock{"residual_block", 4, 0.02}, TorchBlock{"dwsep_block", 2, 0.03},
+                              TorchBlock{"concat_block", 4, 0.03}}) {
+    SCOPED_TRACE(b.name);
+    std::ifstream f(dir + b.name + ".onnx", std::ios::binary);
+    ASSERT_TRUE(f.good());
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const Graph g = import_onnx_graph(bytes, b.name + ".onnx");
+    const npy::Array xa = npy::load(dir + b.name + "_x.npy");
+    const npy::Array ea = npy::load(dir + b.name + "_expected.npy");
+    const std::vector<float> x(xa.view<float>().begin(), xa.view<float>().end());
+    const std::span<const float> want = ea.view<float>();
+    const uint64_t n = xa.shape[0];
+    const Graph og = optimize(g);
+    for (const Node& node : og.nodes) EXPECT_NE(node.op, Op::kBatchNormalization) << "not folded: " << node.label();
+    const auto t = interpret_float(og, x, n);
+    const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+    ASSERT_EQ(yf.size(), want.size());
+    double ymax = 0;
+    for (size_t i = 0; i < yf.size(); ++i) {
+      ASSERT_NEAR(yf[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << "element " << i;
+      ymax = std::max(ymax, std::fabs(static_cast<double>(want[i])));
+    }
+    const nn::QCnn q = compile_quantized_cnn(g, x, n);
+    EXPECT_EQ(q.convs.size(), b.layers);
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    Device dev = Device::open("ref", BackendConfig{});
+    const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, n);
+    EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, n));
+    std::vector<float> y(r.output_i32.size());
+    if (q.has_head()) {
+      y = nn::dequantize_output(q.head, r.output_i32, n);
+    } else {
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(r.output_i32[i]) * q.map_scale();
+    }
+    ASSERT_EQ(y.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - want[i]));
+    EXPECT_LE(worst, b.tol * ymax) << "int8: largest error " << worst << " of max " << ymax;
+    std::cout << b.name << ": int8 max error " << worst / ymax << " of max |y|, " << r.cycles << " ref cycles for " << n
+              << " images, " << r.moved_bytes << " bytes moved vs " << r.min_bytes << " minimum\n";
+    if (b.name == "dwsep_block") {  // bf16 too (the residual Add and the Concat are int8 only)
+      const runtime::CnnBf16RunResult rb = runtime::run_cnn_bf16(dev, compile_bf16_cnn(g), x, n);
+      ASSERT_EQ(rb.output.size(), want.size());
+      double wb = 0;
+      for (size_t i = 0; i < want.size(); ++i) wb = std::max(wb, std::fabs(static_cast<double>(rb.output[i]) - want[i]));
+      EXPECT_LE(wb, 0.02 * ymax) << "bf16: largest error " << wb << " of max " << ymax;
+    }
+  }
+}
+
 TEST(ConvCompiler, DigitsCnnFromPyTorch) {
   const std::string dir = std::string(TPUW_EXAMPLES_DIR) + "/digits/";
   std::ifstream f(dir + "digits_cnn.onnx", std::ios::binary);

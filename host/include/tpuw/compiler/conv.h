@@ -44,11 +44,22 @@ std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, s
 
 /// Folds every Pad into the Conv or AveragePool that is its only reader (their pads grow; an
 /// AveragePool then needs count_include_pad=1 semantics, which explicit zero padding has). A Pad
-/// that cannot be folded is Error(kUnsupported) naming it.
+/// that cannot be folded becomes a 1x1 AveragePool with its pads (the identity with a zero border;
+/// its origin names the Pad).
 void fold_pads(Graph& g);
 
-/// Fusion: a Relu whose input is a Conv's output and the Conv's only reader becomes the Conv's
-/// attribute relu = 1 (the device's ACTIVATE applies it). Returns the number of Relus fused.
+/// BatchNormalization (inference, [batch, C, H, W], constant parameters) in a CNN, before
+/// lower_feature_maps: right after a Conv (no ReLU, the Conv's output read only by it) it is folded
+/// into the Conv, W'[o] = W[o] * s[o], b'[o] = b[o] * s[o] + t[o] with s = scale / sqrt(var + eps),
+/// t = B - mean * s (float32, like the model's own tensors); otherwise, after a conv/pool layer (or
+/// its Relu) or before one, it becomes a 1x1 depthwise Conv (group = C) with weight s and bias t,
+/// its own layer. Other BatchNormalizations are left to lower_feature_maps. Returns how many it
+/// rewrote.
+size_t fold_conv_batchnorm(Graph& g);
+
+/// Fusion: a Relu whose input is a Conv's (or AveragePool's / GlobalAveragePool's) output and its
+/// only reader becomes its attribute relu = 1 (the device's ACTIVATE applies it). Returns the
+/// number of Relus fused.
 size_t fuse_conv_relu(Graph& g);
 
 /// The float reference of a Conv node: x NCHW [batch, C, H, W] float32; weights and bias as
@@ -62,6 +73,15 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
 /// or a factor the device cannot express.
 nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float out_scale);
 
+/// Int8 quantization of a residual Add of two activations or a Concat of activations along the
+/// channels (inputs [batch, C_k, H, W] with scales in_scales[k]) as a 1x1 convolution over the
+/// channel concatenation [x_0; x_1; ...] (nn::QConv2d::sources): the int32 accumulate and the
+/// usual requantization do the rescale on the device. Add: w = round(127 s_k / max s) on the
+/// diagonal of block k, multiplier max s / (127 s_out) (the smaller input's weight is exact to
+/// 0.5/w relative); Concat: weight 127 on the diagonal, multiplier s_k / (127 s_out) per channel
+/// (exact up to the output rounding). `relu`: a Relu fused after it.
+nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float> in_scales, float out_scale, bool relu);
+
 /// A CNN straight from its imported graph: optimize(), then the chain input [batch, C, H, W] ->
 /// Conv (+Relu) ... -> Flatten / Reshape to [batch, features] -> the dense head (Gemm/MatMul
 /// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
@@ -70,7 +90,12 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights; a MaxPool
 /// becomes a max-pool layer (nn::QConv2d::max_pool, int8 max on the host) whose input takes its
 /// output's scale, so the layer before it is quantized straight to that scale and the int8 max is
-/// exact. Anything else (branches) is Error(kUnsupported) naming the node.
+/// exact. The model may also end in the last conv/pool layer (or a Flatten/Reshape of it) with no
+/// dense head: the QCnn then has no head and its output is that layer's int8 map (its scale
+/// calibrated on its float output). A layer may read the input or any earlier layer's output (a
+/// branch); a residual Add of two layer outputs and a Concat of layer outputs along the channels
+/// are layers of their own (quantize_merge) and a Relu after one fuses into it. Anything else is
+/// Error(kUnsupported) naming the node.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

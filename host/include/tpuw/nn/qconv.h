@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ struct QConv2d {
   /// scale kept, w_q/bias_q/mult/shift empty and relu false. Runs on the host between the device
   /// programs (runtime::run_cnn), exact because requantization is monotonic.
   bool max_pool = false;
+  /// The layers whose int8 outputs this one reads, concatenated along the channels in this order
+  /// (-1: the network's input); empty: the previous layer's output (the input for the first). A
+  /// residual Add or a Concat of activations with different scales is a 1x1 convolution over the
+  /// concatenation (compiler/conv.h); every source has this layer's in_h x in_w.
+  std::vector<int32_t> sources;
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;
@@ -59,19 +65,36 @@ struct QConv2d {
 
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
 /// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
-/// and whose input_features is its C*H*W).
+/// and whose input_features is its C*H*W). Without a head (head.layers empty) the model's output
+/// is the last layer's int8 feature map, NCHW [batch][out_c][out_h][out_w], real = q * out_scale.
 struct QCnn {
   uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
   float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
   std::vector<QConv2d> convs;
   QNetwork head;
 
-  /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales).
+  bool has_head() const { return !head.layers.empty(); }
+  /// Output values per image: the head's last layer's width, or the last map's C*H*W.
+  uint64_t output_features() const;
+  /// The real output scale of a head-less CNN (the last layer's out_scale).
+  float map_scale() const { return convs.empty() ? input_scale : convs.back().out_scale; }
+
+  /// The sources of layer l with the default made explicit: {l - 1} (or {-1} for the first).
+  std::vector<int32_t> sources_of(size_t l) const;
+
+  /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales, sources that are
+  /// not earlier layers).
   void check() const;
 };
 
+/// Layer l's input, NCHW [batch][in_c][in_h][in_w]: its sources' int8 maps (x for -1, out(k) for
+/// layer k) concatenated along the channels, image by image.
+std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const int8_t> x,
+                                    const std::function<const std::vector<int8_t>&(size_t)>& out, uint64_t batch);
+
 /// The bit-exact integer forward pass on the CPU: the convolutions (conv2d_int), then
-/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer).
+/// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer). Without a
+/// head: the last layer's int8 map widened to int32, [batch, output_features()] (NCHW order).
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 /// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.

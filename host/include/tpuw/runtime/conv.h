@@ -123,8 +123,10 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
 /// pass through host memory between them (NCHW, flattened in that order for the head). A max pool
 /// (QConv2d::max_pool) runs on the host on those int8 activations (ConvRunResult::host): exact, no
 /// device bytes; a device max pool is not built yet (docs/network_compiler.md).
+/// Without a head (QCnn::has_head() false) the output is the last layer's int8 map (NCHW) widened
+/// to int32, and `head` stays empty.
 struct CnnRunResult {
-  std::vector<int32_t> output_i32;     // [batch][n_last]: acc + bias_q of the last layer
+  std::vector<int32_t> output_i32;     // [batch][n_last]: acc + bias_q of the last layer (or the map)
   std::vector<ConvRunResult> convs;    // per convolution (its y is the next layer's input)
   NetworkRunResult head;
   uint64_t cycles = 0;                 // sum of the programs' PERF_CYCLES
