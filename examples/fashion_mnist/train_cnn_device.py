@@ -5,17 +5,21 @@ from the same initialization, on the same rows in the same order, and compare (i
     ./train_cnn_device.py [--tpuw build/host/tools/tpuw/tpuw] [--backend ref] [--rows 9600]
                           [--batch 32] [--lr 0.05] [--momentum 0.9] [--weight-decay 0]
                           [--src /usr/share/datasets/fashion-mnist] [--json OUT.json]
+                          [--save-untrained reference/fashion_cnn_untrained.onnx]
 
 Both train one pass over the first --rows training images (pixel / 255, float32), file order,
 torch.optim.SGD semantics, mean cross-entropy; the model is FashionCnn (Conv 1->8 3x3 pad 1, ReLU,
 MaxPool 2, Conv 8->16 4x4, ReLU, MaxPool 2 ceil_mode, Linear 576->10), torch seed 0. Then both are
 evaluated on the first 1000 test images: PyTorch in float, the device-trained model by `tpuw run
 --precision bf16` on the same backend. Needs Debian's python3-torch and dataset-fashion-mnist.
+--save-untrained also keeps the untrained ONNX file (PyTorch's initialization, seed 0): run_cnn.sh
+trains that committed file on the device without needing PyTorch.
 """
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +48,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--json", default="")
+    ap.add_argument("--save-untrained", default="", help="also write the untrained ONNX model here")
     a = ap.parse_args()
     src = pathlib.Path(a.src)
     xtr = (read_idx(src / "train-images-idx3-ubyte.gz")[:a.rows].reshape(-1, 1, 28, 28) / np.float32(255)).astype(np.float32)
@@ -59,6 +64,8 @@ def main():
         torch.onnx.export(model, torch.zeros(1, 1, 28, 28), str(t / "untrained.onnx"), input_names=["image"],
                           output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
                           opset_version=13)
+        if a.save_untrained:
+            shutil.copyfile(t / "untrained.onnx", a.save_untrained)
         for name, arr in (("x", xtr), ("y", ytr), ("tx", xte), ("ty", yte)):
             np.save(t / f"{name}.npy", arr)
 
