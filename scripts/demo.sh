@@ -3,7 +3,9 @@
 #   1. multiply two int8 matrices, checked bit for bit against the reference model and the CPU;
 #   2. classify the held-out handwritten digits with an int8-quantized MLP (ONNX), printing the
 #      device's accuracy next to the float model's;
-#   3. train an MLP on Fashion-MNIST on the device (bf16, ref backend), test accuracy per epoch next
+#   3. run a PyTorch CNN on Fashion-MNIST in int8 and bf16, train the same CNN on the device from
+#      PyTorch's initialization and run the result in int8 on rtl;
+#   4. train an MLP on Fashion-MNIST on the device (bf16, ref backend), test accuracy per epoch next
 #      to fp32 on the host and PyTorch's stored figure, and 3 steps rtl == ref bit for bit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +26,7 @@ echo "== tpuw run: digits classifier (64-32-10 MLP, int8) on the rtl backend, 35
   --labels examples/digits/test_y.npy --calibrate examples/digits/calib_x.npy \
   --output build/digits_probs.npy --backend rtl
 echo
-echo "== tpuw run: a CNN from PyTorch (Fashion-MNIST, conv-relu-maxpool x 2 + linear, int8): ref 1000 images, rtl 100"
+echo "== a CNN from PyTorch (Fashion-MNIST, conv-relu-maxpool x 2 + linear): int8 and bf16 inference; then trained on the device (bf16, ref, 300 steps) and run in int8 on rtl"
 ROWS=100 examples/fashion_mnist/run_cnn.sh build
 echo
 echo "== tpuw train: Fashion-MNIST MLP 784-256-10 on the device (bf16, ref backend), 60,000 images, 5 epochs"

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Train a small LeNet-style CNN on Fashion-MNIST with PyTorch and export it to ONNX (issue 13).
 
-The device cannot train convolutions yet (`tpuw train` runs dense layers only), so PyTorch trains
-it; `tpuw run` then runs it in int8 (run_cnn.sh). Needs Debian's python3-torch, python3-onnx,
+PyTorch trains it here (Adam); `tpuw run` then runs it in int8 (run_cnn.sh). train_cnn_device.py
+trains the same model on the device (`tpuw train`, bf16, SGD) next to PyTorch. Needs Debian's python3-torch, python3-onnx,
 python3-numpy and dataset-fashion-mnist (system Python, hence the shebang). Everything it writes
 is committed, so the tests need neither PyTorch nor the dataset:
 

@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 36> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 39> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -72,6 +72,9 @@ constexpr std::array<std::pair<Op, std::string_view>, 36> kOpNames{{
     {Op::kDiv, "Div"},
     {Op::kBatchNormalization, "BatchNormalization"},
     {Op::kTranspose, "Transpose"},
+    {Op::kLogSoftmax, "LogSoftmax"},
+    {Op::kLayerNormalization, "LayerNormalization"},
+    {Op::kSqueeze, "Squeeze"},
     {Op::kSigmoid, "Sigmoid"},
     {Op::kTanh, "Tanh"},
     {Op::kLeakyRelu, "LeakyRelu"},

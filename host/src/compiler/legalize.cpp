@@ -36,7 +36,7 @@ const std::vector<OpRule>& rules() {
       {Op::kRelu, {}, 1, 1},
       {Op::kFlatten, {"axis"}, 1, 1},
       {Op::kReshape, {"allowzero"}, 2, 2},
-      {Op::kSoftmax, {"axis"}, 1, 1},
+      {Op::kSoftmax, {"axis", kCoerce2dAttr}, 1, 1},
       {Op::kShape, {"start", "end"}, 1, 1},
       {Op::kGather, {"axis"}, 2, 2},
       {Op::kUnsqueeze, {"axes"}, 1, 2},
@@ -52,6 +52,9 @@ const std::vector<OpRule>& rules() {
       {Op::kDiv, {"broadcast", "axis"}, 2, 2},
       {Op::kBatchNormalization, {"epsilon", "momentum", "spatial", "training_mode"}, 5, 5},
       {Op::kTranspose, {"perm"}, 1, 1},
+      {Op::kLogSoftmax, {"axis", kCoerce2dAttr}, 1, 1},
+      {Op::kLayerNormalization, {"axis", "epsilon", "stash_type"}, 2, 3},
+      {Op::kSqueeze, {"axes"}, 1, 2},
       {Op::kSigmoid, {}, 1, 1},
       {Op::kTanh, {}, 1, 1},
       {Op::kLeakyRelu, {"alpha"}, 1, 1},
@@ -76,7 +79,7 @@ void check_node(const Graph& g, const Node& n) {
     g.fail(ErrorKind::kUnsupported, n,
            "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Sub, Mul, Div, "
            "BatchNormalization, Transpose, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, Erf, "
-           "Flatten, Reshape, Softmax, Identity, "
+           "Flatten, Reshape, Squeeze, Unsqueeze, Softmax, LogSoftmax, LayerNormalization, Identity, "
            "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
   }
   for (const auto& [key, a] : n.attrs) {
@@ -110,6 +113,7 @@ void check_node(const Graph& g, const Node& n) {
     if (n.outputs.empty() || n.outputs[0] == kNoValue) g.fail(ErrorKind::kBadFile, n, "has no output");
     const size_t max_out = n.op == Op::kDropout || n.op == Op::kMaxPool ? 2  // MaxPool: Indices
                            : n.op == Op::kBatchNormalization               ? 3
+                           : n.op == Op::kLayerNormalization               ? 3  // Mean, InvStdDev
                                                                             : 1;
     if (n.outputs.size() > max_out) {
       g.fail(ErrorKind::kBadFile, n, fmt::format("has {} outputs; {} defines at most {}", n.outputs.size(), n.op_type, max_out));
@@ -141,7 +145,23 @@ void check_node(const Graph& g, const Node& n) {
       }
       break;
     }
+    case Op::kLayerNormalization:
+      (void)attr_int(g, n, "axis", -1);
+      (void)attr_int(g, n, "stash_type", 1);
+      if (!std::isfinite(attr_float(g, n, "epsilon", 1e-5f)) || attr_float(g, n, "epsilon", 1e-5f) < 0) {
+        g.fail(ErrorKind::kBadFile, n, "attribute 'epsilon' must be a finite number >= 0");
+      }
+      break;
+    case Op::kSqueeze: {
+      const Attribute* a = n.attr("axes");
+      if (a != nullptr && a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'axes' is not a list of ints");
+      if (a != nullptr && n.inputs.size() >= 2 && n.inputs[1] != kNoValue) {
+        g.fail(ErrorKind::kBadFile, n, "has its axes both as the attribute (opset < 13) and as input 1 (opset >= 13)");
+      }
+      break;
+    }
     case Op::kFlatten:
+    case Op::kLogSoftmax:
     case Op::kSoftmax:
     case Op::kGather:
     case Op::kConcat: (void)attr_int(g, n, "axis", 0); break;

@@ -2,13 +2,19 @@
 //
 // Walks the optimized graph in node order keeping "the activation" (the one value the chain
 // carries) and the earlier activations: a node that reads an earlier one is a branch or skip
-// connection, which the chain cannot express. Dense nodes become layers; a Reshape/Flatten only
-// changes the feature shape; Softmax ends the chain on the host. An Add or Relu that fusion could
-// not merge is handled like the old importer did (bias / ReLU of the last layer) or reported.
+// connection, which the chain cannot express -- except host operators and layout changes reading a
+// view of the last layer's output, which may branch (a model with several outputs: the logits and
+// their Softmax). Every value the chain computes has a tap: after how many layers, and which host
+// operators since; every graph output must be a tap of the last layer's output. Dense nodes become layers; a Reshape, Flatten, Squeeze
+// or Unsqueeze only changes the feature shape; Softmax, LogSoftmax and LayerNormalization end the
+// chain on the host (nn::HostStep), followed only by more of them and by layout changes. An Add or
+// Relu that fusion could not merge is handled like the old importer did (bias / ReLU of the last
+// layer) or reported.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <limits>
+#include <map>
 #include <set>
 
 #include "pass_util.h"
@@ -18,6 +24,7 @@
 namespace tpuw::compiler {
 namespace {
 
+using detail::attr_float;
 using detail::attr_int;
 using detail::bias_from;
 using detail::features;
@@ -32,27 +39,60 @@ constexpr uint32_t kMaxIdentityFeatures = 4096;
 
 class Lowering {
  public:
-  explicit Lowering(const Graph& g) : g_(g) { net_.source = g.source; }
+  explicit Lowering(const Graph& g) : g_(g), consumers_(g.consumers()) { net_.source = g.source; }
 
   nn::FloatNetwork run() {
     input();
     for (const Node& n : g_.nodes) node(n);
-    output();
+    const std::vector<const Tap*> outs = outputs();
     finish_layer();
     if (net_.layers.empty()) identity_layer();
+    net_.output_name = g_.outputs[0].name;
+    if (outs.size() > 1) {
+      // Several outputs: each is the last layer's output (or one head's columns of it), then its
+      // own host operators.
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const uint32_t cols = outs[i]->cols == 0 ? net_.output_features() : outs[i]->cols;
+        net_.outputs.push_back({g_.outputs[i].name, outs[i]->col, cols, outs[i]->steps});
+      }
+      return std::move(net_);
+    }
+    net_.host_steps = outs[0]->steps;
+    // One Softmax over every output feature is the form the rest of the back end has always known
+    // (nn::HostOp on the network, as the CNN head has it): keep it that way.
+    if (net_.host_steps.size() == 1 && net_.host_steps[0].op == nn::HostOp::kSoftmax &&
+        net_.host_steps[0].outer == 1 && net_.host_steps[0].inner == 1) {
+      net_.host_op = nn::HostOp::kSoftmax;
+      net_.host_steps.clear();
+    }
     return std::move(net_);
   }
 
  private:
-  enum class Stage { kInput, kLinear, kRelu, kSoftmax };
+  enum class Stage { kInput, kLinear, kRelu, kHost };
+
+  // Where a value stands in the chain: the output of the first `layers` layers as they were at
+  // `version` (a bias Add or Relu changes the last layer), then the host operators `steps`.
+  struct Tap {
+    size_t layers = 0;
+    int version = 0;
+    std::vector<nn::HostStep> steps;
+    uint32_t col = 0, cols = 0;  // the columns of the layer's output it views (one head of several)
+  };
 
   const Graph& g_;
+  std::vector<std::vector<size_t>> consumers_;
   nn::FloatNetwork net_;
   std::set<ValueId> stale_;
   ValueId act_ = kNoValue;
   Stage stage_ = Stage::kInput;
   std::vector<std::string> pending_;  // labels of the layer being built
   const Node* n_ = nullptr;
+  std::map<ValueId, Tap> taps_;       // every value of the chain
+  int version_ = 0;                   // bumped when a node changes the last layer
+  std::string last_host_;             // the last host operator, for messages
+  ValueId last_dense_in_ = kNoValue;  // what the last layer reads: another Dense reading it is a second head
+  std::string heads_;                 // the last layer's heads, when it has several ("fc1 (Gemm) | fc2 (Gemm)")
 
   [[noreturn]] void unsupported(const std::string& what) const { g_.fail(ErrorKind::kUnsupported, *n_, what); }
   const std::string& name(ValueId v) const { return g_.value(v).name; }
@@ -62,8 +102,9 @@ class Lowering {
     if (g_.inputs.size() > 1) {
       std::vector<std::string> names;
       for (const auto& in : g_.inputs) names.push_back(name(in.value));
-      g_.fail(ErrorKind::kUnsupported, fmt::format("the graph has {} inputs ({}); exactly one is supported",
-                                                   g_.inputs.size(), fmt::join(names, ", ")));
+      g_.fail(ErrorKind::kUnsupported,
+              fmt::format("graph input '{}': a second input (the graph has {} inputs: {}); models with one input "
+                          "(the batch of rows) are supported", names[1], g_.inputs.size(), fmt::join(names, ", ")));
     }
     const GraphInput& in = g_.inputs[0];
     const Value& v = g_.value(in.value);
@@ -75,21 +116,38 @@ class Lowering {
     net_.input_shape = in.declared;
     net_.input_features = static_cast<uint32_t>(*checked_elements(features(*v.shape)));
     act_ = in.value;
+    taps_[act_] = Tap{};
   }
 
-  void output() {
-    if (g_.outputs.size() != 1) {
-      g_.fail(ErrorKind::kUnsupported, fmt::format("the graph has {} outputs; exactly one is supported", g_.outputs.size()));
+  // The tap of every graph output, in order: each must be the last layer's output as the device
+  // returns it (after its bias and ReLU), then host operators and layout changes.
+  std::vector<const Tap*> outputs() const {
+    if (g_.outputs.empty()) g_.fail(ErrorKind::kBadFile, "the graph has no output");
+    std::vector<const Tap*> r;
+    for (const GraphOutput& o : g_.outputs) {
+      const std::string where = fmt::format("graph output '{}'", o.name);
+      const auto it = taps_.find(o.value);
+      if (it == taps_.end()) {
+        if (g_.is_constant(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is a constant, not computed from the input");
+        g_.fail(ErrorKind::kUnsupported, where + ": is not computed by the layer chain from the graph input");
+      }
+      const Tap& t = it->second;
+      if (t.layers != net_.layers.size() || t.version != version_) {
+        g_.fail(ErrorKind::kUnsupported,
+                where + fmt::format(": is not the end of the layer chain (later nodes extend it: it is the output of "
+                                    "{} of the {} layers{}); the device returns the last layer's output, every graph "
+                                    "output must be it or host operators and layout changes after it",
+                                    t.layers, net_.layers.size(), t.layers == net_.layers.size() ? " before its bias "
+                                    "or ReLU" : ""));
+      }
+      r.push_back(&t);
     }
-    const GraphOutput& o = g_.outputs[0];
-    const std::string where = fmt::format("graph output '{}'", o.name);
-    if (o.value != act_) {
-      if (stale_.contains(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is not the end of the layer chain (later nodes extend it)");
-      if (g_.is_constant(o.value)) g_.fail(ErrorKind::kUnsupported, where + ": is a constant, not computed from the input");
-      g_.fail(ErrorKind::kUnsupported, where + ": is not computed by the layer chain from the graph input");
+    if (r.size() == 1 && !heads_.empty()) {
+      g_.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}': the last layer has several heads ({}) but only "
+                                                   "one of them is a graph output", g_.outputs[0].name, heads_));
     }
     // A feature shape of rank > 1 ([batch, 4, 5]) is output flattened row-major, like Flatten.
-    net_.output_name = o.name;
+    return r;
   }
 
   // A model whose operators are all shape changes or host operators (a Flatten, a Softmax) still
@@ -119,7 +177,7 @@ class Lowering {
     return false;
   }
 
-  void require_activation_input(size_t i) const {
+  void require_activation_input(size_t i, bool after_host = false) const {
     const ValueId v = n_->inputs[i];
     if (!is_act(v)) {
       if (g_.is_constant(v)) {
@@ -128,12 +186,35 @@ class Lowering {
       }
       unsupported(fmt::format("reads '{}', which is not computed by the layer chain", name(v)));
     }
-    if (stage_ == Stage::kSoftmax) unsupported("follows Softmax; Softmax runs on the host and must be the last operator");
+    if (stage_ == Stage::kHost && !after_host) {
+      unsupported(fmt::format("follows the host operator {}; host operators (Softmax, LogSoftmax, LayerNormalization) "
+                              "run after the device program, so only host operators and layout changes (Reshape, "
+                              "Flatten, Squeeze, Unsqueeze) may follow them",
+                              last_host_));
+    }
   }
 
-  void set_output(ValueId v) {
+  // The activation input of a node that may also follow the host operators (layout, host ops): the
+  // activation, or an earlier value that is a view of the last layer's output (a branch of host
+  // operators and layout changes, for several outputs). Its tap.
+  const Tap& require_activation_anywhere(size_t i) const {
+    const ValueId v = n_->inputs[i];
+    if (v != act_ && stale_.contains(v)) {
+      const Tap& t = taps_.at(v);
+      if (t.layers == net_.layers.size() && t.version == version_) return t;
+    }
+    require_activation_input(i, /*after_host=*/true);
+    return taps_.at(v);
+  }
+
+  // v is the new activation, at `steps` after the layers as they are now; a view of the same
+  // columns as `from` (a layout change or host operator), else the whole last layer.
+  void set_output(ValueId v, std::vector<nn::HostStep> steps = {}, const Tap* from = nullptr) {
+    const uint32_t col = from != nullptr ? from->col : 0;
+    const uint32_t cols = from != nullptr ? from->cols : (net_.layers.empty() ? 0 : net_.layers.back().n);
     stale_.insert(act_);
     act_ = v;
+    taps_[v] = Tap{net_.layers.size(), version_, std::move(steps), col, cols};
   }
 
   void finish_layer() {
@@ -155,34 +236,179 @@ class Lowering {
           unsupported(fmt::format("Relu after {} is not supported (the device applies ReLU before the function)",
                                   nn::act_name(net_.layers.back().act)));
         }
+        if (!heads_.empty()) unsupported(fmt::format("follows a layer with several heads ({}); a ReLU must be fused into each head", heads_));
         net_.layers.back().relu = true;
+        ++version_;
         stage_ = Stage::kRelu;
         pending_.push_back(n.label());
         return set_output(n.outputs[0]);
       case Op::kFlatten:
       case Op::kReshape:
-        require_activation_input(0);
-        return set_output(n.outputs[0]);
-      case Op::kSoftmax: {
-        require_activation_input(0);
-        const Dims f = features(*g_.value(n.inputs[0]).shape);
-        const int64_t axis = attr_int(g_, n, "axis", -1);
-        if (f.size() != 1 || (axis != 1 && axis != -1)) {
-          unsupported(fmt::format("softmax over axis {} of a [batch, {}] tensor; only the feature axis of [batch, "
-                                  "features] is supported", axis, fmt::join(f, ", ")));
+      case Op::kSqueeze:
+      case Op::kUnsqueeze:
+        // Layout only: the rows stay row-major, the device never sees the change.
+        {
+          const Tap& in = require_activation_anywhere(0);
+          fixed_batch(n);
+          return set_output(n.outputs[0], in.steps, &in);
         }
-        net_.host_op = nn::HostOp::kSoftmax;
-        stage_ = Stage::kSoftmax;
-        return set_output(n.outputs[0]);
-      }
+      case Op::kSoftmax:
+      case Op::kLogSoftmax:
+      case Op::kLayerNormalization: return host_step(n);
       default:
         unsupported("is not supported by the dense-layer chain the device runs today");
     }
   }
 
+  // A Reshape by a shape with a positive dimension 0: the number of rows the model needs.
+  void fixed_batch(const Node& n) {
+    const int64_t b = detail::reshape_fixed_batch(g_, n);
+    if (b == 0) return;
+    Dims shape;
+    const TensorData& d = *g_.value(n.inputs[1]).data;
+    for (size_t i = 0; i < d.size(); ++i) shape.push_back(detail::as_int(d, i));
+    const std::string by = fmt::format("node '{}' ({}): reshape to {}", n.name, n.op_type, dims_string(shape));
+    if (net_.fixed_batch != 0 && net_.fixed_batch != static_cast<uint64_t>(b)) {
+      unsupported(fmt::format("reshape to {} fixes the batch to {} rows, but {} fixes it to {}", dims_string(shape), b,
+                              net_.fixed_batch_by, net_.fixed_batch));
+    }
+    if (net_.fixed_batch == 0) {
+      net_.fixed_batch = static_cast<uint64_t>(b);
+      net_.fixed_batch_by = by;
+    }
+  }
+
+  // Softmax / LogSoftmax / LayerNormalization: a host operator after the device program (fp32).
+  void host_step(const Node& n) {
+    const Tap& in = require_activation_anywhere(0);
+    std::vector<nn::HostStep> steps = in.steps;
+    const Dims& d = *g_.value(n.inputs[0]).shape;
+    const auto r = static_cast<int64_t>(d.size());
+    const int64_t raw = attr_int(g_, n, "axis", -1);
+    const int64_t axis = raw < 0 ? raw + r : raw;
+    if (axis < 0 || axis >= r) {
+      g_.fail(ErrorKind::kBadFile, n, fmt::format("axis {} is out of range for the rank-{} input {}", raw, r, dims_string(d)));
+    }
+    if (axis == 0) {
+      unsupported(fmt::format("axis {} of the input {} is the batch axis: the rows are not independent; only the "
+                              "feature axes (>= 1) are supported", raw, dims_string(d)));
+    }
+    nn::HostStep st;
+    st.name = n.label();
+    const auto ax = static_cast<size_t>(axis);
+    const auto prod = [&](size_t a, size_t b) {
+      int64_t p = 1;
+      for (size_t i = a; i < b; ++i) p *= d[i];
+      return static_cast<uint32_t>(p);
+    };
+    st.outer = prod(1, ax);
+    const bool coerce = n.op == Op::kLayerNormalization || attr_int(g_, n, kCoerce2dAttr, 0) != 0;
+    st.len = coerce ? prod(ax, d.size()) : prod(ax, ax + 1);
+    st.inner = coerce ? 1 : prod(ax + 1, d.size());
+    if (n.op == Op::kLayerNormalization) {
+      st.op = nn::HostOp::kLayerNorm;
+      st.epsilon = attr_float(g_, n, "epsilon", 1e-5f);
+      const Dims norm(d.begin() + axis, d.end());
+      st.scale = normalized_param(n, 1, "Scale", norm);
+      if (detail::input(n, 2) != kNoValue) st.bias = normalized_param(n, 2, "B", norm);
+      for (size_t k = 1; k < n.outputs.size(); ++k) {
+        const ValueId v = n.outputs[k];
+        if (v != kNoValue && (g_.is_graph_output(v) || !consumers_[static_cast<size_t>(v)].empty())) {
+          unsupported(fmt::format("output {} '{}' ({}) is read; only the normalized output Y is supported", k, name(v),
+                                  k == 1 ? "Mean" : "InvStdDev"));
+        }
+      }
+    } else {
+      st.op = n.op == Op::kSoftmax ? nn::HostOp::kSoftmax : nn::HostOp::kLogSoftmax;
+    }
+    last_host_ = st.name;
+    steps.push_back(std::move(st));
+    stage_ = Stage::kHost;
+    set_output(n.outputs[0], std::move(steps), &in);
+  }
+
+  // LayerNormalization's Scale or B: a constant that broadcasts (numpy rules) to the normalized
+  // dimensions `norm`, one value per normalized feature.
+  std::vector<float> normalized_param(const Node& n, size_t i, const char* what, const Dims& norm) const {
+    const ValueId c = n.inputs[i];
+    if (!g_.is_constant(c)) {
+      unsupported(fmt::format("input {} '{}' ({}) must be an initializer or Constant", i, name(c), what));
+    }
+    const Value& v = g_.value(c);
+    const Dims& cd = *v.shape;
+    bool ok = cd.size() <= norm.size();
+    for (size_t k = 0; ok && k < cd.size(); ++k) {
+      const int64_t want = norm[norm.size() - cd.size() + k];
+      ok = cd[k] == 1 || cd[k] == want;
+    }
+    if (!ok) {
+      g_.fail(ErrorKind::kUnsupported, n, fmt::format("input {} '{}' ({}) has shape {}; it must broadcast to the "
+                                                      "normalized dimensions {}", i, name(c), what, dims_string(cd),
+                                                      dims_string(norm)));
+    }
+    const int64_t total = *checked_elements(norm);
+    std::vector<float> out(static_cast<size_t>(total));
+    for (int64_t j = 0; j < total; ++j) {
+      // Coordinates of j in norm, mapped to the (right-aligned, broadcast) constant.
+      int64_t rem = j, idx = 0, stride = 1;
+      for (size_t k = norm.size(); k-- > 0;) {
+        const int64_t coord = rem % norm[k];
+        rem /= norm[k];
+        const size_t off = norm.size() - k;  // 1 = last axis
+        if (off <= cd.size()) {
+          const int64_t cdim = cd[cd.size() - off];
+          if (cdim != 1) idx += coord * stride;
+          stride *= cdim;
+        }
+      }
+      out[static_cast<size_t>(j)] = static_cast<float>(v.data->as_double(static_cast<size_t>(idx)));
+    }
+    return out;
+  }
+
+  // A second head on the last layer's input (two Gemms reading one trunk): its columns are appended
+  // to the last layer, so the device computes both in one layer and each output is its columns.
+  bool try_head(const Node& n) {
+    if (n.inputs[0] == act_ || n.inputs[0] != last_dense_in_ || net_.layers.empty()) return false;
+    nn::DenseLayer& l = net_.layers.back();
+    const Value& w = g_.value(n.inputs[1]);
+    const Value& b = g_.value(n.inputs[2]);
+    const auto k = static_cast<uint32_t>((*w.shape)[0]), n2 = static_cast<uint32_t>((*w.shape)[1]);
+    const bool relu = attr_int(g_, n, "relu", 0) != 0;
+    if (taps_.at(act_).layers != net_.layers.size()) return false;
+    const std::string first = heads_.empty() ? fmt::format("{}", fmt::join(pending_, " + ")) : heads_;
+    if (relu != l.relu) {
+      unsupported(fmt::format("is a second head on '{}' {} a ReLU, but {} {}: the heads of one layer must agree", name(n.inputs[0]),
+                              relu ? "with" : "without", first, l.relu ? "has one" : "has none"));
+    }
+    if (k != l.k) throw Error(ErrorKind::kInternal, fmt::format("{}: node '{}': head does not match", g_.source, n.name));
+    std::vector<float> wn(size_t{k} * (l.n + n2));
+    for (uint32_t i = 0; i < k; ++i) {
+      std::copy_n(l.w.begin() + static_cast<std::ptrdiff_t>(size_t{i} * l.n), l.n, wn.begin() + static_cast<std::ptrdiff_t>(size_t{i} * (l.n + n2)));
+      std::copy_n(w.data->f.begin() + static_cast<std::ptrdiff_t>(size_t{i} * n2), n2,
+                  wn.begin() + static_cast<std::ptrdiff_t>(size_t{i} * (l.n + n2) + l.n));
+    }
+    const uint32_t col = l.n;
+    l.w = std::move(wn);
+    l.b.insert(l.b.end(), b.data->f.begin(), b.data->f.end());
+    l.n += n2;
+    const std::string second = n.origin.empty() ? n.label() : fmt::format("{}", fmt::join(n.origin, " + "));
+    heads_ = fmt::format("{} | {}", first, second);
+    pending_ = {heads_};
+    const Tap head{net_.layers.size(), version_, {}, col, n2};
+    stale_.insert(act_);
+    act_ = n.outputs[0];
+    taps_[act_] = head;
+    stage_ = l.relu ? Stage::kRelu : Stage::kLinear;
+    return true;
+  }
+
   void dense(const Node& n) {
+    if (try_head(n)) return;
     require_activation_input(0);
     finish_layer();
+    last_dense_in_ = n.inputs[0];
+    heads_.clear();
     const Value& w = g_.value(n.inputs[1]);
     const Value& b = g_.value(n.inputs[2]);
     nn::DenseLayer l;
@@ -210,6 +436,7 @@ class Lowering {
                               name(g_.is_constant(n.inputs[0]) ? n.inputs[1] : n.inputs[0])));
     }
     require_activation_input(a0 ? 0 : 1);
+    if (!heads_.empty()) unsupported(fmt::format("follows a layer with several heads ({}); a bias must be fused into each head", heads_));
     if (stage_ != Stage::kLinear) {
       unsupported(stage_ == Stage::kInput
                       ? "Add is supported only as the bias of a preceding MatMul/Gemm, not on the graph input"
@@ -220,6 +447,7 @@ class Lowering {
     nn::DenseLayer& l = net_.layers.back();
     const std::vector<float> b = bias_from(g_, n, c, l.n, fmt::format("bias '{}'", name(c)));
     for (uint32_t j = 0; j < l.n; ++j) l.b[j] += b[j];
+    ++version_;
     pending_.push_back(n.label());
     set_output(n.outputs[0]);
   }

@@ -236,11 +236,19 @@ class Importer {
 
   // What the opset changes but the meaning does not, made explicit for the passes.
   void normalize(Node& n, const std::string& where) {
-    if (n.op == Op::kSoftmax && n.attr("axis") == nullptr) {
+    if ((n.op == Op::kSoftmax || n.op == Op::kLogSoftmax) && n.attr("axis") == nullptr) {
       Attribute a;
       a.kind = Attribute::Kind::kInt;
       a.i = opset_ < 13 ? 1 : -1;
       n.set_attr("axis", a);
+    }
+    if ((n.op == Op::kSoftmax || n.op == Op::kLogSoftmax) && opset_ < 13) {
+      // Before opset 13 the input is coerced to 2-D at `axis`: the operator normalizes over all
+      // the axes from `axis` on together (13 and later: over `axis` alone). Same for rank 2.
+      Attribute a;
+      a.kind = Attribute::Kind::kInt;
+      a.i = 1;
+      n.set_attr(std::string(kCoerce2dAttr), a);
     }
     if (n.op == Op::kReshape) {
       if (const Attribute* a = n.attr("shape")) {  // opset < 5: the shape is an attribute

@@ -50,6 +50,17 @@ inline int64_t as_int(const TensorData& d, size_t k) {
   return static_cast<int64_t>(std::clamp(v, -9.0e15, 9.0e15));
 }
 
+/// The batch a Reshape fixes: dimension 0 of its constant shape when that is a positive number
+/// (ONNX's [2, 12] for a [2, 3, 4] input; allowzero = 0), else 0. Shape inference accepts such a
+/// Reshape as keeping the batch, and the runtime checks the number of rows (FloatNetwork::fixed_batch).
+inline int64_t reshape_fixed_batch(const Graph& g, const Node& n) {
+  if (n.op != Op::kReshape || n.inputs.size() < 2 || !g.is_constant(n.inputs[1])) return 0;
+  const TensorData& d = *g.value(n.inputs[1]).data;
+  if (d.size() < 2) return 0;
+  const int64_t b = as_int(d, 0);
+  return b > 0 && b != kBatch ? b : 0;
+}
+
 /// The bias vector of `n` outputs from constant `c` broadcastable to [n] (shape [n], [1, n], [1],
 /// a scalar): b[j] as float. Error(kUnsupported) naming `what` otherwise.
 inline std::vector<float> bias_from(const Graph& g, const Node& node, ValueId c, uint32_t n, std::string_view what) {

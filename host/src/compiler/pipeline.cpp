@@ -34,6 +34,9 @@ Graph optimize(Graph g) {
   return g;
 }
 
-nn::FloatNetwork compile_float(Graph g) { return lower_to_float_network(optimize(std::move(g))); }
+nn::FloatNetwork compile_float(Graph g) {
+  g.batch_may_be_fixed = true;  // lower_to_float_network records it, tpuw run checks the rows
+  return lower_to_float_network(optimize(std::move(g)));
+}
 
 }  // namespace tpuw::compiler

@@ -58,7 +58,10 @@ class Inference {
       case Op::kHardSwish:
       case Op::kGelu:
       case Op::kErf:
-      case Op::kSoftmax: return same_as_input(n);
+      case Op::kSoftmax:
+      case Op::kLogSoftmax: return same_as_input(n);
+      case Op::kLayerNormalization: return layer_norm(n);
+      case Op::kSqueeze: return squeeze(n);
       case Op::kDropout: {
         same_as_input(n);
         const ValueId mask = output(n, 1);
@@ -135,8 +138,10 @@ class Inference {
         set(n.outputs[0], g_.value(n.inputs[0]).dtype, {shape(n.inputs[0])->at(0), shape(n.inputs[1])->at(1)});
         return;
       }
-      case Op::kGather:
       case Op::kUnsqueeze:
+        if (known(n.inputs[0]) && !g_.is_constant(n.inputs[0])) return unsqueeze(n);
+        [[fallthrough]];
+      case Op::kGather:
       case Op::kConcat:
         // Constant folding evaluates these on shape tensors; left over, they operate on an activation.
         if (strict_) {
@@ -312,12 +317,16 @@ class Inference {
            fmt::format("reshape to {} merges the batch dimension; the result must be [batch, features...]", shape_str));
     }
     const int64_t b = shape_in[0];
-    if (b > 0 || (b == 0 && allowzero)) {
+    // A positive dimension 0 keeps the batch only when the input has exactly that many rows: where
+    // the consumer records and checks that (Graph::batch_may_be_fixed), the rest is resolved as if
+    // it does (a -1 against the row's features); another number of rows is never reinterpreted.
+    if ((b > 0 && !g_.batch_may_be_fixed) || (b == 0 && allowzero)) {
       fail(ErrorKind::kUnsupported,
-           fmt::format("reshape to {} fixes the batch dimension to {}; only reshapes that keep it are supported (export "
-                       "with x.view(x.size(0), -1) or torch.flatten(x, 1))", shape_str, b));
+           fmt::format("reshape to {}{} fixes the batch dimension to {}; only reshapes that keep it are supported "
+                       "(export with x.view(x.size(0), -1) or torch.flatten(x, 1))",
+                       shape_str, allowzero ? " with allowzero=1" : "", b));
     }
-    if (b != 0 && b != -1 && b != kBatch) fail(ErrorKind::kBadFile, fmt::format("shape {}: dimension 0 is {}", shape_str, b));
+    if (b < -1 && b != kBatch) fail(ErrorKind::kBadFile, fmt::format("shape {}: dimension 0 is {}", shape_str, b));
     Dims out;
     int infer = -1;
     int64_t known_p = 1;
@@ -360,6 +369,100 @@ class Inference {
     }
     out.insert(out.begin(), kBatch);
     set(n.outputs[0], g_.value(x).dtype, std::move(out));
+  }
+
+  // Y as X; Mean and InvStdDev (optional outputs) keep the axes before `axis` and are 1 from it on.
+  void layer_norm(Node& n) {
+    if (!known(n.inputs[0])) return;
+    const Dims& d = *shape(n.inputs[0]);
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, d);
+    const auto r = static_cast<int64_t>(d.size());
+    const int64_t raw = attr_int(g_, n, "axis", -1);
+    const int64_t axis = raw < 0 ? raw + r : raw;
+    if (axis < 0 || axis >= r) {
+      fail(ErrorKind::kBadFile, fmt::format("axis {} is out of range for the rank-{} input {}", raw, r, dims_string(d)));
+    }
+    Dims stat = d;
+    for (size_t i = static_cast<size_t>(axis); i < stat.size(); ++i) stat[i] = 1;
+    for (size_t k = 1; k < n.outputs.size(); ++k) set(n.outputs[k], DType::kFloat32, stat);
+  }
+
+  // The axes of a Squeeze/Unsqueeze: the attribute (opset < 13) or the constant input 1 (13 on).
+  // nullopt while input 1 is not folded yet (lenient mode).
+  std::optional<std::vector<int64_t>> axes_of(const Node& n) {
+    if (const Attribute* a = n.attr("axes")) return a->ints;
+    const ValueId v = detail::input(n, 1);
+    if (v == kNoValue) return std::vector<int64_t>{};
+    if (!g_.is_constant(v)) {
+      if (!strict_) return std::nullopt;
+      fail(ErrorKind::kUnsupported, fmt::format("axes '{}' are computed from the input; they must be an initializer or "
+                                                "Constant", name(v)));
+    }
+    const Value& av = g_.value(v);
+    if (av.shape->size() > 1) fail(ErrorKind::kBadFile, fmt::format("axes '{}' is not a 1-D tensor", av.name));
+    std::vector<int64_t> axes;
+    for (size_t i = 0; i < av.data->size(); ++i) axes.push_back(detail::as_int(*av.data, i));
+    return axes;
+  }
+
+  // Normalizes `axes` against `rank` (negative counts from the end); refuses a repeated or
+  // out-of-range axis (kBadFile) and axis 0, the batch (kUnsupported).
+  std::vector<int64_t> normalized_axes(const std::vector<int64_t>& axes, int64_t rank, const std::string& what) {
+    std::vector<int64_t> out;
+    for (const int64_t a : axes) {
+      const int64_t x = a < 0 ? a + rank : a;
+      if (x < 0 || x >= rank) fail(ErrorKind::kBadFile, fmt::format("axis {} is out of range for {}", a, what));
+      if (std::find(out.begin(), out.end(), x) != out.end()) fail(ErrorKind::kBadFile, fmt::format("axis {} is repeated", a));
+      if (x == 0) {
+        fail(ErrorKind::kUnsupported, fmt::format("axis {} is the batch axis ({}); only the feature axes (>= 1) may be "
+                                                  "squeezed or inserted", a, what));
+      }
+      out.push_back(x);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  void squeeze(Node& n) {
+    if (!known(n.inputs[0])) return;
+    const std::optional<std::vector<int64_t>> axes = axes_of(n);
+    if (!axes) return;
+    require_activation(n);
+    const Dims& d = *shape(n.inputs[0]);
+    if (axes->empty()) {
+      fail(ErrorKind::kUnsupported, fmt::format("Squeeze without axes removes every dimension of size 1 of {}, the batch "
+                                                "too when it is 1; give the axes (torch: x.squeeze(dim))", dims_string(d)));
+    }
+    const std::vector<int64_t> ax = normalized_axes(*axes, static_cast<int64_t>(d.size()), "the input " + dims_string(d));
+    Dims out;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (std::find(ax.begin(), ax.end(), static_cast<int64_t>(i)) == ax.end()) {
+        out.push_back(d[i]);
+      } else if (d[i] != 1) {
+        fail(ErrorKind::kBadFile, fmt::format("axis {} of the input {} has size {}, not 1", i, dims_string(d), d[i]));
+      }
+    }
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+  }
+
+  void unsqueeze(Node& n) {
+    const std::optional<std::vector<int64_t>> axes = axes_of(n);
+    if (!axes) return;
+    require_activation(n);
+    const Dims& d = *shape(n.inputs[0]);
+    if (axes->empty()) fail(ErrorKind::kBadFile, "has no axes");
+    const auto rank = static_cast<int64_t>(d.size() + axes->size());
+    const std::vector<int64_t> ax = normalized_axes(*axes, rank, fmt::format("the rank-{} output", rank));
+    Dims out;
+    size_t k = 0;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (std::find(ax.begin(), ax.end(), i) != ax.end()) {
+        out.push_back(1);
+      } else {
+        out.push_back(d[k++]);
+      }
+    }
+    set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
   }
 
   void shape_op(Node& n) {

@@ -41,7 +41,9 @@ bool is_identity(const Graph& g, const Node& n, const std::vector<std::vector<si
     case Op::kFlatten: {
       const Value& x = g.value(n.inputs[0]);
       const Value& y = g.value(n.outputs[0]);
-      return x.shape && y.shape && *x.shape == *y.shape && !x.is_constant() && n.outputs.size() == 1;
+      // A Reshape that fixes the batch stays: lowering records the number of rows it needs.
+      return x.shape && y.shape && *x.shape == *y.shape && !x.is_constant() && n.outputs.size() == 1 &&
+             detail::reshape_fixed_batch(g, n) == 0;
     }
     default: return false;
   }

@@ -119,7 +119,7 @@ std::vector<float> dequantize_output(const QNetwork& net, std::span<const int32_
       y[r * l.n + j] = l.relu ? std::max(v, 0.0f) : v;  // the int32 path skips ACTIVATE: ReLU here
     }
   }
-  if (net.host_op == HostOp::kSoftmax) softmax_rows(y, l.n);
+  apply_host_ops(y, l.n, net.host_op, net.host_steps);
   return y;
 }
 

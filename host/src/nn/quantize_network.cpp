@@ -8,7 +8,9 @@ namespace tpuw::nn {
 QNetwork quantize(const FloatNetwork& net, std::span<const float> calib, uint64_t rows) {
   compiler::Graph g = compiler::graph_of_float_network(net);
   compiler::quantize(g, calib, rows);
-  return compiler::lower_to_qnetwork(g);
+  QNetwork q = compiler::lower_to_qnetwork(g);
+  q.host_steps = net.host_steps;  // after the int32 output: nothing to calibrate
+  return q;
 }
 
 }  // namespace tpuw::nn

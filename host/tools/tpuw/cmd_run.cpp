@@ -144,6 +144,19 @@ void check_raw(const RunOpts& o, const nn::QNetwork& q, const std::vector<int8_t
   }
 }
 
+// The final float outputs (after the host operators) against the CPU reference's, bit for bit.
+void check_final(const RunOpts& o, const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
+                 const char* what) {
+  for (size_t i = 0; i < golden.size() && i < y.size(); ++i) {
+    if (num::to_bits(golden[i]) != num::to_bits(y[i])) {
+      throw Error(ErrorKind::kMismatch,
+                  fmt::format("mismatch: output[{}, {}] (after the host operators): {} = {} (0x{:08x}), {} = {} "
+                              "(0x{:08x})", i / classes, i % classes, o.backend, y[i], num::to_bits(y[i]), what,
+                              golden[i], num::to_bits(golden[i])));
+    }
+  }
+}
+
 // What the one- and several-device paths do with the device's int32 output: dequantize it, --check
 // it against the CPU integer model, score --labels (int8 on the device and the float model), and
 // write --output.
@@ -152,32 +165,142 @@ struct RunOutputs {
   double acc_int8 = 0, acc_float = 0;
 };
 
+// The features of output i ([rows, features] as written).
+uint32_t output_cols(const nn::FloatNetwork& net, size_t i) {
+  return net.outputs.empty() ? net.output_features() : net.outputs.at(i).cols;
+}
+
+// The model's outputs from the last layer's rows y after the network's own host operators: y itself,
+// or for a model with several outputs each one's columns and host operators (nn::split_outputs).
+std::vector<std::vector<float>> model_outputs(const nn::FloatNetwork& net, std::vector<float> y, uint64_t rows) {
+  if (net.outputs.empty()) return {std::move(y)};
+  return nn::split_outputs(net, y, rows);
+}
+
+// The file output i goes to: --output itself for one output; for several, out.npy -> out.NAME.npy
+// (a name's characters other than letters, digits, '_', '-' and '.' become '_').
+std::string output_file(const RunOpts& o, const nn::FloatNetwork& net, size_t i) {
+  if (o.output.empty() || net.outputs.empty()) return o.output;
+  std::string name = net.outputs.at(i).name;
+  for (char& c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) c = '_';
+  }
+  const fs::path p(o.output);
+  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / fmt::format("{}.{}.npy", stem, name)).string();
+}
+
+// --check, --labels (on the first output) and --output of the final outputs: `outs` from the
+// device, `golden` from the CPU reference (compared bit for bit when --check), `flt` the float
+// model's (for its accuracy).
+void finish_model_outputs(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in,
+                          const std::vector<std::vector<float>>& outs, const std::vector<std::vector<float>>* golden,
+                          const std::vector<int64_t>& labels, RunOutputs& r, const char* what) {
+  if (golden != nullptr) {
+    for (size_t i = 0; i < outs.size(); ++i) check_final(o, golden->at(i), outs[i], output_cols(net, i), what);
+  }
+  if (!labels.empty()) {
+    r.acc_int8 = accuracy(outs[0], output_cols(net, 0), labels);
+    r.acc_float = accuracy(model_outputs(net, nn::forward_float(net, in.x, in.rows), in.rows)[0], output_cols(net, 0),
+                           labels);
+  }
+  if (o.output.empty()) return;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    npy::save(output_file(o, net, i), npy::Array::from<float>({in.rows, output_cols(net, i)}, outs[i]));
+  }
+}
+
 RunOutputs finish_outputs(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q,
                           const std::vector<int8_t>& x_q, const Rows& in, const std::vector<int32_t>& raw,
                           const std::vector<int64_t>& labels) {
   const uint32_t classes = net.output_features();
-  const std::vector<float> y = nn::dequantize_output(q, raw, in.rows);
+  const std::vector<std::vector<float>> outs = model_outputs(net, nn::dequantize_output(q, raw, in.rows), in.rows);
   RunOutputs r;
+  std::vector<std::vector<float>> golden;
   if (o.check) {
     check_raw(o, q, x_q, in.rows, raw, classes);
+    // The CPU reference applies the same dequantization and host operators: the final outputs are
+    // equal bit for bit too.
+    golden = model_outputs(net, nn::dequantize_output(q, nn::forward_int_raw(q, x_q, in.rows), in.rows), in.rows);
     r.check_json = json{{"cpu", "equal"}};
   }
-  if (!labels.empty()) {
-    r.acc_int8 = accuracy(y, classes, labels);
-    r.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
-  }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  finish_model_outputs(o, net, in, outs, o.check ? &golden : nullptr, labels, r, "cpu integer model");
   return r;
 }
 
 // --devices K / --strategy: the rows on K devices through a Worker (tpuw/worker/strategies.h).
+// The host operators after the device program, for the reports: each reads the rows that came
+// back from the device (int32 or fp32) or that the operator before it wrote, and writes fp32 rows.
+struct HostRow {
+  std::string name, op;
+  uint64_t features = 0, rd_bytes = 0, wr_bytes = 0;
+  std::string output;  // the graph output it computes (a model with several)
+};
+
+std::vector<HostRow> host_rows(const nn::FloatNetwork& net, uint64_t rows) {
+  const uint64_t f = net.output_features(), bytes = rows * f * 4;
+  std::vector<HostRow> r;
+  if (net.host_op != nn::HostOp::kNone) r.push_back({"softmax", nn::host_op_name(net.host_op), f, bytes, bytes, ""});
+  for (const nn::HostStep& st : net.host_steps) r.push_back({st.name, nn::host_op_name(st.op), f, bytes, bytes, ""});
+  for (const nn::NetOutput& out : net.outputs) {
+    const uint64_t b = rows * out.cols * 4;
+    for (const nn::HostStep& st : out.host_steps) {
+      r.push_back({st.name, nn::host_op_name(st.op), out.cols, b, b, out.name});
+    }
+  }
+  return r;
+}
+
+// The host operators of one output (the only one: "" for a model with several): "softmax",
+// "layernorm -> logsoftmax", or "none".
+std::string host_ops_string(const nn::FloatNetwork& net, const std::string& output = "");
+
+// A model with several outputs: "'probs': softmax; 'logp': logsoftmax" (those with host operators).
+std::string all_host_ops_string(const nn::FloatNetwork& net) {
+  std::vector<std::string> parts;
+  for (const nn::NetOutput& out : net.outputs) {
+    const std::string h = host_ops_string(net, out.name);
+    if (h != "none") parts.push_back(fmt::format("'{}': {}", out.name, h));
+  }
+  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::string host_ops_string(const nn::FloatNetwork& net, const std::string& output) {
+  if (output.empty() && !net.outputs.empty()) return all_host_ops_string(net);
+  std::vector<std::string> host;
+  for (const HostRow& h : host_rows(net, 0)) {
+    if (h.output == output) host.push_back(h.op);
+  }
+  return host.empty() ? "none" : fmt::format("{}", fmt::join(host, " -> "));
+}
+
+// A model with several outputs: "'logits' [batch, 10], 'probs' [batch, 10] (softmax on the host)".
+std::string outputs_string(const nn::FloatNetwork& net) {
+  std::vector<std::string> parts;
+  for (const nn::NetOutput& out : net.outputs) {
+    const std::string host = host_ops_string(net, out.name);
+    parts.push_back(fmt::format("'{}' [batch, {}]{}", out.name, out.cols,
+                                host == "none" ? "" : fmt::format(" ({} on the host)", host)));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 // The model lines both the one-device and the several-device reports start with.
 // q is null for bf16 (no quantization).
 void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& cal) {
   const uint32_t classes = net.output_features();
-  fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
-             model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s",
-             net.host_op == nn::HostOp::kSoftmax ? " -> softmax (host)" : "", net.output_name, classes);
+  const std::string host = host_ops_string(net);
+  if (!net.outputs.empty()) {
+    fmt::print("{}: input '{}' {} -> {} dense layer{} [batch, {}] -> {} outputs: {}\n", o.model, net.input_name,
+               model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s", classes,
+               net.outputs.size(), outputs_string(net));
+  } else {
+    fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
+               model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s",
+               host == "none" ? "" : fmt::format(" -> {} (host)", host), net.output_name, classes);
+  }
   if (q == nullptr) {
     fmt::print("bf16: input and weights rounded to bf16 (round-to-nearest-even), fp32 accumulation and bias, bf16 "
                "activations between layers, fp32 outputs; no calibration\n");
@@ -203,7 +326,26 @@ json model_json(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwor
   j["batches"] = batches;
   j["input_features"] = net.input_features;
   j["output_features"] = net.output_features();
-  j["host_op"] = net.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
+  j["host_op"] = host_ops_string(net);
+  json hs = json::array();
+  for (const HostRow& h : host_rows(net, in.rows)) {
+    json e = {{"name", h.name}, {"op", h.op}, {"on", "host"}, {"m", in.rows}, {"features", h.features},
+              {"rd_bytes", h.rd_bytes}, {"wr_bytes", h.wr_bytes}};
+    if (!h.output.empty()) e["output"] = h.output;
+    hs.push_back(std::move(e));
+  }
+  j["host_ops"] = hs;
+  // Every graph output: its name, features, host operators and file (--output).
+  json outs = json::array();
+  const size_t n_out = net.outputs.empty() ? 1 : net.outputs.size();
+  for (size_t i = 0; i < n_out; ++i) {
+    const std::string name = net.outputs.empty() ? net.output_name : net.outputs[i].name;
+    const std::string file = output_file(o, net, i);
+    outs.push_back({{"name", name}, {"features", output_cols(net, i)},
+                    {"host_op", host_ops_string(net, net.outputs.empty() ? "" : name)},
+                    {"file", file.empty() ? json(nullptr) : json(file)}});
+  }
+  j["outputs"] = outs;
   if (q != nullptr) {
     j["input_scale"] = q->input_scale;
     j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
@@ -225,7 +367,7 @@ void add_result_json(json& j, const RunOpts& o, size_t label_rows, double acc_in
 }
 
 // The accuracy, check and output lines both human reports end with.
-void print_result_tail(const RunOpts& o, size_t label_rows, double acc_int8, double acc_float, uint64_t rows,
+void print_result_tail(const RunOpts& o, const nn::FloatNetwork& net, size_t label_rows, double acc_int8, double acc_float, uint64_t rows,
                        uint32_t classes) {
   if (label_rows > 0) {
     fmt::print("accuracy on {} ({} rows): {} on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
@@ -235,7 +377,15 @@ void print_result_tail(const RunOpts& o, size_t label_rows, double acc_int8, dou
     fmt::print("check: device output equals the CPU {} model bit for bit\n",
                o.precision == "bf16" ? "bf16 (docs/numerics.md contract)" : "integer");
   }
-  if (!o.output.empty()) fmt::print("output -> {} (float32, ({}, {}))\n", o.output, rows, classes);
+  if (o.output.empty()) return;
+  if (net.outputs.empty()) {
+    fmt::print("output -> {} (float32, ({}, {}))\n", o.output, rows, classes);
+    return;
+  }
+  for (size_t i = 0; i < net.outputs.size(); ++i) {
+    fmt::print("output '{}' -> {} (float32, ({}, {}))\n", net.outputs[i].name, output_file(o, net, i), rows,
+               net.outputs[i].cols);
+  }
 }
 
 int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork& q, const std::vector<int8_t>& x_q,
@@ -304,7 +454,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
     fmt::print("  ({} of the {} devices used: one pipeline stage per layer at most)\n", rep.devices, o.multi.devices);
   }
   print_strategy_report(rep, o.array_n);
-  print_result_tail(o, labels.size(), acc_int8, acc_float, in.rows, classes);
+  print_result_tail(o, net, labels.size(), acc_int8, acc_float, in.rows, classes);
   return kOk;
 }
 
@@ -411,13 +561,21 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
                t.rd_bytes, t.wr_bytes, t.min_bytes, pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
                pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles));
   }
+  size_t row = s.layers.size();
+  for (const HostRow& h : host_rows(net, in.rows)) {
+    std::string name = h.name + " [host]";
+    if (name.size() > 40) name = name.substr(0, 37) + "...";
+    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  host, fp32{}\n", row++, name,
+               fmt::format("{}x{}", in.rows, h.features), "-", "-", h.rd_bytes, h.wr_bytes, "-",
+               h.output.empty() ? "" : fmt::format(" -> output '{}'", h.output));
+  }
   const PerfCounters& perf = s.perf;
   fmt::print("  total: {} cycles; mxu_active {} weight_stall {} weight_shift {} dma_wait {} act_busy {} instret {}; "
              "bytes read {} written {} (minimum {})\n",
              perf.cycles, perf.mxu_active, perf.weight_stall, perf.weight_shift, perf.dma_wait, perf.act_busy,
              perf.instret, s.rd_bytes, s.wr_bytes, s.min_bytes);
   if (!s.traffic_note.empty()) fmt::print("  bytes above 1.5x the minimum: {}\n", s.traffic_note);
-  print_result_tail(o, label_rows, res.acc_int8, res.acc_float, in.rows, classes);
+  print_result_tail(o, net, label_rows, res.acc_int8, res.acc_float, in.rows, classes);
   return kOk;
 }
 
@@ -526,12 +684,16 @@ RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, co
     }
     res.check_json = json{{"cpu", "equal"}};
   }
-  if (net.host_op == nn::HostOp::kSoftmax) nn::softmax_rows(y, classes);
-  if (!labels.empty()) {
-    res.acc_int8 = accuracy(y, classes, labels);
-    res.acc_float = accuracy(nn::forward_float(net, in.x, in.rows), classes, labels);
+  nn::apply_host_ops(y, classes, net.host_op, net.host_steps);
+  const std::vector<std::vector<float>> outs = model_outputs(net, std::move(y), in.rows);
+  std::vector<std::vector<float>> golden;
+  if (o.check) {
+    // The CPU reference applies the same host operators: the final outputs are equal bit for bit too.
+    std::vector<float> g = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
+    nn::apply_host_ops(g, classes, net.host_op, net.host_steps);
+    golden = model_outputs(net, std::move(g), in.rows);
   }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>({in.rows, classes}, y));
+  finish_model_outputs(o, net, in, outs, o.check ? &golden : nullptr, labels, res, "cpu bf16 model");
   return res;
 }
 
@@ -722,7 +884,7 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
                n == 0 ? a : a + n - 1, n, h.value("cycles", uint64_t{0}), w, w > 0 ? static_cast<double>(n) / w : 0.0,
                h.contains("overlap") ? fmt::format(", overlap {:.2f}", h["overlap"].get<double>()) : "");
   }
-  print_result_tail(o, labels.size(), res.acc_int8, res.acc_float, in.rows, classes);
+  print_result_tail(o, net, labels.size(), res.acc_int8, res.acc_float, in.rows, classes);
   return kOk;
 }
 
@@ -776,9 +938,16 @@ int run_command(const RunOpts& o) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: the model has no dense layer to run on the device", o.model));
   }
   const Rows in = load_rows(o.input, net, "--input");
+  if (net.fixed_batch != 0 && in.rows != net.fixed_batch) {
+    // The model is only defined for that many rows: another number would be reinterpreted.
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: {} needs exactly {} input rows (dimension 0 of the shape is fixed); --input {} has "
+                            "{} (export with x.view(x.size(0), -1) to accept any batch)",
+                            o.model, net.fixed_batch_by, net.fixed_batch, o.input, in.rows));
+  }
   const uint32_t classes = net.output_features();
   std::vector<int64_t> labels;
-  if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
+  if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, output_cols(net, 0));
   Rows calib;
   if (!o.calibrate.empty()) calib = load_rows(o.calibrate, net, "--calibrate");
   const Rows& cal = o.calibrate.empty() ? in : calib;
@@ -794,6 +963,16 @@ int run_command(const RunOpts& o) {
   }
   if (!o.trace.empty() && !o.output.empty() && fs::path(o.trace) == fs::path(o.output)) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: the same file as --output", o.trace));
+  }
+  // Several outputs go to out.NAME.npy each: two names that map to one file cannot both be written.
+  for (size_t i = 0; !o.output.empty() && i < net.outputs.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (output_file(o, net, i) == output_file(o, net, k) || output_file(o, net, i) == o.trace) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--output {}: graph outputs '{}' and '{}' would both be written to {}", o.output,
+                                net.outputs[k].name, net.outputs[i].name, output_file(o, net, i)));
+      }
+    }
   }
   const DeviceParams* params = find_device_config(o.array_n);
   if (params == nullptr) {
@@ -876,13 +1055,16 @@ int run_command(const RunOpts& o) {
 RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
   RunOpts* o = opts_.get();
   auto* sub = app.add_subcommand(
-      "run", "run an ONNX model (dense layers, ReLU, softmax) on the device in int8 or bf16; float32 in and out");
+      "run", "run an ONNX model (dense layers, ReLU, ...; Softmax, LogSoftmax, LayerNormalization on the host) on the "
+      "device in int8 or bf16; float32 in and out");
   sub_ = sub;
   sub->add_option("MODEL", o->model, "ONNX model (.onnx)")->required();
   sub->add_option("-i,--input", o->input,
                   "input rows as .npy: float32, uint8 or int8, [rows, features] or the model input's shape")
       ->required();
-  sub->add_option("-o,--output", o->output, "write the model's output as .npy, float32 [rows, outputs]");
+  sub->add_option("-o,--output", o->output,
+                  "write the model's output as .npy, float32 [rows, features]; a model with several outputs writes "
+                  "one file per output, out.npy -> out.NAME.npy (NAME: the graph output's name)");
   sub->add_option("--labels", o->labels,
                   "class labels as .npy [rows] (uint8/int8/int32/int64): print the accuracy of the device (int8 or "
                   "bf16) and of the float model");

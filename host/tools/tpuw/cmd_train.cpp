@@ -38,6 +38,7 @@
 #include "tpuw/compiler/onnx_writer.h"
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
+#include "tpuw/runtime/cnn_trainer.h"
 #include "tpuw/runtime/device_trainer_factory.h"
 #include "tpuw/runtime/host_float_trainer.h"
 #include "tpuw/runtime/npy.h"
@@ -322,7 +323,10 @@ int train_command(const TrainOpts& o) {
     }
   }
   const std::vector<uint8_t> model_bytes = read_file_bounded(o.model, kMaxOnnxBytes, "an ONNX model");
-  runtime::TrainableModel tm = runtime::describe_trainable(compiler::import_onnx_graph(model_bytes, o.model));
+  compiler::Graph graph0 = compiler::import_onnx_graph(model_bytes, o.model);
+  const bool cnn = compiler::has_conv(graph0);  // CNNs: runtime/cnn_trainer.h (one device, bf16)
+  runtime::TrainableModel tm =
+      cnn ? runtime::describe_trainable_cnn(std::move(graph0)) : runtime::describe_trainable(std::move(graph0));
   const std::map<std::string, compiler::Dims> shapes = tm.param_dims;
   const int64_t features = tm.input_features;
   const Data train = load_data(o.input, o.labels, tm, "--input", o.limit);
@@ -357,7 +361,19 @@ int train_command(const TrainOpts& o) {
                                             "compile + upload parameters");
   worker::MirroredTrainer* mirrored = nullptr;
   worker::PipelineTrainer* piped = nullptr;
-  if (o.devices > 0 && pipeline) {
+  if (cnn) {
+    if (o.devices > 0 || o.backend == "host") {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: a CNN trains on one device in bf16 (--backend rtl or ref, without --devices)",
+                              o.model));
+    }
+    runtime::DeviceTrainerOptions dto;
+    dto.backend = o.backend;
+    dto.array_n = o.array_n;
+    dto.batch = o.batch;
+    dto.sgd = sgd;
+    trainer = runtime::make_cnn_trainer(o.model, dto);
+  } else if (o.devices > 0 && pipeline) {
     compiler::TrainModel model = compiler::build_training_model(compiler::import_onnx_graph(model_bytes, o.model));
     if (o.devices > model.layers.size()) {
       throw Error(ErrorKind::kInvalidArgument,

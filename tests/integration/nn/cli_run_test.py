@@ -230,6 +230,93 @@ elif CASE == "labels_int64":
     y2[5] = 1 << 40
     bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_big.npy", y2)], "label 1099511627776 of row 5")
 
+elif CASE == "host_ops":
+    # LayerNormalization (axis 1 of [2, 3, 4, 5]) on the host after the device program, int8 and
+    # bf16: marked "host" in the report with its bytes, --check holds the final output bit for bit.
+    case = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases",
+                        "test_layer_normalization_4d_axis1")
+    model, x = os.path.join(case, "model.onnx"), os.path.join(case, "input.npy")
+    want = np.load(os.path.join(case, "expected.npy")).reshape(2, -1)
+    for prec, tol in (("int8", 0.06), ("bf16", 0.02)):
+        out = os.path.join(TMP, f"ln_{prec}.npy")
+        so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
+        expect("-> layernorm (host)" in so and "(LayerNormalization) [host]" in so and "check: device output" in so, so)
+        y = np.load(out)
+        expect(y.shape == (2, 60) and np.max(np.abs(y - want)) <= tol * np.max(np.abs(want)), f"{prec}: {y}")
+        j = json.loads(run_ok("run", model, "--input", x, "--precision", prec, "--backend", "ref", "--json"))
+        h = j["host_ops"]
+        expect(j["host_op"] == "layernorm" and len(h) == 1 and h[0]["on"] == "host" and h[0]["op"] == "layernorm", so)
+        expect(h[0]["name"].endswith("(LayerNormalization)") and h[0]["rd_bytes"] == 2 * 60 * 4
+               and h[0]["wr_bytes"] == 2 * 60 * 4 and h[0]["features"] == 60, str(h))
+    # Softmax over the batch axis: refused naming the node.
+    bad = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases", "test_softmax_axis_0")
+    bad_input_case([os.path.join(bad, "model.onnx"), "--input", os.path.join(bad, "input.npy")], "is the batch axis")
+
+elif CASE == "reshape_fixed_batch":
+    # ONNX's Reshape to [2, 12] of a [2, 3, 4] input fixes dimension 0: it runs for exactly 2 rows
+    # (the -1/0 of the shape resolved against the row's 12 features) and refuses any other number.
+    case = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases", "test_reshape_reduced_dims")
+    model, x = os.path.join(case, "model.onnx"), os.path.join(case, "input.npy")
+    want = np.load(os.path.join(case, "expected.npy"))
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"rs_{prec}.npy")
+        run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check", "-q")
+        y = np.load(out)
+        expect(y.shape == (2, 12) and np.max(np.abs(y - want)) <= 0.06 * np.max(np.abs(want)), f"{prec}: {y}")
+    x3 = save("x3.npy", np.concatenate([np.load(x)] * 2)[:3])
+    bad_input_case([model, "--input", x3], "needs exactly 2 input rows")
+    bad_input_case([model, "--input", x3], "node '#0' (Reshape): reshape to [2, 12]")
+
+elif CASE == "multi_output":
+    # Logits and their Softmax and LogSoftmax as three graph outputs: one .npy per output
+    # (out.npy -> out.NAME.npy, '/' -> '_'), each named in the report and --json; --check holds
+    # every output bit for bit.
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi_output.onnx")
+    x = save("x.npy", np.random.default_rng(3).uniform(-1, 1, (7, 6)).astype(np.float32))
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"{prec}.npy")
+        so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
+        expect("3 outputs: 'logits' [batch, 4], 'probs' [batch, 4] (softmax on the host)" in so, so)
+        expect("-> output 'head/logp'" in so and "check: device output" in so, so)
+        files = {n: os.path.join(TMP, f"{prec}.{f}.npy") for n, f in (("logits", "logits"), ("probs", "probs"),
+                                                                        ("head/logp", "head_logp"))}
+        for n, f in files.items():
+            expect(f"output '{n}' -> {f} (float32, (7, 4))" in so, so)
+        expect(not os.path.exists(out), "--output itself written for a model with several outputs")
+        z, p, lp = (np.load(files[n]).astype(np.float64) for n in ("logits", "probs", "head/logp"))
+        expect(z.shape == p.shape == lp.shape == (7, 4), f"{z.shape} {p.shape} {lp.shape}")
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        expect(np.allclose(p, e / e.sum(axis=1, keepdims=True), atol=1e-6), f"{prec}: probs is not softmax(logits)")
+        expect(np.allclose(lp, np.log(e / e.sum(axis=1, keepdims=True)), atol=1e-5), f"{prec}: logp")
+        j = json.loads(run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref",
+                              "--json"))
+        expect([o["name"] for o in j["outputs"]] == ["logits", "probs", "head/logp"], str(j["outputs"]))
+        expect([o["host_op"] for o in j["outputs"]] == ["none", "softmax", "logsoftmax"], str(j["outputs"]))
+        expect(j["outputs"][2]["file"] == files["head/logp"], str(j["outputs"]))
+        expect([(h["output"], h["rd_bytes"]) for h in j["host_ops"]] == [("probs", 7 * 4 * 4), ("head/logp", 7 * 4 * 4)],
+               str(j["host_ops"]))
+    # --labels scores the first output.
+    so = run_ok("run", model, "--input", x, "--labels", save("l.npy", np.arange(7) % 4), "--backend", "ref")
+    expect("accuracy on" in so, so)
+
+elif CASE == "two_heads":
+    # Two heads on one trunk ('cls' = Softmax of one Gemm, 'box' = another Gemm): one device layer of
+    # 3 + 4 columns, each output its columns; int8 and bf16 agree within int8's error.
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "two_heads.onnx")
+    x = save("x.npy", np.random.default_rng(4).uniform(-1, 1, (7, 6)).astype(np.float32))
+    got = {}
+    for prec in ("int8", "bf16"):
+        out = os.path.join(TMP, f"{prec}.npy")
+        so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
+        expect("2 dense layers [batch, 7] -> 2 outputs: 'cls' [batch, 3] (softmax on the host), 'box' [batch, 4]" in so, so)
+        expect("cls_head (Gemm) | box_head (Gemm)" in so and "check: device output" in so, so)
+        cls, box = np.load(os.path.join(TMP, f"{prec}.cls.npy")), np.load(os.path.join(TMP, f"{prec}.box.npy"))
+        expect(cls.shape == (7, 3) and box.shape == (7, 4), f"{cls.shape} {box.shape}")
+        expect(np.allclose(cls.sum(axis=1), 1.0, atol=1e-5), f"{prec}: cls rows do not sum to 1")
+        got[prec] = (cls, box)
+    for a, b in zip(got["int8"], got["bf16"]):
+        expect(np.max(np.abs(a - b)) <= 0.1 * np.max(np.abs(b)), f"int8 {a} vs bf16 {b}")
+
 else:
     print("unknown case", CASE)
     sys.exit(1)

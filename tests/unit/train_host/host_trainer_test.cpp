@@ -220,6 +220,13 @@ TEST(TrainHost, UntrainableModelsNameTheNode) {
     mb.node("MatMul", {"h", "w"}, {"y"}, "mm2");
     expect_error([&] { describe_bytes(mb); }, ErrorKind::kUnsupported, {"mm2", "'w'", "shared"});
   }
+  {  // the logits and their Softmax as two outputs (tpuw run takes them; training needs one)
+    ModelBuilder mb;
+    mb.input("x", {-1, 4}).output("y").output("p").init("w", {4, 3}, random_floats(12, -1, 1, 1));
+    mb.node("MatMul", {"x", "w"}, {"y"}, "mm");
+    ModelBuilder::attr_i(mb.node("Softmax", {"y"}, {"p"}, "sm"), "axis", 1);
+    expect_error([&] { describe_bytes(mb); }, ErrorKind::kUnsupported, {"u.onnx", "2 outputs", "training needs one"});
+  }
 }
 
 TEST(TrainHost, BadHyperParameters) {

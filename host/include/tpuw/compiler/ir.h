@@ -117,6 +117,9 @@ enum class Op : uint8_t {
   kDiv,
   kBatchNormalization,
   kTranspose,
+  kLogSoftmax,          // Softmax/LogSoftmax/LayerNormalization: host operators after the device
+  kLayerNormalization,  // program (fp32, per row; nn::HostStep in tpuw/nn/float_network.h)
+  kSqueeze,             // Squeeze/Unsqueeze/Reshape/Flatten of an activation: layout only
   kSigmoid,            // Sigmoid .. Erf: elementwise functions, fused into the Dense before them
   kTanh,               // (tpuw/compiler/activations.h) and run as ACTIVATE's int8 lookup table
   kLeakyRelu,
@@ -179,6 +182,10 @@ struct Node {
   std::string label() const { return name + " (" + op_type + ")"; }
 };
 
+/// The importer's attribute on a Softmax/LogSoftmax of opset < 13 (value 1): the axes from `axis`
+/// on are normalized together, the input coerced to 2-D (opset 13 normalizes over `axis` alone).
+constexpr std::string_view kCoerce2dAttr = "tpuw.coerce_2d";
+
 struct GraphInput {
   ValueId value = kNoValue;
   bool has_shape = false;                // the model declares a shape
@@ -198,6 +205,11 @@ class Graph {
   std::vector<Node> nodes;  // topological order
   std::vector<GraphInput> inputs;
   std::vector<GraphOutput> outputs;
+  /// A Reshape whose constant shape fixes dimension 0 (ONNX's [2, 12] for a [2, 3, 4] input) keeps
+  /// the batch only for exactly that many rows. Shape inference accepts it when this is set, by a
+  /// consumer that records the row count and checks it at run time (compile_float:
+  /// nn::FloatNetwork::fixed_batch); otherwise it refuses it (the CNN and training paths).
+  bool batch_may_be_fixed = false;
 
   ValueId add_value(Value v);
   ValueId add_constant(std::string name, DType dtype, Dims dims, TensorData data);

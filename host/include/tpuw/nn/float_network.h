@@ -27,6 +27,14 @@ struct DenseLayer {
   Activation act;        // a function after the ReLU (if any): Sigmoid, Tanh, ... (int8: a table)
 };
 
+/// One graph output of a model with several (FloatNetwork::outputs): columns [col, col + cols) of
+/// the last layer's output rows, then its own host operators (applied to those columns alone).
+struct NetOutput {
+  std::string name;                  // the graph output
+  uint32_t col = 0, cols = 0;        // the slice of the last layer's output features
+  std::vector<HostStep> host_steps;  // in order, each over `cols` features
+};
+
 struct FloatNetwork {
   std::string source;                // file (or name) the model was read from, for messages
   std::string input_name;            // the graph input
@@ -34,13 +42,35 @@ struct FloatNetwork {
   std::string output_name;           // the graph output
   uint32_t input_features = 0;       // product of the input's non-batch dimensions == layers[0].k
   std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
-  HostOp host_op = HostOp::kNone;    // applied on the host after the last layer
+  HostOp host_op = HostOp::kNone;    // applied on the host after the last layer (the CNN head's form)
+  std::vector<HostStep> host_steps;  // then these host operators, in order (the MLP compiler's form)
+  // A Reshape whose shape fixes dimension 0 (ONNX's [2, 12] for a [2, 3, 4] input) keeps the batch
+  // only when the input has exactly that many rows: the runtime checks it (never reinterprets).
+  uint64_t fixed_batch = 0;          // 0: any number of rows
+  std::string fixed_batch_by;        // "node 'r' (Reshape): reshape to [2, 12]": the node that fixes it
+  // A model with several outputs: every one of them, in the graph's order (output_name is the
+  // first's; host_op and host_steps are then empty: each output has its own). Empty for one output.
+  std::vector<NetOutput> outputs;
 
   uint32_t output_features() const { return layers.empty() ? input_features : layers.back().n; }
 };
 
 /// Row-wise softmax over `cols` columns, in place (max-subtracted, float32 result).
 void softmax_rows(std::span<float> y, uint32_t cols);
+
+/// One host operator over rows of `cols` features (y is [rows, cols]), in place, float32 results:
+/// Softmax as softmax_rows (float exp of the max-subtracted value, double sum); LogSoftmax
+/// (x - max) - log(sum), the sum and the difference in double; LayerNormalization with the mean
+/// and the (biased) variance in double. Throws Error(kInternal) when cols != step.features().
+void apply_host_step(std::span<float> y, uint32_t cols, const HostStep& step);
+
+/// `op` (kSoftmax: softmax_rows) and then every step, in place: what the host does after the device.
+void apply_host_ops(std::span<float> y, uint32_t cols, HostOp op, std::span<const HostStep> steps);
+
+/// The outputs of a model with several (net.outputs, in order) from the last layer's rows y
+/// [rows, output_features()]: each output's columns, then its host operators; [rows, cols] each.
+/// Empty when net.outputs is.
+std::vector<std::vector<float>> split_outputs(const FloatNetwork& net, std::span<const float> y, uint64_t rows);
 
 /// The float reference forward pass: x is [batch, input_features] row-major; returns
 /// [batch, output_features]. Accumulates in double, stores float32 after every layer.

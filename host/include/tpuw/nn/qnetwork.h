@@ -44,14 +44,33 @@ struct QLayer {
                                  // input scale, out_scale is the table's output scale.
 };
 
-/// Host-side operators after the device layers.
-enum class HostOp { kNone, kSoftmax };
+/// Host-side operators after the device layers (fp32, row by row; docs/network_compiler.md).
+enum class HostOp { kNone, kSoftmax, kLogSoftmax, kLayerNorm };
+
+/// "softmax", "logsoftmax", "layernorm" ("none" for kNone).
+const char* host_op_name(HostOp op);
+
+/// One host operator of the model (Softmax, LogSoftmax, LayerNormalization), applied in fp32 to
+/// the output rows after the device program. A row's features are viewed as [outer][len][inner]:
+/// Softmax and LogSoftmax normalize over `len` for every (outer, inner) pair (ONNX opset 13's one
+/// axis; opset < 13's flattened axes have inner = 1); LayerNormalization normalizes each
+/// contiguous block of `len` features (inner = 1) and applies scale[len] and bias[len].
+struct HostStep {
+  HostOp op = HostOp::kSoftmax;
+  std::string name;                // "node (Op)": reports and errors
+  uint32_t outer = 1, len = 0, inner = 1;
+  float epsilon = 1e-5f;           // LayerNormalization
+  std::vector<float> scale, bias;  // LayerNormalization: [len] (bias: zeros when the model has none)
+
+  uint32_t features() const { return outer * len * inner; }
+};
 
 struct QNetwork {
   uint32_t input_features = 0;   // k of the first layer
   float input_scale = 1.0f;      // float input x -> x_q = sat8(round(x / input_scale))
   std::vector<QLayer> layers;    // in order; layers[i].k == layers[i-1].n
-  HostOp host_op = HostOp::kNone;
+  HostOp host_op = HostOp::kNone;      // a softmax over every output feature (the CNN head's form)
+  std::vector<HostStep> host_steps;    // then these, in order (the MLP compiler's form)
 };
 
 }  // namespace tpuw::nn

@@ -1,0 +1,71 @@
+// Training CNNs in bf16 (issue 13; docs/training.md "Training CNNs"): runtime::CnnTrainer over the
+// CNN training pass (tpuw/compiler/cnn_training.h). One step on `rows` images:
+//   forward   per layer: a Conv / AveragePool the bf16 convolution program (runtime/conv_bf16.h,
+//             fused bias + ReLU, bf16 out), a MaxPool on the host; per dense layer one bf16 GEMM
+//             (bias preset, ReLU and bf16 rounding by ACTIVATE, the last layer's fp32 logits).
+//   (host)    softmax cross-entropy at the logits: dZ = (softmax - onehot) / rows (fp32).
+//   backward  per dense layer from the last: dZ = relu_backward_bf16(Y, dX) (VECTOR SELECT) when ReLU; [dW | db] =
+//             [X | 1]^T . dZ (GEMM, A transposed on the device, fp32 out); dX = dZ . W^T (GEMM,
+//             LOADW transpose); then per conv-part layer from the last: the ReLU mask (SELECT), dW/db
+//             (conv_param_grads_bf16) and dX (conv_input_grad_bf16: the transposed convolution;
+//             an average pool the same; a max pool routed on the host), runtime/conv_train_bf16.h.
+//   update    torch.optim.SGD (momentum, weight decay) on the fp32 masters, on the host in the
+//             device's fp32 arithmetic (the VECTOR AXPY chain of docs/numerics.md, "SGD with
+//             momentum": bit for bit what the MLP trainer's device update gives); the bf16 working
+//             copies are the masters rounded when the next program loads them.
+// Every device program is compiled per call (the shapes of a partial last batch differ); parameters
+// live on the host between programs. With `device` null the trainer runs the CPU contract of every
+// program instead (conv2d_bf16_host, gemm_bf16_host, ...): bit for bit the device's numbers, which
+// is how the tests check a whole step.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpuw/compiler/cnn_training.h"
+#include "tpuw/device.h"
+#include "tpuw/runtime/device_trainer_factory.h"
+#include "tpuw/runtime/host_float_trainer.h"
+#include "tpuw/runtime/trainer.h"
+
+namespace tpuw::runtime {
+
+class CnnTrainer final : public Trainer {
+ public:
+  /// `device` (may be null: the CPU contract on an array of `array_n`) must outlive the trainer.
+  /// Throws Error(kUnsupported) for a model without dense layers or a device without bf16 /
+  /// TRANSPOSE, Error(kInvalidArgument) for a batch < 1 or a non-finite / non-positive learning rate.
+  CnnTrainer(Device* device, compiler::CnnTrainModel model, int64_t batch, const SgdConfig& sgd,
+             uint32_t array_n = 16);
+  ~CnnTrainer() override;
+  CnnTrainer(const CnnTrainer&) = delete;
+  CnnTrainer& operator=(const CnnTrainer&) = delete;
+
+  TrainStepReport step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) override;
+  std::vector<float> logits(std::span<const float> inputs, int64_t rows) override;
+  TrainState state() const override;
+  void load_state(const TrainState& s) override;
+  int64_t batch() const override;
+  int64_t classes() const override;
+  std::string name() const override;
+
+  /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
+  /// im2col, gradient rows; docs/training.md) and of the max-pool routing it did.
+  uint64_t last_host_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The CLI's view of a CNN for training (input shape and features, classes, every trained
+/// initializer's dims and value; `layers` empty): what describe_trainable gives for an MLP.
+/// Throws as build_cnn_training_model.
+TrainableModel describe_trainable_cnn(compiler::Graph g);
+
+/// `tpuw train` on a CNN: imports the model, runs the CNN training pass, opens the device.
+std::unique_ptr<Trainer> make_cnn_trainer(const std::filesystem::path& model, const DeviceTrainerOptions& options);
+
+}  // namespace tpuw::runtime

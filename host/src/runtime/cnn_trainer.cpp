@@ -1,0 +1,421 @@
+// Training CNNs in bf16 (tpuw/runtime/cnn_trainer.h).
+#include "tpuw/runtime/cnn_trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "tpuw/compiler/onnx_importer.h"
+#include "tpuw/compiler/training.h"
+#include "tpuw/error.h"
+#include "tpuw/numerics.h"
+#include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/conv_train_bf16.h"
+#include "tpuw/runtime/gemm_bf16.h"
+
+namespace tpuw::runtime {
+namespace {
+
+using Kind = Bf16ConvLayer::Kind;
+
+std::vector<float> rounded(std::span<const float> v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16::round(v[i]);
+  return r;
+}
+
+// One parameter array: fp32 master (the model's values) and momentum.
+struct Param {
+  std::vector<float>* master = nullptr;
+  std::vector<float> momentum;
+};
+
+}  // namespace
+
+struct CnnTrainer::Impl {
+  Device* device = nullptr;
+  compiler::CnnTrainModel model;
+  int64_t batch = 0;
+  SgdConfig sgd;
+  uint32_t array_n = 16;
+  int64_t steps = 0;
+  uint64_t host_bytes = 0;
+  // Momentum per parameter, by initializer name (the masters live in model.net).
+  std::map<std::string, std::vector<float>> momentum;
+
+  // Figures of the current step.
+  uint64_t cycles = 0, macs = 0;
+
+  std::vector<float> conv_fwd(const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
+    if (device == nullptr) return conv2d_bf16_host(l, a, rows, array_n);
+    ConvBf16RunResult r = run_conv2d_bf16(*device, l, a, rows);
+    cycles += r.cycles;
+    if (!r.host) macs += r.plan.macs();
+    return std::move(r.y);
+  }
+
+  std::vector<float> gemm(const Bf16GemmSpec& spec, std::span<const float> a, std::span<const float> b,
+                          std::span<const float> bias = {}) {
+    if (device == nullptr) return gemm_bf16_host(spec, array_n, rounded(a), rounded(b), {}, bias);
+    Bf16GemmResult r = gemm_bf16(*device, spec, a, b, {}, bias);
+    cycles += r.cycles;
+    macs += r.plan.macs();
+    return std::move(r.c);
+  }
+
+  std::vector<float> conv_dx(const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
+    if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
+    ConvInputGradResult r = conv_input_grad_bf16(*device, l, dy, rows);
+    cycles += r.run.cycles;
+    macs += r.run.plan.macs();
+    host_bytes += r.host_bytes;
+    return std::move(r.dx);
+  }
+
+  std::vector<float> relu_bwd(std::span<const float> y, std::span<const float> g) {
+    if (device == nullptr) return relu_backward_host(y, g);
+    ReluBackwardResult r = relu_backward_bf16(*device, y, g);
+    cycles += r.cycles;
+    return std::move(r.d);
+  }
+
+  ConvParamGradResult conv_dw(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> dy,
+                              uint64_t rows) {
+    if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
+    ConvParamGradResult r = conv_param_grads_bf16(*device, l, x, dy, rows);
+    cycles += r.gemm.cycles;
+    macs += r.gemm.plan.macs();
+    host_bytes += r.host_bytes;
+    return r;
+  }
+
+  // Forward: acts[l] = input of conv layer l (acts[convs] = the flattened features), head[l] = the
+  // dense layer l's output (bf16 values; the last one the fp32 logits).
+  void forward(std::span<const float> x, uint64_t rows, std::vector<std::vector<float>>& acts,
+               std::vector<std::vector<float>>& head) {
+    const compiler::Bf16Cnn& net = model.net;
+    acts.assign(1, rounded(x));
+    for (const Bf16ConvLayer& l : net.convs) acts.push_back(conv_fwd(l, acts.back(), rows));
+    head.clear();
+    const std::vector<nn::DenseLayer>& dl = net.head.layers;
+    for (size_t i = 0; i < dl.size(); ++i) {
+      const bool last = i + 1 == dl.size();
+      Bf16GemmSpec s;
+      s.shape = {rows, dl[i].k, dl[i].n};
+      s.bias = true;
+      s.bf16_out = !last || dl[i].relu;
+      s.relu = dl[i].relu;
+      head.push_back(gemm(s, i == 0 ? std::span<const float>(acts.back()) : std::span<const float>(head.back()),
+                          dl[i].w, dl[i].b));
+    }
+  }
+
+  // torch.optim.SGD on one parameter in the device's fp32 arithmetic (docs/numerics.md).
+  void update(const std::string& name, std::vector<float>& w, std::span<const float> g) {
+    std::vector<float>& v = momentum[name];
+    if (v.empty()) v.assign(w.size(), 0.0f);
+    const uint32_t wd = num::to_bits(sgd.weight_decay), mom = num::to_bits(sgd.momentum), nlr = num::to_bits(-sgd.lr);
+    for (size_t i = 0; i < w.size(); ++i) {
+      const uint32_t wi = num::to_bits(w[i]);
+      uint32_t d = num::to_bits(g[i]);
+      if (sgd.weight_decay != 0.0f) d = num::axpy(wi, wd, d);
+      if (sgd.momentum != 0.0f) {
+        const uint32_t vi = num::axpy(num::to_bits(v[i]), mom, d);
+        v[i] = num::to_float(vi);
+        w[i] = num::to_float(num::axpy(vi, nlr, wi));
+      } else {
+        w[i] = num::to_float(num::axpy(d, nlr, wi));
+      }
+    }
+  }
+};
+
+CnnTrainer::CnnTrainer(Device* device, compiler::CnnTrainModel model, int64_t batch, const SgdConfig& sgd,
+                       uint32_t array_n)
+    : impl_(std::make_unique<Impl>()) {
+  if (batch < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("CNN trainer: batch {} must be >= 1", batch));
+  if (!std::isfinite(sgd.lr) || sgd.lr <= 0.0f) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("CNN trainer: learning rate {} must be finite and > 0", sgd.lr));
+  }
+  model.net.check();
+  if (model.net.head.layers.empty()) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: CNN training needs dense layers after the convolutions "
+                                                     "(the logits of a Flatten + Linear head)",
+                                                     model.net.head.source));
+  }
+  if (device != nullptr) {
+    const auto f = device->info().features;
+    if ((f & spec::reg::kFeaturesBf16) == 0 || (f & spec::reg::kFeaturesTranspose) == 0) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("CNN training: the {} device lacks bf16 or TRANSPOSE (FEATURES)", device->info().backend));
+    }
+    array_n = device->info().params.array_n;
+  }
+  impl_->device = device;
+  impl_->model = std::move(model);
+  impl_->batch = batch;
+  impl_->sgd = sgd;
+  impl_->array_n = array_n;
+}
+
+CnnTrainer::~CnnTrainer() = default;
+
+TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) {
+  Impl& m = *impl_;
+  compiler::Bf16Cnn& net = m.model.net;
+  if (rows < 1 || rows > m.batch || labels.size() != static_cast<size_t>(rows) ||
+      inputs.size() != static_cast<size_t>(rows) * net.in_c * net.in_h * net.in_w) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("CNN trainer: {} rows (batch {}), {} labels, {} input values ({} per row)", rows, m.batch,
+                            labels.size(), inputs.size(), uint64_t{net.in_c} * net.in_h * net.in_w));
+  }
+  const auto n = static_cast<uint64_t>(rows);
+  m.cycles = m.macs = m.host_bytes = 0;
+  TrainStepReport rep;
+  rep.rows = rows;
+  std::vector<std::vector<float>> acts, head;
+  m.forward(inputs, n, acts, head);
+  rep.forward_cycles = m.cycles;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> g;
+  rep.loss = compiler::softmax_cross_entropy(head.back(), labels, rows, classes(), &g);
+  rep.host_loss_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.host_loss_bytes = 2 * 4 * n * static_cast<uint64_t>(classes());
+
+  // Backward: the dense head from the last layer, then the convolutions.
+  std::vector<nn::DenseLayer>& dl = net.head.layers;
+  std::vector<std::vector<float>> dense_dw(dl.size()), dense_db(dl.size());
+  for (size_t i = dl.size(); i-- > 0;) {
+    if (dl[i].relu) g = m.relu_bwd(head[i], g);
+    const std::vector<float>& x = i == 0 ? acts.back() : head[i - 1];
+    const uint64_t k = dl[i].k, nn_ = dl[i].n;
+    std::vector<float> x1(n * (k + 1));  // [X | 1]
+    for (uint64_t r = 0; r < n; ++r) {
+      std::copy(x.begin() + static_cast<ptrdiff_t>(r * k), x.begin() + static_cast<ptrdiff_t>((r + 1) * k),
+                x1.begin() + static_cast<ptrdiff_t>(r * (k + 1)));
+      x1[r * (k + 1) + k] = 1.0f;
+    }
+    m.host_bytes += 2 * x1.size();
+    Bf16GemmSpec s;
+    s.shape = {k + 1, n, nn_};
+    s.trans_a = true;
+    const std::vector<float> gm = m.gemm(s, x1, g);
+    dense_dw[i].assign(gm.begin(), gm.begin() + static_cast<ptrdiff_t>(k * nn_));
+    dense_db[i].assign(gm.begin() + static_cast<ptrdiff_t>(k * nn_), gm.end());
+    Bf16GemmSpec sx;
+    sx.shape = {n, nn_, k};
+    sx.trans_b = true;
+    g = m.gemm(sx, g, dl[i].w);
+  }
+  std::vector<ConvParamGradResult> conv_g(net.convs.size());
+  for (size_t l = net.convs.size(); l-- > 0;) {
+    const Bf16ConvLayer& L = net.convs[l];
+    if (L.kind == Kind::kConv) {
+      if (L.relu) g = m.relu_bwd(acts[l + 1], g);
+      conv_g[l] = m.conv_dw(L, acts[l], g, n);
+    }
+    if (l == 0) break;
+    if (L.kind == Kind::kMaxPool) {
+      g = max_pool_backward_host(L, acts[l], g, n);
+      m.host_bytes += 4 * (g.size() + acts[l].size());
+    } else {
+      g = m.conv_dx(L, g, n);
+    }
+  }
+  rep.backward_cycles = m.cycles - rep.forward_cycles;
+
+  // Update (host, device arithmetic).
+  for (size_t l = 0; l < net.convs.size(); ++l) {
+    if (net.convs[l].kind != Kind::kConv) continue;
+    m.update(m.model.conv_weight[l], net.convs[l].w, conv_g[l].dw);
+    if (!m.model.conv_bias[l].empty()) m.update(m.model.conv_bias[l], net.convs[l].bias, conv_g[l].db);
+  }
+  for (size_t i = 0; i < dl.size(); ++i) {
+    m.update(m.model.dense_weight[i], dl[i].w, dense_dw[i]);
+    if (!m.model.dense_bias[i].empty()) m.update(m.model.dense_bias[i], dl[i].b, dense_db[i]);
+  }
+  ++m.steps;
+  rep.cycles = m.cycles;
+  rep.macs = m.macs;
+  const double peak = static_cast<double>(m.array_n) * m.array_n;
+  rep.utilization = m.cycles > 0 ? static_cast<double>(m.macs) / (peak * static_cast<double>(m.cycles)) : 0.0;
+  return rep;
+}
+
+std::vector<float> CnnTrainer::logits(std::span<const float> inputs, int64_t rows) {
+  Impl& m = *impl_;
+  const compiler::Bf16Cnn& net = m.model.net;
+  if (rows < 1 || inputs.size() != static_cast<size_t>(rows) * net.in_c * net.in_h * net.in_w) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("CNN trainer: {} input values for {} rows ({} per row)",
+                                                         inputs.size(), rows, uint64_t{net.in_c} * net.in_h * net.in_w));
+  }
+  std::vector<std::vector<float>> acts, head;
+  m.forward(inputs, static_cast<uint64_t>(rows), acts, head);
+  return std::move(head.back());
+}
+
+TrainState CnnTrainer::state() const {
+  const Impl& m = *impl_;
+  const compiler::Bf16Cnn& net = m.model.net;
+  TrainState s;
+  s.steps = m.steps;
+  auto put = [&](const std::string& name, std::vector<float> v) {
+    if (name.empty()) return;
+    const auto it = m.momentum.find(name);
+    s.momentum[name] = it != m.momentum.end() ? it->second : std::vector<float>(v.size(), 0.0f);
+    s.params[name] = std::move(v);
+  };
+  auto stored = [](const nn::DenseLayer& d, bool out_in, std::span<const float> w) {
+    if (!out_in) return std::vector<float>(w.begin(), w.end());
+    std::vector<float> t(w.size());
+    for (uint64_t k = 0; k < d.k; ++k) {
+      for (uint64_t j = 0; j < d.n; ++j) t[j * d.k + k] = w[k * d.n + j];
+    }
+    return t;
+  };
+  for (size_t l = 0; l < net.convs.size(); ++l) {
+    if (net.convs[l].kind != Kind::kConv) continue;
+    put(m.model.conv_weight[l], net.convs[l].w);
+    put(m.model.conv_bias[l], net.convs[l].bias);
+  }
+  for (size_t i = 0; i < net.head.layers.size(); ++i) {
+    const nn::DenseLayer& d = net.head.layers[i];
+    const bool oi = m.model.dense_out_in[i] != 0;
+    put(m.model.dense_weight[i], stored(d, oi, d.w));
+    put(m.model.dense_bias[i], d.b);
+    // Momentum in the stored layout too.
+    const auto it = m.momentum.find(m.model.dense_weight[i]);
+    if (it != m.momentum.end()) s.momentum[m.model.dense_weight[i]] = stored(d, oi, it->second);
+  }
+  return s;
+}
+
+void CnnTrainer::load_state(const TrainState& s) {
+  Impl& m = *impl_;
+  compiler::Bf16Cnn& net = m.model.net;
+  auto get = [&](const std::string& name, std::vector<float>& dst) {
+    if (name.empty()) return;
+    const auto it = s.params.find(name);
+    if (it == s.params.end() || it->second.size() != dst.size()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("CNN trainer state: parameter '{}' missing or of the wrong "
+                                                           "size",
+                                                           name));
+    }
+    dst = it->second;
+    const auto mt = s.momentum.find(name);
+    m.momentum[name] = mt != s.momentum.end() ? mt->second : std::vector<float>(dst.size(), 0.0f);
+  };
+  auto internal = [](const nn::DenseLayer& d, std::span<const float> st) {
+    std::vector<float> w(st.size());
+    for (uint64_t k = 0; k < d.k; ++k) {
+      for (uint64_t j = 0; j < d.n; ++j) w[k * d.n + j] = st[j * d.k + k];
+    }
+    return w;
+  };
+  for (size_t l = 0; l < net.convs.size(); ++l) {
+    if (net.convs[l].kind != Kind::kConv) continue;
+    get(m.model.conv_weight[l], net.convs[l].w);
+    get(m.model.conv_bias[l], net.convs[l].bias);
+  }
+  for (size_t i = 0; i < net.head.layers.size(); ++i) {
+    nn::DenseLayer& d = net.head.layers[i];
+    get(m.model.dense_weight[i], d.w);
+    get(m.model.dense_bias[i], d.b);
+    if (m.model.dense_out_in[i] != 0) {
+      d.w = internal(d, d.w);
+      std::vector<float>& v = m.momentum[m.model.dense_weight[i]];
+      v = internal(d, v);
+    }
+  }
+  m.steps = s.steps;
+}
+
+int64_t CnnTrainer::batch() const { return impl_->batch; }
+int64_t CnnTrainer::classes() const { return impl_->model.classes(); }
+std::string CnnTrainer::name() const {
+  return impl_->device == nullptr ? std::string("bf16-contract") : impl_->device->info().backend;
+}
+uint64_t CnnTrainer::last_host_bytes() const { return impl_->host_bytes; }
+
+namespace {
+
+class OwningCnnTrainer final : public Trainer {
+ public:
+  OwningCnnTrainer(Device device, compiler::CnnTrainModel model, int64_t batch, const SgdConfig& sgd)
+      : device_(std::move(device)), trainer_(&device_, std::move(model), batch, sgd) {}
+  TrainStepReport step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) override {
+    return trainer_.step(inputs, labels, rows);
+  }
+  std::vector<float> logits(std::span<const float> inputs, int64_t rows) override {
+    return trainer_.logits(inputs, rows);
+  }
+  TrainState state() const override { return trainer_.state(); }
+  void load_state(const TrainState& s) override { trainer_.load_state(s); }
+  int64_t batch() const override { return trainer_.batch(); }
+  int64_t classes() const override { return trainer_.classes(); }
+  std::string name() const override { return trainer_.name(); }
+
+ private:
+  Device device_;
+  CnnTrainer trainer_;
+};
+
+}  // namespace
+
+TrainableModel describe_trainable_cnn(compiler::Graph g) {
+  TrainableModel t;
+  t.source = g.source;
+  if (g.inputs.size() == 1) {
+    const compiler::GraphInput& in = g.inputs[0];
+    t.input_name = g.value(in.value).name;
+    for (const int64_t d : in.declared) t.input_shape.push_back(d < 0 ? -1 : d);
+  }
+  compiler::CnnTrainModel m = compiler::build_cnn_training_model(std::move(g));
+  const compiler::Bf16Cnn& net = m.net;
+  t.input_features = static_cast<int64_t>(uint64_t{net.in_c} * net.in_h * net.in_w);
+  if (t.input_shape.size() != 4) t.input_shape = {-1, net.in_c, net.in_h, net.in_w};
+  t.classes = m.classes();
+  for (size_t l = 0; l < net.convs.size(); ++l) {
+    const Bf16ConvLayer& c = net.convs[l];
+    if (c.kind != Kind::kConv) continue;
+    const ConvGeometry& cg = c.geom;
+    t.param_dims[m.conv_weight[l]] = {cg.out_c, cg.in_c, cg.kernel_h, cg.kernel_w};
+    if (!m.conv_bias[l].empty()) t.param_dims[m.conv_bias[l]] = {cg.out_c};
+  }
+  for (size_t i = 0; i < net.head.layers.size(); ++i) {
+    const nn::DenseLayer& d = net.head.layers[i];
+    t.param_dims[m.dense_weight[i]] = m.dense_out_in[i] != 0 ? compiler::Dims{d.n, d.k} : compiler::Dims{d.k, d.n};
+    if (!m.dense_bias[i].empty()) t.param_dims[m.dense_bias[i]] = {d.n};
+  }
+  CnnTrainer tr(nullptr, std::move(m), 1, SgdConfig{});
+  t.initial_params = tr.state().params;
+  return t;
+}
+
+std::unique_ptr<Trainer> make_cnn_trainer(const std::filesystem::path& model, const DeviceTrainerOptions& options) {
+  if (options.batch < 1) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--batch {}: must be >= 1", options.batch));
+  }
+  compiler::CnnTrainModel tm = compiler::build_cnn_training_model(compiler::import_onnx_file(model));
+  BackendConfig cfg;
+  cfg.array_n = options.array_n;
+  // The largest layout of a step (im2col of a layer, bf16, padded) a few times over, at least the default.
+  uint64_t need = 0;
+  for (const Bf16ConvLayer& l : tm.net.convs) {
+    const uint64_t px = static_cast<uint64_t>(options.batch) * l.geom.out_h() * l.geom.out_w();
+    const uint64_t cols = uint64_t{l.geom.in_c} * l.geom.kernel_h * l.geom.kernel_w + 1;
+    need = std::max(need, 2 * (px + 64) * (cols + 64) + 4 * (px + 64) * (l.geom.out_c + 64));
+  }
+  cfg.memory.size = std::max<uint64_t>(cfg.memory.size, ((4 * need + (16ull << 20)) + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  if (cfg.memory.size > (4ull << 30)) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: training at batch {} needs more than 4 GiB of device memory",
+                                                     model.string(), options.batch));
+  }
+  Device dev = Device::open(options.backend, cfg);
+  return std::make_unique<OwningCnnTrainer>(std::move(dev), std::move(tm), options.batch, options.sgd);
+}
+
+}  // namespace tpuw::runtime

@@ -1,0 +1,322 @@
+// The backward pass of bf16 convolutions and pools (tpuw/runtime/conv_train_bf16.h).
+#include "tpuw/runtime/conv_train_bf16.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "program_builder.h"
+#include "tpuw/error.h"
+#include "tpuw/numerics.h"
+
+namespace tpuw::runtime {
+namespace {
+
+void check_size(std::span<const float> v, uint64_t want, const Bf16ConvLayer& l, const char* what) {
+  if (v.size() != want) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("conv backward '{}': {} has {} values, expected {}", l.name, what, v.size(), want));
+  }
+}
+
+int64_t transposed_pad(uint32_t dil, uint32_t k, uint32_t pad, const Bf16ConvLayer& l, const char* side) {
+  const int64_t p = int64_t{dil} * (int64_t{k} - 1) - pad;
+  if (p < 0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("conv backward '{}': padding {} {} is larger than the dilated kernel extent {}; the "
+                            "transposed convolution would need a negative padding",
+                            l.name, side, pad, int64_t{dil} * (int64_t{k} - 1)));
+  }
+  return p;
+}
+
+Bf16GemmSpec param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
+  const nn::ConvGeometry& g = l.geom;
+  Bf16GemmSpec s;
+  s.shape.m = uint64_t{g.in_c} * g.kernel_h * g.kernel_w + 1;
+  s.shape.k = batch * g.out_h() * g.out_w();
+  s.shape.n = g.out_c;
+  s.trans_a = true;
+  return s;
+}
+
+void split_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r) {
+  const nn::ConvGeometry& g = l.geom;
+  const uint64_t O = g.out_c, CT = uint64_t{g.in_c} * g.kernel_h * g.kernel_w;
+  r.dw.assign(O * CT, 0.0f);
+  r.db.assign(O, 0.0f);
+  for (uint64_t o = 0; o < O; ++o) {
+    for (uint64_t ct = 0; ct < CT; ++ct) r.dw[o * CT + ct] = gm[ct * O + o];
+    r.db[o] = gm[CT * O + o];
+  }
+}
+
+void require_conv(const Bf16ConvLayer& l, const char* what) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kConv) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} '{}': not a convolution", what, l.name));
+  }
+}
+
+}  // namespace
+
+Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
+  fwd.check();
+  if (fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("conv backward '{}': a max pool's gradient is routed (max_pool_backward_host)", fwd.name));
+  }
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint32_t ho = g.out_h(), wo = g.out_w();
+  Bf16ConvLayer t;
+  t.name = fwd.name + ".dx";
+  t.kind = Bf16ConvLayer::Kind::kConv;
+  nn::ConvGeometry& tg = t.geom;
+  tg.in_c = g.out_c;
+  tg.in_h = (ho - 1) * g.stride_h + 1;
+  tg.in_w = (wo - 1) * g.stride_w + 1;
+  tg.out_c = g.in_c;
+  tg.kernel_h = g.kernel_h;
+  tg.kernel_w = g.kernel_w;
+  tg.dilation_h = g.dilation_h;
+  tg.dilation_w = g.dilation_w;
+  tg.pad_top = static_cast<uint32_t>(transposed_pad(g.dilation_h, g.kernel_h, g.pad_top, fwd, "top"));
+  tg.pad_left = static_cast<uint32_t>(transposed_pad(g.dilation_w, g.kernel_w, g.pad_left, fwd, "left"));
+  // out = in + top + bottom - d*(k-1) must be H: bottom = H - 1 + pad_top - (Ho-1)*stride (>= 0 always,
+  // since (Ho-1)*stride <= H + pads - d*(k-1) - 1 and top >= 0 above).
+  const int64_t bottom = int64_t{g.in_h} - 1 + g.pad_top - int64_t{ho - 1} * g.stride_h;
+  const int64_t right = int64_t{g.in_w} - 1 + g.pad_left - int64_t{wo - 1} * g.stride_w;
+  if (bottom < 0 || right < 0) {
+    throw Error(ErrorKind::kInternal, fmt::format("conv backward '{}': negative transposed padding", fwd.name));
+  }
+  tg.pad_bottom = static_cast<uint32_t>(bottom);
+  tg.pad_right = static_cast<uint32_t>(right);
+  const uint64_t C = g.in_c, O = g.out_c, KH = g.kernel_h, KW = g.kernel_w;
+  t.w.assign(C * O * KH * KW, 0.0f);
+  for (uint64_t o = 0; o < O; ++o) {
+    for (uint64_t c = 0; c < C; ++c) {
+      for (uint64_t ky = 0; ky < KH; ++ky) {
+        for (uint64_t kx = 0; kx < KW; ++kx) {
+          t.w[((c * O + o) * KH + ky) * KW + kx] = fwd.w[((o * C + c) * KH + (KH - 1 - ky)) * KW + (KW - 1 - kx)];
+        }
+      }
+    }
+  }
+  t.bias.assign(C, 0.0f);
+  t.relu = false;
+  return t;
+}
+
+std::vector<float> insert_grad_zeros(const Bf16ConvLayer& fwd, std::span<const float> dy, uint64_t batch) {
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint64_t O = g.out_c, ho = g.out_h(), wo = g.out_w();
+  check_size(dy, batch * O * ho * wo, fwd, "the output gradient");
+  if (g.stride_h == 1 && g.stride_w == 1) return {dy.begin(), dy.end()};
+  const uint64_t zh = (ho - 1) * g.stride_h + 1, zw = (wo - 1) * g.stride_w + 1;
+  std::vector<float> z(batch * O * zh * zw, 0.0f);
+  for (uint64_t bo = 0; bo < batch * O; ++bo) {
+    for (uint64_t oy = 0; oy < ho; ++oy) {
+      for (uint64_t ox = 0; ox < wo; ++ox) {
+        z[(bo * zh + oy * g.stride_h) * zw + ox * g.stride_w] = dy[(bo * ho + oy) * wo + ox];
+      }
+    }
+  }
+  return z;
+}
+
+ConvInputGradResult conv_input_grad_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> dy,
+                                         uint64_t batch) {
+  const Bf16ConvLayer t = conv_input_grad_layer(fwd);
+  const std::vector<float> z = insert_grad_zeros(fwd, dy, batch);
+  ConvInputGradResult r;
+  r.run = run_conv2d_bf16(device, t, z, batch);
+  r.dx = r.run.y;
+  r.host_bytes = 2 * (z.size() + t.w.size());
+  return r;
+}
+
+std::vector<float> conv_input_grad_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> dy, uint64_t batch,
+                                             uint32_t array_n) {
+  const Bf16ConvLayer t = conv_input_grad_layer(fwd);
+  return conv2d_bf16_host(t, insert_grad_zeros(fwd, dy, batch), batch, array_n);
+}
+
+std::vector<float> conv_im2col(const Bf16ConvLayer& fwd, std::span<const float> x, uint64_t batch) {
+  require_conv(fwd, "conv backward");
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, ho = g.out_h(), wo = g.out_w();
+  const uint64_t KH = g.kernel_h, KW = g.kernel_w, cols = C * KH * KW + 1;
+  check_size(x, batch * C * H * W, fwd, "the input");
+  std::vector<float> a(batch * ho * wo * cols, 0.0f);
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (uint64_t oy = 0; oy < ho; ++oy) {
+      for (uint64_t ox = 0; ox < wo; ++ox) {
+        float* row = a.data() + ((b * ho + oy) * wo + ox) * cols;
+        row[cols - 1] = 1.0f;
+        for (uint64_t ky = 0; ky < KH; ++ky) {
+          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + ky * g.dilation_h) - g.pad_top;
+          if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+          for (uint64_t kx = 0; kx < KW; ++kx) {
+            const int64_t ix = static_cast<int64_t>(ox * g.stride_w + kx * g.dilation_w) - g.pad_left;
+            if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+            for (uint64_t c = 0; c < C; ++c) {
+              row[(c * KH + ky) * KW + kx] =
+                  x[((b * C + c) * H + static_cast<uint64_t>(iy)) * W + static_cast<uint64_t>(ix)];
+            }
+          }
+        }
+      }
+    }
+  }
+  return a;
+}
+
+std::vector<float> conv_grad_rows(const Bf16ConvLayer& fwd, std::span<const float> dy, uint64_t batch) {
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint64_t O = g.out_c, hw = uint64_t{g.out_h()} * g.out_w();
+  check_size(dy, batch * O * hw, fwd, "the output gradient");
+  std::vector<float> d(batch * hw * O);
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (uint64_t o = 0; o < O; ++o) {
+      for (uint64_t p = 0; p < hw; ++p) d[(b * hw + p) * O + o] = dy[(b * O + o) * hw + p];
+    }
+  }
+  return d;
+}
+
+ConvParamGradResult conv_param_grads_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> x,
+                                          std::span<const float> dy, uint64_t batch) {
+  const std::vector<float> a = conv_im2col(fwd, x, batch);
+  const std::vector<float> d = conv_grad_rows(fwd, dy, batch);
+  ConvParamGradResult r;
+  r.gemm = gemm_bf16(device, param_grad_spec(fwd, batch), a, d);
+  split_param_grads(fwd, r.gemm.c, r);
+  r.host_bytes = 2 * (a.size() + d.size());
+  return r;
+}
+
+ConvParamGradResult conv_param_grads_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> x,
+                                               std::span<const float> dy, uint64_t batch, uint32_t array_n) {
+  std::vector<float> a = conv_im2col(fwd, x, batch);
+  std::vector<float> d = conv_grad_rows(fwd, dy, batch);
+  for (float& v : a) v = bf16::round(v);
+  for (float& v : d) v = bf16::round(v);
+  ConvParamGradResult r;
+  split_param_grads(fwd, gemm_bf16_host(param_grad_spec(fwd, batch), array_n, a, d), r);
+  return r;
+}
+
+std::vector<float> relu_backward_host(std::span<const float> y, std::span<const float> dy) {
+  if (y.size() != dy.size()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
+  }
+  std::vector<float> d(y.size());
+  for (size_t i = 0; i < y.size(); ++i) d[i] = num::to_float(num::select(num::to_bits(y[i]), num::to_bits(dy[i])));
+  return d;
+}
+
+ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy) {
+  using detail::kC;
+  using detail::kL;
+  using detail::kS;
+  if (y.size() != dy.size()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
+  }
+  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("relu backward: the {} device has no VECTOR unit (FEATURES.BF16 "
+                                                     "is 0)",
+                                                     device.info().backend));
+  }
+  ReluBackwardResult r;
+  if (y.empty()) return r;
+  const DeviceParams& dp = device.info().params;
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (y.size() + an - 1) / an;
+  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, detail::kMaxRowsField));
+  std::vector<float> yp(rows * an, 0.0f), dp_(rows * an, 0.0f);
+  std::copy(y.begin(), y.end(), yp.begin());
+  std::copy(dy.begin(), dy.end(), dp_.begin());
+  HostBuffer ybuf = device.alloc(rows * row, 4096), dbuf = device.alloc(rows * row, 4096),
+             obuf = device.alloc(rows * row, 4096);
+  device.write(ybuf, 0, yp.data(), yp.size() * 4);
+  device.write(dbuf, 0, dp_.data(), dp_.size() * 4);
+  detail::Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
+    if (c >= 2) b.bridge({set});
+    for (const detail::Transfer& t : detail::split_transfer(a_row, ybuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    for (const detail::Transfer& t : detail::split_transfer(b_row, dbuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
+    v.set("dst_addr", b_row);
+    v.set("a_addr", a_row);
+    v.set("b_addr", b_row);
+    v.set("rows", n);
+    b.emit(kC, std::move(v), {set}, {set});
+    for (const detail::Transfer& t : detail::split_transfer(b_row, obuf.addr() + r0 * row, n * row, row, beat)) {
+      b.emit(kS, detail::dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+    }
+  }
+  const detail::MergedProgram prog = detail::merge_program(b, 16, 64);
+  device.clear_perf();
+  device.wait(device.submit(prog.code));
+  r.perf = device.perf();
+  r.cycles = r.perf.cycles;
+  std::vector<float> out(rows * an);
+  device.read(obuf, 0, out.data(), out.size() * 4);
+  out.resize(y.size());
+  r.d = std::move(out);
+  return r;
+}
+
+std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,
+                                          std::span<const float> dy, uint64_t batch) {
+  fwd.check();
+  if (fwd.kind != Bf16ConvLayer::Kind::kMaxPool) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool backward '{}': not a max pool", fwd.name));
+  }
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, ho = g.out_h(), wo = g.out_w();
+  check_size(x, batch * C * H * W, fwd, "the input");
+  check_size(dy, batch * C * ho * wo, fwd, "the output gradient");
+  std::vector<float> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round(x[i]);
+  const std::vector<float> y = conv2d_bf16_host(fwd, xb, batch, 1);  // the pooled outputs (exact)
+  std::vector<float> dx(x.size(), 0.0f);
+  for (uint64_t bc = 0; bc < batch * C; ++bc) {
+    const float* img = xb.data() + bc * H * W;
+    float* dimg = dx.data() + bc * H * W;
+    for (uint64_t oy = 0; oy < ho; ++oy) {
+      for (uint64_t ox = 0; ox < wo; ++ox) {
+        const float m = y[(bc * ho + oy) * wo + ox];
+        const bool nan = std::isnan(m);
+        int64_t at = -1;
+        for (uint64_t ky = 0; ky < g.kernel_h && at < 0; ++ky) {
+          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + ky * g.dilation_h) - g.pad_top;
+          if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+          for (uint64_t kx = 0; kx < g.kernel_w && at < 0; ++kx) {
+            const int64_t ix = static_cast<int64_t>(ox * g.stride_w + kx * g.dilation_w) - g.pad_left;
+            if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+            const float v = img[iy * static_cast<int64_t>(W) + ix];
+            if (nan ? std::isnan(v) : v == m) at = iy * static_cast<int64_t>(W) + ix;
+          }
+        }
+        if (at >= 0) {
+          float& d = dimg[at];
+          d = bf16::add(d, bf16::round(dy[(bc * ho + oy) * wo + ox]));
+        }
+      }
+    }
+  }
+  for (float& v : dx) v = bf16::round(v);
+  return dx;
+}
+
+}  // namespace tpuw::runtime
