@@ -13,6 +13,7 @@
 #include "tpuw/error.h"
 #include "tpuw/file_io.h"
 #include "tpuw/nn/float_network.h"
+#include "tpuw/numerics.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::cli {
@@ -121,6 +122,45 @@ nlohmann::ordered_json perf_json(const PerfCounters& p) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& [name, v] : p.items()) j[std::string(name)] = v;
   return j;
+}
+
+void check_bf16_output(const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
+                       const std::string& backend) {
+  for (size_t i = 0; i < golden.size(); ++i) {
+    if (num::to_bits(golden[i]) != num::to_bits(y[i])) {
+      throw Error(ErrorKind::kMismatch,
+                  fmt::format("mismatch: output[{}, {}] (fp32 before the host op): {} = {} (0x{:08x}), cpu bf16 "
+                              "model = {} (0x{:08x})",
+                              i / classes, i % classes, backend, y[i], num::to_bits(y[i]), golden[i],
+                              num::to_bits(golden[i])));
+    }
+  }
+}
+
+void LayerCounters::add(const runtime::LayerReport& lr) {
+  cycles += lr.cycles;
+  rd_bytes += lr.rd_bytes;
+  wr_bytes += lr.wr_bytes;
+  min_bytes += lr.min_bytes;
+  mxu_active += lr.mxu_active;
+  weight_stall += lr.weight_stall;
+  weight_shift += lr.weight_shift;
+  dma_wait += lr.dma_wait;
+  act_busy += lr.act_busy;
+  instructions += lr.program.instructions;
+}
+
+void LayerCounters::add(const PerfCounters& p, uint64_t least_bytes, uint64_t program_instructions) {
+  cycles += p.cycles;
+  rd_bytes += p.rd_bytes;
+  wr_bytes += p.wr_bytes;
+  min_bytes += least_bytes;
+  mxu_active += p.mxu_active;
+  weight_stall += p.weight_stall;
+  weight_shift += p.weight_shift;
+  dma_wait += p.dma_wait;
+  act_busy += p.act_busy;
+  instructions += program_instructions;
 }
 
 void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n) {

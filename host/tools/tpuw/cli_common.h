@@ -14,6 +14,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/runtime/trace.h"
 #include "tpuw/runtime/trainer.h"
@@ -95,6 +96,23 @@ CLI::Validator unsigned_check();
 
 /// Every PERF counter by name.
 nlohmann::ordered_json perf_json(const PerfCounters& p);
+
+/// --check of a bf16 run: the device's fp32 output `y` (before the host operator) against the CPU
+/// bf16 model's `golden`, bit for bit; throws Error(kMismatch) naming the first output that differs.
+void check_bf16_output(const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
+                       const std::string& backend);
+
+/// A layer's counters summed over the batches of a run: what the per-layer reports of tpuw run
+/// (dense models and CNNs) print.
+struct LayerCounters {
+  uint64_t cycles = 0, rd_bytes = 0, wr_bytes = 0, min_bytes = 0;
+  uint64_t mxu_active = 0, weight_stall = 0, weight_shift = 0, dma_wait = 0, act_busy = 0, instructions = 0;
+
+  /// Adds one batch of a dense layer (a layer of run_network's / run_network_bf16's report).
+  void add(const runtime::LayerReport& lr);
+  /// Adds one program's PERF counters, its least bytes and its instructions (a convolution's).
+  void add(const PerfCounters& p, uint64_t least_bytes, uint64_t program_instructions);
+};
 
 /// Per-device report lines ("  device i: ..."), with utilization = macs / (N^2 * cycles).
 void print_strategy_report(const worker::StrategyReport& r, uint32_t array_n);

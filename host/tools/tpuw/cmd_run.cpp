@@ -115,13 +115,10 @@ Rows load_rows(const std::string& path, const nn::FloatNetwork& net, const char*
 }
 
 // Per-layer figures summed over the batches.
-struct LayerTotals {
+struct LayerTotals : LayerCounters {
   std::string name;
   uint64_t m = 0, k = 0, n = 0;
   bool relu = false, int32_output = false;
-  uint64_t cycles = 0, rd_bytes = 0, wr_bytes = 0, min_bytes = 0;
-  uint64_t mxu_active = 0, weight_stall = 0, weight_shift = 0, dma_wait = 0, act_busy = 0;
-  uint64_t instructions = 0;
 };
 
 double util(uint64_t macs, uint32_t n, uint64_t cycles) {
@@ -480,16 +477,7 @@ struct SingleRun {
       t.n = lr.n;
       t.relu = relu[i];
       t.int32_output = wide_output[i];
-      t.cycles += lr.cycles;
-      t.rd_bytes += lr.rd_bytes;
-      t.wr_bytes += lr.wr_bytes;
-      t.min_bytes += lr.min_bytes;
-      t.mxu_active += lr.mxu_active;
-      t.weight_stall += lr.weight_stall;
-      t.weight_shift += lr.weight_shift;
-      t.dma_wait += lr.dma_wait;
-      t.act_busy += lr.act_busy;
-      t.instructions += lr.program.instructions;
+      t.add(lr);
     }
   }
 };
@@ -673,15 +661,7 @@ RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, co
   if (o.check) {
     // Rows are independent in the contract: the whole input at once equals the batches.
     const std::vector<float> golden = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
-    for (size_t i = 0; i < golden.size(); ++i) {
-      if (num::to_bits(golden[i]) != num::to_bits(y[i])) {
-        throw Error(ErrorKind::kMismatch,
-                    fmt::format("mismatch: output[{}, {}] (fp32 before the host op): {} = {} (0x{:08x}), cpu bf16 "
-                                "model = {} (0x{:08x})",
-                                i / classes, i % classes, o.backend, y[i], num::to_bits(y[i]), golden[i],
-                                num::to_bits(golden[i])));
-      }
-    }
+    check_bf16_output(golden, y, classes, o.backend);
     res.check_json = json{{"cpu", "equal"}};
   }
   nn::apply_host_ops(y, classes, net.host_op, net.host_steps);

@@ -1,0 +1,256 @@
+// The report and the input plumbing of tpuw run's CNN paths (cnn_report.h).
+#include "cnn_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <span>
+
+#include "cli_common.h"
+#include "tpuw/compiler/quantize.h"
+#include "tpuw/error.h"
+#include "tpuw/nn/float_network.h"
+#include "tpuw/runtime/npy.h"
+
+namespace tpuw::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+double util(uint64_t macs, unsigned n, uint64_t cycles) {
+  return cycles == 0 ? 0.0 : static_cast<double>(macs) / (static_cast<double>(n) * n * static_cast<double>(cycles));
+}
+
+std::string pct(uint64_t part, uint64_t whole) {
+  return whole == 0 ? "-" : fmt::format("{:.0f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+double ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); }
+
+double images_per_s(const CnnTotals& t) { return t.wall > 0 ? static_cast<double>(t.rows) / t.wall : 0.0; }
+
+}  // namespace
+
+CnnImages load_cnn_images(const std::string& path, const CnnInput& s, const char* what) {
+  const npy::Array a = npy::load(path);
+  const std::string want = fmt::format("[rows, {}, {}, {}] (the model input's shape) or [rows, {}]", s.c, s.h, s.w,
+                                       s.features());
+  auto bad = [&] {
+    return Error(ErrorKind::kBadFile, fmt::format("{}: shape {}; {} needs {}", path, npy::shape_string(a.shape), what, want));
+  };
+  CnnImages r;
+  if (a.rank() == 4) {
+    if (a.shape[1] != s.c || a.shape[2] != s.h || a.shape[3] != s.w) throw bad();
+    r.rows = a.shape[0];
+  } else if (a.rank() == 3) {
+    if (a.shape[0] != s.c || a.shape[1] != s.h || a.shape[2] != s.w) throw bad();
+    r.rows = 1;
+  } else if (a.rank() == 2) {
+    if (a.shape[1] != s.features()) throw bad();
+    r.rows = a.shape[0];
+  } else {
+    throw bad();
+  }
+  if (r.rows == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {} has no rows", path, npy::shape_string(a.shape)));
+  r.x = input_values(a, path);
+  return r;
+}
+
+std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages& in, uint64_t features,
+                                     uint32_t classes) {
+  constexpr uint64_t kChunk = 256;
+  std::vector<float> y;
+  y.reserve(in.rows * classes);
+  for (uint64_t r0 = 0; r0 < in.rows; r0 += kChunk) {
+    const uint64_t n = std::min(kChunk, in.rows - r0);
+    const auto acts = compiler::interpret_float(og, std::span<const float>(in.x).subspan(r0 * features, n * features), n);
+    const std::vector<float>& out = acts.at(static_cast<size_t>(og.outputs[0].value));
+    y.insert(y.end(), out.begin(), out.end());
+  }
+  return y;
+}
+
+void check_output_path(const std::string& output) {
+  if (output.empty()) return;
+  const fs::path parent = fs::path(output).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: directory {} does not exist", output, parent.string()));
+  }
+  if (fs::is_directory(output, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: is a directory", output));
+}
+
+uint64_t cnn_memory_size(uint64_t need, uint64_t rows) {
+  need += 8ull << 20;
+  const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
+  if (mem > (4ull << 30)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("a batch of {} images needs {} MiB of host memory; use a smaller --batch", rows, need >> 20));
+  }
+  return mem;
+}
+
+CnnTotals::CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows_, uint64_t batch)
+    : layers(conv_layers + dense_layers), convs(conv_layers), rows(rows_) {
+  chunk = batch == 0 ? rows : std::min<uint64_t>(batch, rows);
+  chunks = (rows + chunk - 1) / chunk;
+}
+
+void CnnTotals::add_conv(size_t i, const std::string& name, const nn::ConvGeometry& gm, bool relu, bool host,
+                         uint64_t layer_macs, const PerfCounters& p, uint64_t layer_min_bytes,
+                         uint64_t layer_instructions) {
+  LayerRow& t = layers[i];
+  t.name = name;
+  t.kind = host ? "maxpool_host" : "conv";
+  t.shape = fmt::format("{}x{}x{}>{}x{}x{} k{}x{}/{}", gm.in_c, gm.in_h, gm.in_w, gm.out_c, gm.out_h(), gm.out_w(),
+                        gm.kernel_h, gm.kernel_w, gm.stride_h);
+  t.relu = relu;
+  t.macs += layer_macs;
+  t.add(p, layer_min_bytes, layer_instructions);
+  perf += p;
+  min_bytes += layer_min_bytes;
+  instructions += layer_instructions;
+}
+
+void CnnTotals::add_dense(size_t i, const runtime::LayerReport& lr, const std::string& name, bool relu) {
+  LayerRow& t = layers[convs + i];
+  t.name = lr.name.empty() ? name : lr.name;
+  t.kind = "dense";
+  t.shape = fmt::format("{}x{}x{}", chunk, lr.k, lr.n);
+  t.relu = relu;
+  t.macs += lr.m * lr.k * lr.n;
+  t.add(lr);
+}
+
+void CnnTotals::add_head(const PerfCounters& p, uint64_t head_min_bytes, uint64_t head_instructions) {
+  perf += p;
+  min_bytes += head_min_bytes;
+  instructions += head_instructions;
+}
+
+json FloatAgreement::check_json() const {
+  return json{{"cpu", "equal"},
+              {"float_max_abs_diff", max_diff},
+              {"float_max_abs", max_abs},
+              {"float_argmax_agreement", argmax}};
+}
+
+FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes) {
+  FloatAgreement f;
+  for (size_t i = 0; i < y.size(); ++i) {
+    f.max_diff = std::max(f.max_diff, std::fabs(static_cast<double>(y[i]) - yf[i]));
+    f.max_abs = std::max(f.max_abs, std::fabs(static_cast<double>(yf[i])));
+  }
+  const auto pd = nn::argmax_rows(y, classes), pf = nn::argmax_rows(yf, classes);
+  uint64_t same = 0;
+  for (size_t i = 0; i < pd.size(); ++i) same += pd[i] == pf[i];
+  f.argmax = ratio(same, pd.size());
+  return f;
+}
+
+json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t, const CnnInput& in,
+              uint32_t classes, const std::string& host_op) {
+  json j;
+  j["model"] = o.model;
+  j["input"] = o.input;
+  j["tpuw_version"] = version_string();
+  j["backend"] = o.backend;
+  j["precision"] = precision;
+  j["array_n"] = array_n;
+  j["model_kind"] = "cnn";
+  j["rows"] = t.rows;
+  j["batch"] = t.chunk;
+  j["batches"] = t.chunks;
+  j["input_shape"] = {in.c, in.h, in.w};
+  j["input_features"] = in.features();
+  j["output_features"] = classes;
+  j["host_op"] = host_op;
+  return j;
+}
+
+void add_cnn_json_results(json& j, const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
+                          size_t label_rows, double acc_dev, double acc_float, const json& check) {
+  json jl = json::array();
+  for (const LayerRow& r : t.layers) {
+    jl.push_back({{"name", r.name}, {"kind", r.kind}, {"shape", r.shape}, {"macs", r.macs}, {"relu", r.relu},
+                  {"cycles", r.cycles}, {"utilization", util(r.macs, array_n, r.cycles)}, {"rd_bytes", r.rd_bytes},
+                  {"wr_bytes", r.wr_bytes}, {"min_bytes", r.min_bytes},
+                  {"bytes_vs_min", ratio(r.rd_bytes + r.wr_bytes, r.min_bytes)}, {"mxu_active", r.mxu_active},
+                  {"weight_stall", r.weight_stall}, {"weight_shift", r.weight_shift}, {"dma_wait", r.dma_wait},
+                  {"act_busy", r.act_busy}, {"instructions", r.instructions}});
+  }
+  j["layers"] = jl;
+  j["cycles"] = t.perf.cycles;
+  j["cycles_per_image"] = ratio(t.perf.cycles, t.rows);
+  j["utilization"] = util(t.macs, array_n, t.perf.cycles);
+  j["macs"] = t.macs;
+  j["rd_bytes"] = t.perf.rd_bytes;
+  j["wr_bytes"] = t.perf.wr_bytes;
+  j["min_bytes"] = t.min_bytes;
+  j["instructions"] = t.instructions;
+  j["wall_s"] = t.wall;
+  j["images_per_s"] = images_per_s(t);
+  j["sim_hz"] = t.wall > 0 ? static_cast<double>(t.perf.cycles) / t.wall : 0.0;
+  j["perf"] = perf_json(t.perf);
+  if (label_rows > 0) {
+    j["accuracy"] = {{"labels", o.labels}, {"rows", label_rows}, {precision, acc_dev}, {"float", acc_float}};
+  } else {
+    j["accuracy"] = nullptr;
+  }
+  j["check"] = check;
+  j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
+}
+
+void print_cnn_header(const CnnRunOpts& o, const CnnInput& in, size_t conv_layers, size_t dense_layers,
+                      const std::string& host_op, const std::string& output) {
+  fmt::print("{}: input '{}' [batch, {}, {}, {}] -> {} convolution/pooling layer{} + {} dense layer{}{} -> {}\n", o.model,
+             in.name, in.c, in.h, in.w, conv_layers, conv_layers == 1 ? "" : "s", dense_layers,
+             dense_layers == 1 ? "" : "s", host_op == "softmax" ? " -> softmax (host)" : "", output);
+}
+
+void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t) {
+  // PERF_RD_BYTES / PERF_WR_BYTES of every program (the dense head's per-layer bytes leave out its
+  // FENCE and shared fetches, so the layers may add up to a little less).
+  const uint64_t rd = t.perf.rd_bytes, wr = t.perf.wr_bytes;
+  fmt::print("{} images on {} (N={}) in {} batch{} of {}: {} cycles ({:.0f} per image), utilization {:.3f}, wall "
+             "{:.3f} s, {:.1f} images/s\n",
+             t.rows, o.backend, array_n, t.chunks, t.chunks == 1 ? "" : "es", t.chunk, t.perf.cycles,
+             ratio(t.perf.cycles, t.rows), util(t.macs, array_n, t.perf.cycles), t.wall, images_per_s(t));
+  fmt::print("  {:<3} {:<28} {:<26} {:>10} {:>6} {:>10} {:>10} {:>10} {:>6}  {}\n", "#", "layer", "shape", "cycles",
+             "util", "rd bytes", "wr bytes", "min bytes", "x min", "cycles went to: mxu / w-stall / w-shift / dma-wait / act");
+  for (size_t i = 0; i < t.layers.size(); ++i) {
+    const LayerRow& r = t.layers[i];
+    std::string name = r.name + (r.relu ? " +relu" : "") + (r.kind == "maxpool_host" ? " [host]" : "");
+    if (name.size() > 28) name = name.substr(0, 25) + "...";
+    if (r.kind == "maxpool_host") {
+      fmt::print("  {:<3} {:<28} {:<26} {:>10}  {} max on the host between device programs (exact; no device bytes)\n",
+                 i, name, r.shape, "-", precision);
+      continue;
+    }
+    fmt::print("  {:<3} {:<28} {:<26} {:>10} {:>6.3f} {:>10} {:>10} {:>10} {:>6.2f}  {} / {} / {} / {} / {}\n", i, name,
+               r.shape, r.cycles, util(r.macs, array_n, r.cycles), r.rd_bytes, r.wr_bytes, r.min_bytes,
+               ratio(r.rd_bytes + r.wr_bytes, r.min_bytes), pct(r.mxu_active, r.cycles), pct(r.weight_stall, r.cycles),
+               pct(r.weight_shift, r.cycles), pct(r.dma_wait, r.cycles), pct(r.act_busy, r.cycles));
+  }
+  fmt::print("  total: {} cycles; mxu_active {} weight_stall {} weight_shift {} dma_wait {} act_busy {} instret {}; "
+             "bytes read {} written {} (minimum {}, {:.2f}x)\n",
+             t.perf.cycles, t.perf.mxu_active, t.perf.weight_stall, t.perf.weight_shift, t.perf.dma_wait,
+             t.perf.act_busy, t.perf.instret, rd, wr, t.min_bytes, ratio(rd + wr, t.min_bytes));
+}
+
+void print_cnn_tail(const CnnRunOpts& o, const char* precision, size_t label_rows, double acc_dev, double acc_float,
+                    const std::string& check_line, const std::vector<uint64_t>& out_shape) {
+  if (label_rows > 0) {
+    fmt::print("accuracy on {} ({} rows): {} on {} {:.2f}%, float model {:.2f}% ({:+.2f} points)\n", o.labels,
+               label_rows, precision, o.backend, 100.0 * acc_dev, 100.0 * acc_float, 100.0 * (acc_dev - acc_float));
+  }
+  if (!check_line.empty()) fmt::print("{}\n", check_line);
+  if (!o.output.empty()) fmt::print("output -> {} (float32, {})\n", o.output, npy::shape_string(out_shape));
+}
+
+}  // namespace tpuw::cli

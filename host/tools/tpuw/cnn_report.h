@@ -1,0 +1,102 @@
+// What the two CNN paths of `tpuw run` share (cmd_run_cnn.cpp: int8, cmd_run_cnn_bf16.cpp: bf16):
+// the input images, the float model interpreted on the CPU, the per-layer figures summed over the
+// batches and the report made of them (the human lines and the --json fields). What differs between
+// the precisions (quantization and calibration, the --check contract) stays in the callers; the
+// precision's name ("int8" / "bf16") is a parameter where the report says it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "cmd_run_cnn.h"
+#include "tpuw/compiler/ir.h"
+#include "tpuw/device.h"
+#include "tpuw/nn/qconv.h"
+#include "tpuw/runtime/network.h"
+
+namespace tpuw::cli {
+
+/// The model's input: [batch, C, H, W] with C, H, W known.
+struct CnnInput {
+  std::string name;  // the graph input's
+  uint64_t c = 0, h = 0, w = 0;
+  uint64_t features() const { return c * h * w; }
+};
+
+struct CnnImages {
+  std::vector<float> x;  // [rows][C*H*W] (NCHW per row)
+  uint64_t rows = 0;
+};
+
+/// [rows, C, H, W] or [rows, C*H*W] (a single image [C, H, W] is one row), float32, uint8 or int8;
+/// `what` names the option in errors ("--input").
+CnnImages load_cnn_images(const std::string& path, const CnnInput& s, const char* what);
+
+/// The float model: the optimized graph interpreted on the CPU (double accumulation), in chunks so
+/// the intermediate activations of a large input stay small.
+std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages& in, uint64_t features,
+                                     uint32_t classes);
+
+/// Throws Error(kInvalidArgument) when --output cannot be written: its directory is missing or it is one.
+void check_output_path(const std::string& output);
+
+/// Host memory for a batch of `rows` images whose layers need `need` bytes: with 8 MiB of slack,
+/// rounded up to MiB, at least 64 MiB; throws Error(kInvalidArgument) above 4 GiB.
+uint64_t cnn_memory_size(uint64_t need, uint64_t rows);
+
+/// One row of the per-layer report, summed over the batches.
+struct LayerRow : LayerCounters {
+  std::string name, kind;  // kind: conv (convolutions and average pools), maxpool_host or dense
+  std::string shape;       // conv: CxHxW -> OxHoxWo, kernel; dense: m x k x n
+  uint64_t macs = 0;
+  bool relu = false;
+};
+
+/// A CNN run summed over its batches: the convolution / pooling layers' rows, then the dense head's.
+struct CnnTotals {
+  std::vector<LayerRow> layers;
+  size_t convs = 0;
+  PerfCounters perf;  // every program's PERF counters
+  uint64_t macs = 0, min_bytes = 0, instructions = 0;
+  double wall = 0;                          // seconds in the runs
+  uint64_t rows = 0, chunk = 0, chunks = 0;  // images, rows per batch, batches
+
+  CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows, uint64_t batch);
+
+  /// One batch of convolution / pooling layer i (host: a max pool on the host) and what its program counted.
+  void add_conv(size_t i, const std::string& name, const nn::ConvGeometry& gm, bool relu, bool host,
+                uint64_t layer_macs, const PerfCounters& p, uint64_t layer_min_bytes, uint64_t layer_instructions);
+  /// One batch of dense layer i of the head (`name`: the compiled layer's, when the report has none).
+  void add_dense(size_t i, const runtime::LayerReport& lr, const std::string& name, bool relu);
+  /// One batch of the head's program as a whole.
+  void add_head(const PerfCounters& p, uint64_t head_min_bytes, uint64_t head_instructions);
+};
+
+/// How far the device's output is from the float model's (--check).
+struct FloatAgreement {
+  double max_diff = 0, max_abs = 0, argmax = 0;  // max |y - yf|, max |yf|, rows whose argmax agree
+  nlohmann::ordered_json check_json() const;     // the --json "check" object
+};
+FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes);
+
+/// The --json report up to "host_op"; `precision` is "int8" or "bf16".
+nlohmann::ordered_json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
+                                const CnnInput& in, uint32_t classes, const std::string& host_op);
+/// The rest of the --json report: "layers" to "output" (check: null without --check).
+void add_cnn_json_results(nlohmann::ordered_json& j, const CnnRunOpts& o, const char* precision, unsigned array_n,
+                          const CnnTotals& t, size_t label_rows, double acc_dev, double acc_float,
+                          const nlohmann::ordered_json& check);
+
+/// The first line: the model, its input and layers, and `output` (what a row of the output is).
+void print_cnn_header(const CnnRunOpts& o, const CnnInput& in, size_t conv_layers, size_t dense_layers,
+                      const std::string& host_op, const std::string& output);
+/// The run's line, the per-layer table and the totals.
+void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t);
+/// The accuracy line (--labels), `check_line` (--check; printed when not empty) and the --output line.
+void print_cnn_tail(const CnnRunOpts& o, const char* precision, size_t label_rows, double acc_dev, double acc_float,
+                    const std::string& check_line, const std::vector<uint64_t>& out_shape);
+
+}  // namespace tpuw::cli
