@@ -14,6 +14,7 @@
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "owning_trainer.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -340,31 +341,6 @@ std::string CnnTrainer::name() const {
 }
 uint64_t CnnTrainer::last_host_bytes() const { return impl_->host_bytes; }
 
-namespace {
-
-class OwningCnnTrainer final : public Trainer {
- public:
-  OwningCnnTrainer(Device device, compiler::CnnTrainModel model, int64_t batch, const SgdConfig& sgd)
-      : device_(std::move(device)), trainer_(&device_, std::move(model), batch, sgd) {}
-  TrainStepReport step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) override {
-    return trainer_.step(inputs, labels, rows);
-  }
-  std::vector<float> logits(std::span<const float> inputs, int64_t rows) override {
-    return trainer_.logits(inputs, rows);
-  }
-  TrainState state() const override { return trainer_.state(); }
-  void load_state(const TrainState& s) override { trainer_.load_state(s); }
-  int64_t batch() const override { return trainer_.batch(); }
-  int64_t classes() const override { return trainer_.classes(); }
-  std::string name() const override { return trainer_.name(); }
-
- private:
-  Device device_;
-  CnnTrainer trainer_;
-};
-
-}  // namespace
-
 TrainableModel describe_trainable_cnn(compiler::Graph g) {
   TrainableModel t;
   t.source = g.source;
@@ -415,7 +391,9 @@ std::unique_ptr<Trainer> make_cnn_trainer(const std::filesystem::path& model, co
                                                      model.string(), options.batch));
   }
   Device dev = Device::open(options.backend, cfg);
-  return std::make_unique<OwningCnnTrainer>(std::move(dev), std::move(tm), options.batch, options.sgd);
+  return std::make_unique<OwningTrainer<CnnTrainer>>(std::move(dev), [&](Device& d) {
+    return CnnTrainer(&d, std::move(tm), options.batch, options.sgd);
+  });
 }
 
 }  // namespace tpuw::runtime

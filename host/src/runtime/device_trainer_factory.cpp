@@ -13,34 +13,9 @@
 #include "tpuw/runtime/device_trainer.h"
 #include "tpuw/runtime/device_trainer_factory.h"
 
+#include "owning_trainer.h"
+
 namespace tpuw::runtime {
-namespace {
-
-/// A DeviceTrainer that owns its device.
-class OwningDeviceTrainer final : public Trainer {
- public:
-  OwningDeviceTrainer(Device device, compiler::TrainModel model, int64_t batch, const SgdConfig& sgd)
-      : device_(std::move(device)), trainer_(device_, std::move(model), batch, sgd) {}
-
-  TrainStepReport step(std::span<const float> inputs, std::span<const int64_t> labels, int64_t rows) override {
-    return trainer_.step(inputs, labels, rows);
-  }
-  std::vector<float> logits(std::span<const float> inputs, int64_t rows) override {
-    return trainer_.logits(inputs, rows);
-  }
-  TrainState state() const override { return trainer_.state(); }
-  void load_state(const TrainState& s) override { trainer_.load_state(s); }
-  int64_t batch() const override { return trainer_.batch(); }
-  int64_t classes() const override { return trainer_.classes(); }
-  std::string name() const override { return trainer_.name(); }
-
- private:
-  Device device_;
-  DeviceTrainer trainer_;
-};
-
-}  // namespace
-
 std::unique_ptr<Trainer> make_device_trainer(const std::filesystem::path& model, const DeviceTrainerOptions& options) {
   if (options.batch < 1) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--batch {}: must be >= 1", options.batch));
@@ -58,7 +33,9 @@ std::unique_ptr<Trainer> make_device_trainer(const std::filesystem::path& model,
   }
   cfg.memory.size = size;
   Device dev = Device::open(options.backend, cfg);
-  return std::make_unique<OwningDeviceTrainer>(std::move(dev), std::move(tm), options.batch, options.sgd);
+  return std::make_unique<OwningTrainer<DeviceTrainer>>(std::move(dev), [&](Device& d) {
+    return DeviceTrainer(d, std::move(tm), options.batch, options.sgd);
+  });
 }
 
 }  // namespace tpuw::runtime
