@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "pass_util.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/error.h"
@@ -130,9 +131,20 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   auto is_conv_like = [](Op op) {
     return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
   };
-  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
+  for (; i < g.nodes.size() &&
+         (is_conv_like(g.nodes[i].op) || (is_activation_op(g.nodes[i].op) && !net.convs.empty()));
+       ++i) {
     if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
-    net.convs.push_back(lower_layer(g, g.nodes[i]));
+    if (is_activation_op(g.nodes[i].op)) {  // a function after a layer: a VECTOR pass (bf16 only)
+      if (!net.convs.back().act.none()) {
+        g.fail(ErrorKind::kUnsupported, g.nodes[i],
+               fmt::format("follows another function ({}) on layer '{}'", net.convs.back().act.node, net.convs.back().name));
+      }
+      net.convs.back().act = activation_of(g, g.nodes[i]);
+      net.convs.back().act.node = g.nodes[i].label();
+    } else {
+      net.convs.push_back(lower_layer(g, g.nodes[i]));
+    }
     act = g.nodes[i].outputs[0];
   }
   if (net.convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through the dense-layer path)");

@@ -27,6 +27,7 @@
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/vector_functions.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -440,6 +441,17 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
     r.convs.push_back(run_conv2d_bf16(device, l, a, batch));
     const ConvBf16RunResult& c = r.convs.back();
     a = c.y;
+    if (!l.act.none()) {  // the function: one more program, VECTOR ops (vector_functions.h)
+      VecPassResult v = run_vec_function_bf16(device, vec_function(l.act, false), a);
+      a = v.y;
+      r.cycles += v.cycles;
+      r.moved_bytes += v.moved_bytes;
+      r.min_bytes += v.min_bytes;
+      r.vector_cycles += v.vector_cycles;
+      r.functions.push_back(std::move(v));
+    } else {
+      r.functions.emplace_back();
+    }
     if (c.host) continue;
     r.cycles += c.cycles;
     r.macs += c.plan.macs();
@@ -465,7 +477,10 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
                                          uint32_t array_n) {
   net.check();
   std::vector<float> a = bf16_values(x);
-  for (const Bf16ConvLayer& l : net.convs) a = conv2d_bf16_host(l, a, batch, array_n);
+  for (const Bf16ConvLayer& l : net.convs) {
+    a = conv2d_bf16_host(l, a, batch, array_n);
+    if (!l.act.none()) a = vec_function_host(vec_function(l.act, false), a);
+  }
   return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
 }
 

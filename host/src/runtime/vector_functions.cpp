@@ -10,8 +10,10 @@
 #include <numbers>
 #include <span>
 
+#include "step_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
+#include "tpuw/runtime/gemm_bf16.h"
 #include "vector_functions_emit.h"
 
 namespace tpuw::runtime {
@@ -233,4 +235,71 @@ uint64_t emit_vec_function(StepBuilder& sb, const VecFunction& f, uint64_t acc_r
 }
 
 }  // namespace detail
+
+std::vector<float> vec_function_host(const VecFunction& f, std::span<const float> x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    y[i] = num::bf16_to_float(num::f32_to_bf16(num::canon(vec_function_lane(f, num::to_bits(x[i])))));
+  }
+  return y;
+}
+
+VecPassResult run_vec_function_bf16(Device& device, const VecFunction& f, std::span<const float> x) {
+  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("bf16 function {}: the {} device has no bf16 mode (FEATURES.BF16 is 0)", f.name,
+                            device.info().backend));
+  }
+  if (x.empty()) throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 function {}: no values", f.name));
+  const DeviceParams& params = device.info().params;
+  const uint64_t an = params.array_n;
+  const uint64_t rows = (x.size() + an - 1) / an;
+  // Two register sets (one chunk's LOAD overlaps the previous chunk's work) of `regs` strips of
+  // `strip` rows in the ACC; two UB output buffers of 2 * strip rows.
+  const uint64_t regs = f.regs;
+  const uint64_t strip = std::min<uint64_t>({params.acc_depth / (2 * regs), params.ub_depth / 4, detail::kMaxRowsField, rows});
+  if (strip == 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("bf16 function {}: ACC depth {} cannot hold 2 x {} rows", f.name,
+                                                     params.acc_depth, regs));
+  }
+  constexpr uint64_t kPage = 4096;
+  HostBuffer in = device.alloc(std::max<uint64_t>(4 * rows * an, 64), kPage);
+  HostBuffer out = device.alloc(std::max<uint64_t>(2 * rows * an, 64), kPage);
+  detail::StepBuilder sb(params, 2);
+  const uint64_t chunks = (rows + strip - 1) / strip;
+  VecPassResult r;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t n = std::min(strip, rows - c * strip), set = c % 2;
+    const uint64_t base = set * regs * strip, out_row = set * 2 * strip;
+    sb.load(spec::Mem::kAcc, detail::Transfer{base, in.addr() + 4 * an * c * strip, n, 4 * an, 4 * an}, 0);
+    const uint64_t res = detail::emit_vec_function(sb, f, base, base + strip, strip, n);
+    isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+    act.set("bf16", 1);
+    act.set("acc_addr", res);
+    act.set("ub_addr", out_row);
+    act.set("rows", n);
+    sb.compute(std::move(act), sb.acc(res, n), sb.ub(out_row, 2 * n));
+    sb.store(spec::Mem::kUb, detail::Transfer{out_row, out.addr() + 2 * an * c * strip, n, 2 * an, 2 * an}, 1);
+    r.vectors += f.steps.size();
+    r.vector_cycles += f.steps.size() * (n + 4);
+  }
+  detail::MergedProgram prog = sb.finish();
+  std::vector<float> xf(rows * an, 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) xf[i] = x[i];
+  device.write(in, 0, xf.data(), xf.size() * 4);
+  device.clear_perf();
+  const uint32_t fence = device.submit(prog.code);
+  device.wait(fence);
+  std::vector<uint16_t> yb(rows * an);
+  device.read(out, 0, yb.data(), yb.size() * 2);
+  r.y.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r.y[i] = num::bf16_to_float(yb[i]);
+  r.perf = device.perf();
+  r.cycles = r.perf.cycles;
+  r.instructions = prog.code.size() + 1;
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+  r.min_bytes = 4 * uint64_t{x.size()};
+  return r;
+}
+
 }  // namespace tpuw::runtime

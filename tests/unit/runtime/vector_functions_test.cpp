@@ -187,5 +187,36 @@ TEST(VectorFunctions, NetworkOnRefEqualsContractAndFloat) {
   }
 }
 
+TEST(VectorFunctions, ElementwiseProgramEqualsContract) {
+  // run_vec_function_bf16 (the pass after a convolution): bf16(f(x)) bit for bit, NaN and the
+  // infinities included, over more values than one chunk of ACC rows holds.
+  std::mt19937 rng(8);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  std::vector<float> x(20000);
+  for (float& v : x) v = num::bf16_to_float(num::bf16_from_float(g(rng)));
+  x[0] = std::numeric_limits<float>::quiet_NaN();
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = -std::numeric_limits<float>::infinity();
+  x[3] = -0.0f;
+  for (unsigned an : {16u, 4u}) {
+    BackendConfig bc;
+    bc.array_n = an;
+    Device dev = Device::open("ref", bc);
+    for (const nn::Activation& a : {act(ActFn::kSigmoid), act(ActFn::kGelu), act(ActFn::kLeakyRelu, 0.1)}) {
+      SCOPED_TRACE(testing::Message() << nn::act_name(a) << " N=" << an);
+      const VecFunction f = vec_function(a, false);
+      const VecPassResult r = run_vec_function_bf16(dev, f, x);
+      const std::vector<float> want = vec_function_host(f, x);
+      ASSERT_EQ(r.y.size(), x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(num::to_bits(r.y[i]), num::to_bits(want[i])) << i << ": x = " << x[i];
+      }
+      const uint64_t rows = (x.size() + an - 1) / an;
+      EXPECT_EQ(r.vector_cycles - 4 * r.vectors, f.steps.size() * rows);
+      EXPECT_EQ(r.perf.wr_bytes, 2 * rows * an + 4);  // the bf16 values and the fence
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tpuw::runtime

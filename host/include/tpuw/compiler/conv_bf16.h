@@ -5,6 +5,7 @@
 // an implicit GEMM in bf16 on the device.
 //
 //   input [batch, C, H, W] -> Conv (+Relu) / AveragePool / GlobalAveragePool / MaxPool (Pad folded)
+//   (each optionally followed by one activation function: Sigmoid, Tanh, Clip, LeakyRelu, ...)
 //   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] ... [Softmax]
 #pragma once
 
@@ -30,6 +31,8 @@ struct Bf16ConvLayer {
   std::vector<float> w;
   std::vector<float> bias;  // [out_c] fp32 (zeros for a Conv without bias and for pools); empty for kMaxPool
   bool relu = false;        // a fused Relu (kConv only)
+  nn::Activation act;       // a function after the layer (Sigmoid, Tanh, Clip, ...): a VECTOR pass
+                            // on the device (tpuw/runtime/vector_functions.h), after bias and ReLU
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;

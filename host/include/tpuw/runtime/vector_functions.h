@@ -17,8 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "tpuw/device.h"
 
 #include "tpuw/nn/activation.h"
 #include "tpuw/spec.h"
@@ -56,5 +59,25 @@ float vec_function_apply(const VecFunction& f, float x);
 /// 2^-23 relative for the piecewise-linear ones (one fp32 rounding of alpha * x + beta or x / 6).
 /// Measured by scripts/vector_function_coeffs.py (docs/numerics.md) and checked by the tests.
 double vec_function_error_bound(const nn::Activation& act);
+
+/// One device program that applies `f` to a flat array of values (a bf16 feature map after a
+/// convolution or pool, any layout): LOAD the values as fp32 ACC rows of ArrayN lanes, the VECTOR
+/// sequence, ACTIVATE bf16 (no bias, no ReLU) and STORE. y[i] = bf16(f(x[i])) (vec_function_host).
+struct VecPassResult {
+  std::vector<float> y;          // bf16 values widened, x.size() of them
+  PerfCounters perf;
+  uint64_t cycles = 0;           // PERF_CYCLES
+  uint64_t vectors = 0;          // VECTOR instructions
+  uint64_t vector_cycles = 0;    // their rows + 4 each: the VECTOR unit's busy cycles
+  uint64_t instructions = 0;     // including the FENCE
+  uint64_t moved_bytes = 0;      // PERF_RD_BYTES + PERF_WR_BYTES
+  uint64_t min_bytes = 0;        // 2 bytes in + 2 bytes out per value
+};
+
+/// Throws Error(kUnsupported) without FEATURES.BF16, Error(kInvalidArgument) for an empty array.
+VecPassResult run_vec_function_bf16(Device& device, const VecFunction& f, std::span<const float> x);
+
+/// The contract of run_vec_function_bf16: bf16(f(x[i])) for each value.
+std::vector<float> vec_function_host(const VecFunction& f, std::span<const float> x);
 
 }  // namespace tpuw::runtime
