@@ -126,6 +126,28 @@ elif CASE == "cnn_bf16_functions":
         cli.run_ok("run", model, "--precision", "bf16", "--input", xp, "--backend", "rtl", "--check", "-q",
                    "--output", out_rtl)
         expect(np.load(out).tobytes() == np.load(out_rtl).tobytes(), "rtl output differs from ref")
+elif CASE == "cnn_bf16_blocks":
+    # examples/cnn_blocks in bf16 (residual Add and Concat as 1x1 convolutions over the channel
+    # concatenation, [I; I] / identity weights): --check equal to the CPU bf16 contract, every output
+    # within 2% of the largest |y| of PyTorch's float output; rtl == ref for the residual block.
+    blocks = os.path.join(EXAMPLES, "cnn_blocks")
+    for name in ("residual", "dwsep", "concat"):
+        model = os.path.join(blocks, f"{name}_block.onnx")
+        xp = os.path.join(blocks, f"{name}_block_x.npy")
+        out = os.path.join(cli.tmp, f"{name}_ref.npy")
+        j = run_json(model, "--input", xp, "--backend", "ref", "--check", "--output", out)
+        expect(j["check"]["cpu"] == "equal", (name, j["check"]))
+        want = np.load(os.path.join(blocks, f"{name}_block_expected.npy")).astype(np.float64)
+        got = np.load(out).astype(np.float64).reshape(want.shape)
+        err = np.abs(got - want).max()
+        expect(err <= 0.02 * np.abs(want).max(), f"{name}: max error {err} of {np.abs(want).max()}")
+        if name == "residual":
+            expect(any("Add" in l["name"] for l in j["layers"]), [l["name"] for l in j["layers"]])
+            if rtl_built():
+                out_rtl = os.path.join(cli.tmp, f"{name}_rtl.npy")
+                cli.run_ok("run", model, "--precision", "bf16", "--input", xp, "--backend", "rtl", "--check", "-q",
+                           "--output", out_rtl)
+                expect(np.load(out).tobytes() == np.load(out_rtl).tobytes(), f"{name}: rtl output differs from ref")
 else:
     print("unknown case", CASE)
     sys.exit(1)

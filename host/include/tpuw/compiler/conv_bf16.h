@@ -31,6 +31,10 @@ struct Bf16ConvLayer {
   std::vector<float> w;
   std::vector<float> bias;  // [out_c] fp32 (zeros for a Conv without bias and for pools); empty for kMaxPool
   bool relu = false;        // a fused Relu (kConv only)
+  /// Where the input comes from: empty = the previous layer (the graph input for the first);
+  /// otherwise the channel concatenation of these layers' outputs (-1 = the graph input), in
+  /// order: a residual Add ([I; I] weights) or a Concat (identity weights), a 1x1 kConv.
+  std::vector<int32_t> sources;
   nn::Activation act;       // a function after the layer (Sigmoid, Tanh, Clip, ...): a VECTOR pass
                             // on the device (tpuw/runtime/vector_functions.h), after bias and ReLU
 
