@@ -58,6 +58,16 @@ struct QConv2d {
   /// residual Add or a Concat of activations with different scales is a 1x1 convolution over the
   /// concatenation (compiler/conv.h); every source has this layer's in_h x in_w.
   std::vector<int32_t> sources;
+  /// Requantization that varies by output pixel: an average pool whose divisor depends on the
+  /// pixel (count_include_pad=0 with pads, ceil_mode's partial last windows) or a Pad's constant
+  /// border. pixel_group[oy * out_w + ox] = 0 uses bias_q/mult/shift; k >= 1 uses group k's
+  /// group_bias/group_mult/group_shift[(k - 1) * out_c + o]. Empty: every pixel uses group 0. The
+  /// device splits the layer's ACTIVATE by group (runtime/conv.h, docs/network_compiler.md).
+  std::vector<uint16_t> pixel_group;
+  std::vector<int32_t> group_bias, group_mult;
+  std::vector<uint8_t> group_shift;
+  /// The groups beyond group 0 (group_mult.size() / out_c).
+  uint32_t extra_groups() const { return geom.out_c == 0 ? 0 : static_cast<uint32_t>(group_mult.size() / geom.out_c); }
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;
