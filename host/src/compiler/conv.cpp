@@ -9,6 +9,7 @@
 
 #include "pass_util.h"
 #include "pool_groups.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/nn/quantize.h"
@@ -833,6 +834,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     bool relu = false;         // a Relu fused here (Add/Concat; a Conv's is its attribute)
     std::string relu_label;
     ValueId value = kNoValue;  // the layer's output (after the fused Relu)
+    nn::Activation act;        // a function fused after it (int8 lookup table, cnn_activations)
+    ValueId act_in = kNoValue; // the function's input (the table's input scale is calibrated on it)
   };
   std::vector<Layer> layers;
   std::vector<int32_t> layer_of(g.values.size(), std::numeric_limits<int32_t>::min());
@@ -856,12 +859,30 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
           host = &p;
         }
       }
-      if (l.value != v || host->relu || attr_int(g, *host->node, "relu", 0) != 0 || host->node->op == Op::kMaxPool ||
+      if (l.value != v || host->relu || !host->act.none() || attr_int(g, *host->node, "relu", 0) != 0 || host->node->op == Op::kMaxPool ||
           readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
         g.fail(ErrorKind::kUnsupported, n, "a Relu in a CNN must be the only reader of a Conv, pool, Add or Concat output");
       }
       host->relu = true;
       host->relu_label = n.label();
+      l.value = n.outputs[0];
+      layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
+      continue;
+    }
+    if (is_activation_op(n.op) && is_layer_value(n.inputs[0]) && layer_of[static_cast<size_t>(n.inputs[0])] >= 0) {
+      // Sigmoid, Tanh, HardSwish, ... after a conv/pool/merge layer: its lookup table joins the
+      // layer's ACTIVATE (like a fused Relu), the requantization targets the table's input scale.
+      Layer& l = layers[static_cast<size_t>(layer_of[static_cast<size_t>(n.inputs[0])])];
+      const ValueId v = n.inputs[0];
+      if (l.value != v || !l.act.none() || l.node->op == Op::kMaxPool || readers[static_cast<size_t>(v)].size() != 1 ||
+          g.is_graph_output(v)) {
+        g.fail(ErrorKind::kUnsupported, n,
+               "an activation function in a CNN must be the only reader of a Conv, average pool, Add or Concat output "
+               "(one function per layer, not after a MaxPool)");
+      }
+      l.act = activation_of(g, n);
+      l.act.node = n.label();
+      l.act_in = v;
       l.value = n.outputs[0];
       layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
       continue;
@@ -898,11 +919,19 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       const Layer& l = layers[c];
       std::vector<float> in_scales;
       for (const int32_t s : l.src) in_scales.push_back(s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]);
+      // With a function the layer requantizes into the table's input scale (calibrated on the
+      // function's input); the table maps it to the layer's output scale.
+      const float req_scale = l.act.none() ? out_scales[c] : nn::symmetric_scale(acts[static_cast<size_t>(l.act_in)]);
       nn::QConv2d q = l.src.size() > 1 || l.node->op == Op::kAdd || l.node->op == Op::kConcat
-                          ? quantize_merge(g, *l.node, in_scales, out_scales[c], l.relu)
-                          : quantize_conv(g, *l.node, in_scales[0], out_scales[c]);
+                          ? quantize_merge(g, *l.node, in_scales, req_scale, l.relu)
+                          : quantize_conv(g, *l.node, in_scales[0], req_scale);
       if (l.relu) q.relu = true;
       if (!l.relu_label.empty()) q.name += " + " + l.relu_label;
+      if (!l.act.none()) {
+        q.lut = nn::act_table(l.act, req_scale, out_scales[c]);
+        q.out_scale = out_scales[c];
+        q.name += " + " + l.act.node;
+      }
       if (l.src != std::vector<int32_t>{static_cast<int32_t>(c) - 1}) q.sources = l.src;
       net.convs.push_back(std::move(q));
     }

@@ -73,6 +73,9 @@ void QConv2d::check() const {
   for (uint8_t s : shift) {
     if (s > 63) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: shift {} is above 63", where, s));
   }
+  if (!lut.empty() && lut.size() != 256) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: a lookup table has 256 entries, not {}", where, lut.size()));
+  }
   const uint64_t groups = extra_groups();
   if (group_bias.size() != groups * oc || group_mult.size() != groups * oc || group_shift.size() != groups * oc) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -146,9 +149,10 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
           }
           const uint64_t k = l.pixel_group.empty() ? 0 : l.pixel_group[oy * Wo + ox];
           const uint64_t gi = k == 0 ? 0 : (k - 1) * O + o;
-          y[((b * O + o) * Ho + oy) * Wo + ox] =
+          const int8_t r =
               k == 0 ? requantize(static_cast<int32_t>(acc), l.bias_q[o], l.mult[o], l.shift[o], l.relu)
                      : requantize(static_cast<int32_t>(acc), l.group_bias[gi], l.group_mult[gi], l.group_shift[gi], l.relu);
+          y[((b * O + o) * Ho + oy) * Wo + ox] = l.lut.empty() ? r : l.lut[static_cast<size_t>(r + 128)];
         }
       }
     }

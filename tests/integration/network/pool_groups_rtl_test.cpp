@@ -1,6 +1,6 @@
 // A convolution program whose ACTIVATE is split by requantization group (an average pool with
-// count_include_pad=0 and pads, plus a Pad-style constant border group) on the verilated device:
-// rtl == ref == nn::conv2d_int bit for bit, same bytes and the same number of ACTIVATEs.
+// count_include_pad=0 and pads, with a bias per group), then with a lookup table (ACTIVATE `lut`), on
+// the verilated device: rtl == ref == nn::conv2d_int bit for bit, the same bytes and instructions.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -63,6 +63,16 @@ TEST(PoolGroupsRtl, SplitActivateMatchesRefAndCpu) {
   EXPECT_EQ(a.perf.rd_bytes, b.perf.rd_bytes);
   EXPECT_EQ(a.perf.wr_bytes, b.perf.wr_bytes);
   EXPECT_EQ(a.instructions, b.instructions);
+  // The same layer with a lookup table (an activation function after it): ACTIVATE `lut` on
+  // every run, the table after each group's (bias, mult, shift) rows.
+  QConv2d t = l;
+  for (int e = 0; e < 256; ++e) t.lut.push_back(static_cast<int8_t>((e * 37 + 11) % 256 - 128));
+  const ConvRunResult at = run_conv2d(rtl, t, x, batch);
+  const ConvRunResult bt = run_conv2d(ref, t, x, batch);
+  const std::vector<int8_t> want_t = nn::conv2d_int(t, x, batch);
+  EXPECT_EQ(at.y, want_t);
+  EXPECT_EQ(bt.y, want_t);
+  EXPECT_NE(want_t, want);
   const std::vector<ActivateRun> runs = activate_runs(a.plan, a.plan.images_per_tile);
   EXPECT_GT(runs.size(), 1u);
   std::cout << "pool 3x3 pad 1 count_include_pad=0, 20ch 6x7, batch 3: " << runs.size()

@@ -64,6 +64,11 @@ struct QConv2d {
   /// group_bias/group_mult/group_shift[(k - 1) * out_c + o]. Empty: every pixel uses group 0. The
   /// device splits the layer's ACTIVATE by group (runtime/conv.h, docs/network_compiler.md).
   std::vector<uint16_t> pixel_group;
+  /// An activation function after the layer (Sigmoid, Tanh, HardSwish, ... : tpuw/nn/activation.h)
+  /// as a 256-entry table applied after the requantization (and ReLU): y = lut[y + 128] (ACTIVATE
+  /// `lut`, ISA 1.2). The requantization then targets the table's input scale; out_scale is the
+  /// table's output scale. Empty: none.
+  std::vector<int8_t> lut;
   std::vector<int32_t> group_bias, group_mult;
   std::vector<uint8_t> group_shift;
   /// The groups beyond group 0 (group_mult.size() / out_c).

@@ -62,12 +62,16 @@ struct ConvPlan {
   /// of rows that share a group (activate_runs). set_pixel_groups fills both.
   uint64_t extra_groups = 0;
   std::vector<uint16_t> pixel_group;  // [ho * wo]; empty: every pixel uses group 0
+  /// ACC rows of the layer's lookup table after each (bias, mult, shift) triple (QConv2d::lut;
+  /// 0: none, else ceil(64 / N)); its ACTIVATEs set `lut`.
+  uint64_t lut_rows = 0;
+  uint64_t param_rows_per_block() const { return 3 + lut_rows; }
 
   uint64_t in_bytes() const { return batch * c_blocks * img_rows * array_n; }
   uint64_t w_bytes() const { return weight_tiles * array_n * array_n; }
   /// Weight bytes the program loads: the pinned tiles once, the others once per tile of images.
   uint64_t w_bytes_moved() const;
-  uint64_t param_bytes() const { return (1 + extra_groups) * o_blocks * 3 * 4 * uint64_t{array_n}; }
+  uint64_t param_bytes() const { return (1 + extra_groups) * o_blocks * param_rows_per_block() * 4 * uint64_t{array_n}; }
   uint64_t out_bytes() const { return batch * o_blocks * ho * wo_stored * array_n; }
   /// MXU rows streamed (every MATMUL row, wasted border rows included).
   uint64_t mxu_rows() const { return batch * executed_tiles() * acc_rows; }
@@ -85,8 +89,10 @@ struct ConvPlan {
 
 /// Chooses the layout. Throws Error(kInvalidArgument) for a bad geometry or batch 0,
 /// Error(kUnsupported) when one image does not fit the UB / ACC (spatial tiling is not done).
-/// `extra_groups`: requantization groups beyond the layer's own (their params need ACC rows).
-ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch, uint64_t extra_groups = 0);
+/// `extra_groups`: requantization groups beyond the layer's own; `lut`: the layer has a lookup
+/// table (both need ACC rows for their params).
+ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch, uint64_t extra_groups = 0,
+                   bool lut = false);
 
 /// Copies a layer's per-pixel requantization groups into the plan (planned with the same
 /// extra_groups). Error(kInvalidArgument) when they disagree.
