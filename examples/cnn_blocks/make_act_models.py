@@ -14,6 +14,9 @@ make_models.py. Everything it writes is committed, so the tests do not need PyTo
   act_chain.onnx         [batch, 4, 8, 8]: conv3x3-Sigmoid, conv3x3-Tanh, conv1x1-LeakyReLU(0.1),
                          conv3x3-GELU (PyTorch's Erf form), conv1x1-Hardsigmoid; output the map
                          [batch, 8, 8, 8]
+  two_outputs.onnx       act_chain's layers with two graph outputs: 'mid' (the Tanh layer's map)
+                         and 'y' (the last map); two_outputs_expected.npy holds 'y',
+                         two_outputs_mid.npy 'mid'
   NAME_x.npy             float32 input, 32 images (NumPy seed 2)
   NAME_expected.npy      float32: PyTorch's output for NAME_x.npy
 """
@@ -70,23 +73,37 @@ class ActChain(nn.Module):
         return nn.functional.hardsigmoid(self.c5(y))
 
 
-def export(name, model, shape, opset=13):
+class TwoOutputs(ActChain):
+    def forward(self, x):
+        mid = torch.tanh(self.c2(torch.sigmoid(self.c1(x))))
+        y = nn.functional.leaky_relu(self.c3(mid), 0.1)
+        y = nn.functional.gelu(self.c4(y))
+        return mid, nn.functional.hardsigmoid(self.c5(y))
+
+
+def export(name, model, shape, opset=13, outputs=("y",)):
     model.eval()
     x = np.random.RandomState(2).uniform(-1, 1, size=(32,) + shape).astype(np.float32)
+    axes = {"x": {0: "batch"}}
+    axes.update({o: {0: "batch"} for o in outputs})
     torch.onnx.export(model, torch.zeros((1,) + shape), str(HERE / f"{name}.onnx"), input_names=["x"],
-                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=opset,
+                      output_names=list(outputs), dynamic_axes=axes, opset_version=opset,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=True)
     with torch.no_grad():
-        y = model(torch.from_numpy(x)).numpy().astype(np.float32)
+        ys = model(torch.from_numpy(x))
+    ys = ys if isinstance(ys, tuple) else (ys,)
     np.save(HERE / f"{name}_x.npy", x)
-    np.save(HERE / f"{name}_expected.npy", y)
-    print(f"{name}: {list(x.shape)} -> {list(y.shape)}")
+    for o, y in zip(outputs, ys):
+        np.save(HERE / (f"{name}_expected.npy" if o == "y" else f"{name}_{o}.npy"), y.numpy().astype(np.float32))
+    print(f"{name}: {list(x.shape)} -> {[list(y.shape) for y in ys]}")
 
 
 def main():
     torch.manual_seed(0)
     export("mobilenet_block", MobileNetBlock(), (3, 12, 12), opset=14)  # 14: HardSwish is one node
     export("act_chain", ActChain(), (4, 8, 8))
+    torch.manual_seed(1)
+    export("two_outputs", TwoOutputs(), (4, 8, 8), outputs=("mid", "y"))
 
 
 if __name__ == "__main__":

@@ -802,9 +802,9 @@ nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float>
 
 nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
   const Graph g = optimize(std::move(graph));
-  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
-                                                g.outputs.size()));
+  if (g.inputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input, not {} (graph input '{}' is the second)",
+                                                g.inputs.size(), g.inputs.size() > 1 ? g.value(g.inputs[1].value).name : ""));
   }
   const ValueId input = g.inputs[0].value;
   const Dims& din = *g.value(input).shape;
@@ -936,17 +936,41 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       net.convs.push_back(std::move(q));
     }
   };
+  // The graph outputs: the network's own (`final_value`: the head's output, or the last map or its
+  // Flatten) and, with several outputs, layer maps (a hidden layer's output after its fused Relu or
+  // function: nn::CnnOutput).
+  auto assign_outputs = [&](ValueId final_value) {
+    bool has_final = false;
+    for (const GraphOutput& o : g.outputs) {
+      nn::CnnOutput c;
+      c.name = o.name;
+      if (o.value != final_value) {
+        const int32_t k = layer_of[static_cast<size_t>(o.value)];
+        if (k < 0 || layers[static_cast<size_t>(k)].value != o.value) {
+          g.fail(ErrorKind::kUnsupported,
+                 fmt::format("graph output '{}' is neither the network's output nor a conv/pool layer's output (after "
+                             "its Relu or function)", o.name));
+        }
+        c.layer = k;
+      } else {
+        has_final = true;
+      }
+      net.outputs.push_back(std::move(c));
+    }
+    if (!has_final) {
+      g.fail(ErrorKind::kUnsupported, *layers.back().node,
+             fmt::format("ends the network but no graph output is its result ({} outputs)", g.outputs.size()));
+    }
+    if (g.outputs.size() == 1) net.outputs.clear();  // one output: the network's (the usual form)
+  };
   // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
   // map in NCHW order is the flattened row).
   const bool ends_in_map = i == g.nodes.size();
   const bool ends_in_flatten = i + 1 == g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape) &&
                                g.nodes[i].inputs[0] == act;
-  if (ends_in_map && g.outputs[0].value != act) {
-    g.fail(ErrorKind::kUnsupported, *layers.back().node,
-           fmt::format("is the last layer but the graph output '{}' is another layer's", g.outputs[0].name));
-  }
   if (ends_in_map || ends_in_flatten) {
     quantize_convs(nn::symmetric_scale(acts[static_cast<size_t>(act)]));
+    assign_outputs(ends_in_map ? act : g.nodes[i].outputs[0]);
     net.check();
     return net;
   }
@@ -965,6 +989,9 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   head.source = g.source;
   head.input_name = g.value(act).name;
   head.output_name = g.outputs[0].name;
+  for (const GraphOutput& o : g.outputs) {
+    if (layer_of[static_cast<size_t>(o.value)] == std::numeric_limits<int32_t>::min()) head.output_name = o.name;
+  }
   head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
   for (; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -997,6 +1024,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   net.head = lower_to_qnetwork(hg);
 
   quantize_convs(net.head.input_scale);
+  assign_outputs(act);
   net.check();
   return net;
 }

@@ -243,13 +243,18 @@ std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const i
   return a;
 }
 
-std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+std::vector<std::vector<int8_t>> forward_cnn_int_maps(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
   std::vector<std::vector<int8_t>> outs;
   auto out = [&](size_t k) -> const std::vector<int8_t>& { return outs[k]; };
   for (size_t l = 0; l < net.convs.size(); ++l) {
     outs.push_back(conv2d_int(net.convs[l], cnn_layer_input(net, l, x_q, out, batch), batch));
   }
+  return outs;
+}
+
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  const std::vector<std::vector<int8_t>> outs = forward_cnn_int_maps(net, x_q, batch);
   const std::vector<int8_t>& a = outs.back();
   if (!net.has_head()) return std::vector<int32_t>(a.begin(), a.end());
   return forward_int_raw(net.head, a, batch);

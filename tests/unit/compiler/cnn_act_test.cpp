@@ -123,5 +123,52 @@ TEST(CnnActivations, FunctionsWhereNoTableFitsAreNamed) {
   EXPECT_NE(q.convs[0].name.find("sig (Sigmoid)"), std::string::npos) << q.convs[0].name;
 }
 
+TEST(CnnOutputs, HiddenLayerMapNextToTheHead) {
+  // x -> conv1 + Relu (also a graph output 'hidden') -> GlobalAveragePool -> Flatten -> Gemm -> y.
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  mb.init("w", {8, 2, 3, 3}, random_floats(144, -0.4f, 0.4f, 5));
+  mb.init("b", {8}, random_floats(8, -0.1f, 0.1f, 6));
+  auto& c = mb.node("Conv", {"x", "w", "b"}, {"c"}, "conv1");
+  attr_ints(c, "pads", {1, 1, 1, 1});
+  mb.node("Relu", {"c"}, {"hidden"}, "relu1");
+  mb.node("GlobalAveragePool", {"hidden"}, {"g"}, "gap");
+  auto& f = mb.node("Flatten", {"g"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {3, 8}, random_floats(24, -0.5f, 0.5f, 7));
+  mb.init("fc.b", {3}, random_floats(3, -0.1f, 0.1f, 8));
+  auto& gm = mb.node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  ModelBuilder::attr_i(gm, "transB", 1);
+  mb.output("y");
+  mb.output("hidden");
+  const uint64_t batch = 3;
+  const std::vector<float> x = random_floats(batch * 72, -1.0f, 1.0f, 9);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(mb), x, batch);
+  ASSERT_EQ(q.outputs.size(), 2u);
+  EXPECT_EQ(q.outputs[0].name, "y");
+  EXPECT_EQ(q.outputs[0].layer, -1);
+  EXPECT_EQ(q.outputs[1].name, "hidden");
+  ASSERT_EQ(q.outputs[1].layer, 0);
+  EXPECT_TRUE(q.convs[0].relu);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  const std::vector<std::vector<int8_t>> maps = nn::forward_cnn_int_maps(q, xq, batch);
+  EXPECT_EQ(r.convs[0].y, maps[0]);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
+  const Graph og = optimize(graph_of(mb));
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& hf = t[static_cast<size_t>(og.outputs[1].value)];
+  ASSERT_EQ(hf.size(), maps[0].size());
+  for (size_t i = 0; i < hf.size(); ++i) {
+    EXPECT_NEAR(maps[0][i] * static_cast<double>(q.convs[0].out_scale), hf[i], 0.03 * 127 * q.convs[0].out_scale) << i;
+  }
+  // The conv's output before its Relu as a graph output: the Relu cannot fuse and is named.
+  ModelBuilder pre = mb;
+  pre.output("c");
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(pre), x, batch); }, ErrorKind::kUnsupported, {"node 'relu1' (Relu)"});
+}
+
 }  // namespace
 }  // namespace tpuw::compiler

@@ -78,6 +78,14 @@ struct QConv2d {
   void check() const;
 };
 
+/// One graph output of a CNN with several outputs (QCnn::outputs): the network's output (layer -1:
+/// the head's, or the last layer's map without a head) or layer `layer`'s int8 map, NCHW
+/// [batch][out_c][out_h][out_w], real = q * that layer's out_scale.
+struct CnnOutput {
+  std::string name;
+  int32_t layer = -1;
+};
+
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
 /// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
 /// and whose input_features is its C*H*W). Without a head (head.layers empty) the model's output
@@ -87,6 +95,8 @@ struct QCnn {
   float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
   std::vector<QConv2d> convs;
   QNetwork head;
+  /// The graph outputs in order when the model has several (empty: one, the network's output).
+  std::vector<CnnOutput> outputs;
 
   bool has_head() const { return !head.layers.empty(); }
   /// Output values per image: the head's last layer's width, or the last map's C*H*W.
@@ -111,6 +121,10 @@ std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const i
 /// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer). Without a
 /// head: the last layer's int8 map widened to int32, [batch, output_features()] (NCHW order).
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
+
+/// Every layer's int8 map (NCHW) from the same integer forward pass (what a CnnOutput of a hidden
+/// layer holds).
+std::vector<std::vector<int8_t>> forward_cnn_int_maps(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 /// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.
 /// Throws Error(kInvalidArgument) for a bad layer or an input of the wrong size.
