@@ -75,6 +75,16 @@ struct CnnTrainer::Impl {
     return std::move(r.dx);
   }
 
+  std::vector<float> max_pool_dx(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> y,
+                                 std::span<const float> dy, uint64_t rows) {
+    if (device == nullptr) return max_pool_backward_bf16_host(l, x, y, dy, rows, array_n);
+    MaxPoolBackwardResult r = max_pool_backward_bf16(*device, l, x, y, dy, rows);
+    cycles += r.cycles;
+    macs += r.macs;
+    host_bytes += r.host_bytes;
+    return std::move(r.dx);
+  }
+
   std::vector<float> relu_bwd(std::span<const float> y, std::span<const float> g) {
     if (device == nullptr) return relu_backward_host(y, g);
     ReluBackwardResult r = relu_backward_bf16(*device, y, g);
@@ -220,8 +230,7 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
     }
     if (l == 0) break;
     if (L.kind == Kind::kMaxPool) {
-      g = max_pool_backward_host(L, acts[l], g, n);
-      m.host_bytes += 4 * (g.size() + acts[l].size());
+      g = m.max_pool_dx(L, acts[l], acts[l + 1], g, n);
     } else {
       g = m.conv_dx(L, g, n);
     }

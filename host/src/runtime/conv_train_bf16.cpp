@@ -64,7 +64,7 @@ Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
   fwd.check();
   if (fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("conv backward '{}': a max pool's gradient is routed (max_pool_backward_host)", fwd.name));
+                fmt::format("conv backward '{}': a max pool's gradient is routed (max_pool_backward_bf16)", fwd.name));
   }
   const nn::ConvGeometry& g = fwd.geom;
   const uint32_t ho = g.out_h(), wo = g.out_w();
@@ -274,49 +274,6 @@ ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, 
   out.resize(y.size());
   r.d = std::move(out);
   return r;
-}
-
-std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,
-                                          std::span<const float> dy, uint64_t batch) {
-  fwd.check();
-  if (fwd.kind != Bf16ConvLayer::Kind::kMaxPool) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool backward '{}': not a max pool", fwd.name));
-  }
-  const nn::ConvGeometry& g = fwd.geom;
-  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, ho = g.out_h(), wo = g.out_w();
-  check_size(x, batch * C * H * W, fwd, "the input");
-  check_size(dy, batch * C * ho * wo, fwd, "the output gradient");
-  std::vector<float> xb(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round(x[i]);
-  const std::vector<float> y = conv2d_bf16_host(fwd, xb, batch, 1);  // the pooled outputs (exact)
-  std::vector<float> dx(x.size(), 0.0f);
-  for (uint64_t bc = 0; bc < batch * C; ++bc) {
-    const float* img = xb.data() + bc * H * W;
-    float* dimg = dx.data() + bc * H * W;
-    for (uint64_t oy = 0; oy < ho; ++oy) {
-      for (uint64_t ox = 0; ox < wo; ++ox) {
-        const float m = y[(bc * ho + oy) * wo + ox];
-        const bool nan = std::isnan(m);
-        int64_t at = -1;
-        for (uint64_t ky = 0; ky < g.kernel_h && at < 0; ++ky) {
-          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + ky * g.dilation_h) - g.pad_top;
-          if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
-          for (uint64_t kx = 0; kx < g.kernel_w && at < 0; ++kx) {
-            const int64_t ix = static_cast<int64_t>(ox * g.stride_w + kx * g.dilation_w) - g.pad_left;
-            if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
-            const float v = img[iy * static_cast<int64_t>(W) + ix];
-            if (nan ? std::isnan(v) : v == m) at = iy * static_cast<int64_t>(W) + ix;
-          }
-        }
-        if (at >= 0) {
-          float& d = dimg[at];
-          d = bf16::add(d, bf16::round(dy[(bc * ho + oy) * wo + ox]));
-        }
-      }
-    }
-  }
-  for (float& v : dx) v = bf16::round(v);
-  return dx;
 }
 
 }  // namespace tpuw::runtime

@@ -52,7 +52,7 @@ class CnnTrainer final : public Trainer {
   std::string name() const override;
 
   /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
-  /// im2col, gradient rows; docs/training.md) and of the max-pool routing it did.
+  /// im2col, gradient rows; docs/training.md) and of the max-pool tap planes and scatter.
   uint64_t last_host_bytes() const;
 
  private:
