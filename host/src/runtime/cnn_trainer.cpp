@@ -15,6 +15,7 @@
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "owning_trainer.h"
+#include "train_programs.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -49,56 +50,70 @@ struct CnnTrainer::Impl {
   // Figures of the current step.
   uint64_t cycles = 0, macs = 0;
 
-  std::vector<float> conv_fwd(const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
+  // Every device program of a step, compiled once per batch size (train_programs.h); null without
+  // a device. `slot` names a program: conv-part layer l uses l*kSlots + role, dense layer i
+  // kDenseBase + i*kSlots + role.
+  std::unique_ptr<detail::TrainProgramCache> cache;
+  static constexpr uint64_t kSlots = 8, kDenseBase = uint64_t{1} << 32;
+  enum Role : uint64_t { kFwd = 0, kDx = 1, kDw = 2, kRelu = 3, kPool = 4 /* and 5 */ };
+  bool cached = true;  // false for logits(): evaluation batches of any size are not kept
+
+  std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
     if (device == nullptr) return conv2d_bf16_host(l, a, rows, array_n);
-    ConvBf16RunResult r = run_conv2d_bf16(*device, l, a, rows);
+    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows) : run_conv2d_bf16(*device, l, a, rows);
     cycles += r.cycles;
     if (!r.host) macs += r.plan.macs();
     return std::move(r.y);
   }
 
-  std::vector<float> gemm(const Bf16GemmSpec& spec, std::span<const float> a, std::span<const float> b,
+  std::vector<float> gemm(uint64_t slot, const Bf16GemmSpec& spec, std::span<const float> a, std::span<const float> b,
                           std::span<const float> bias = {}) {
     if (device == nullptr) return gemm_bf16_host(spec, array_n, rounded(a), rounded(b), {}, bias);
-    Bf16GemmResult r = gemm_bf16(*device, spec, a, b, {}, bias);
+    Bf16GemmResult r = cached ? cache->gemm(slot, spec, a, b, bias) : gemm_bf16(*device, spec, a, b, {}, bias);
     cycles += r.cycles;
     macs += r.plan.macs();
     return std::move(r.c);
   }
 
-  std::vector<float> conv_dx(const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
+  std::vector<float> conv_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
-    ConvInputGradResult r = conv_input_grad_bf16(*device, l, dy, rows);
-    cycles += r.run.cycles;
-    macs += r.run.plan.macs();
-    host_bytes += r.host_bytes;
-    return std::move(r.dx);
+    const Bf16ConvLayer t = conv_input_grad_layer(l);
+    const std::vector<float> z = insert_grad_zeros(l, dy, rows);
+    ConvBf16RunResult r = cache->conv(slot, t, z, rows);
+    cycles += r.cycles;
+    macs += r.plan.macs();
+    host_bytes += 2 * (z.size() + t.w.size());
+    return std::move(r.y);
   }
 
-  std::vector<float> max_pool_dx(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> y,
-                                 std::span<const float> dy, uint64_t rows) {
+  std::vector<float> max_pool_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                                 std::span<const float> y, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return max_pool_backward_bf16_host(l, x, y, dy, rows, array_n);
-    MaxPoolBackwardResult r = max_pool_backward_bf16(*device, l, x, y, dy, rows);
+    MaxPoolBackwardResult r = detail::max_pool_backward_cached(*cache, slot, l, x, y, dy, rows);
     cycles += r.cycles;
     macs += r.macs;
     host_bytes += r.host_bytes;
     return std::move(r.dx);
   }
 
-  std::vector<float> relu_bwd(std::span<const float> y, std::span<const float> g) {
+  std::vector<float> relu_bwd(uint64_t slot, std::span<const float> y, std::span<const float> g) {
     if (device == nullptr) return relu_backward_host(y, g);
-    ReluBackwardResult r = relu_backward_bf16(*device, y, g);
+    ReluBackwardResult r = cache->relu_backward(slot, y, g);
     cycles += r.cycles;
     return std::move(r.d);
   }
 
-  ConvParamGradResult conv_dw(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> dy,
-                              uint64_t rows) {
+  ConvParamGradResult conv_dw(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                              std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
-    ConvParamGradResult r = conv_param_grads_bf16(*device, l, x, dy, rows);
+    const std::vector<float> a = conv_im2col(l, x, rows);
+    const std::vector<float> d = conv_grad_rows(l, dy, rows);
+    ConvParamGradResult r;
+    r.gemm = cache->gemm(slot, detail::conv_param_grad_spec(l, rows), a, d);
+    detail::split_conv_param_grads(l, r.gemm.c, r);
     cycles += r.gemm.cycles;
     macs += r.gemm.plan.macs();
-    host_bytes += r.host_bytes;
+    host_bytes += 2 * (a.size() + d.size());
     return r;
   }
 
@@ -108,7 +123,7 @@ struct CnnTrainer::Impl {
                std::vector<std::vector<float>>& head) {
     const compiler::Bf16Cnn& net = model.net;
     acts.assign(1, rounded(x));
-    for (const Bf16ConvLayer& l : net.convs) acts.push_back(conv_fwd(l, acts.back(), rows));
+    for (size_t l = 0; l < net.convs.size(); ++l) acts.push_back(conv_fwd(l * kSlots + kFwd, net.convs[l], acts.back(), rows));
     head.clear();
     const std::vector<nn::DenseLayer>& dl = net.head.layers;
     for (size_t i = 0; i < dl.size(); ++i) {
@@ -118,7 +133,7 @@ struct CnnTrainer::Impl {
       s.bias = true;
       s.bf16_out = !last || dl[i].relu;
       s.relu = dl[i].relu;
-      head.push_back(gemm(s, i == 0 ? std::span<const float>(acts.back()) : std::span<const float>(head.back()),
+      head.push_back(gemm(kDenseBase + i * kSlots + kFwd, s, i == 0 ? std::span<const float>(acts.back()) : std::span<const float>(head.back()),
                           dl[i].w, dl[i].b));
     }
   }
@@ -165,6 +180,7 @@ CnnTrainer::CnnTrainer(Device* device, compiler::CnnTrainModel model, int64_t ba
     array_n = device->info().params.array_n;
   }
   impl_->device = device;
+  if (device != nullptr) impl_->cache = std::make_unique<detail::TrainProgramCache>(*device);
   impl_->model = std::move(model);
   impl_->batch = batch;
   impl_->sgd = sgd;
@@ -200,7 +216,8 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   std::vector<nn::DenseLayer>& dl = net.head.layers;
   std::vector<std::vector<float>> dense_dw(dl.size()), dense_db(dl.size());
   for (size_t i = dl.size(); i-- > 0;) {
-    if (dl[i].relu) g = m.relu_bwd(head[i], g);
+    const uint64_t slot = Impl::kDenseBase + i * Impl::kSlots;
+    if (dl[i].relu) g = m.relu_bwd(slot + Impl::kRelu, head[i], g);
     const std::vector<float>& x = i == 0 ? acts.back() : head[i - 1];
     const uint64_t k = dl[i].k, nn_ = dl[i].n;
     std::vector<float> x1(n * (k + 1));  // [X | 1]
@@ -213,26 +230,27 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
     Bf16GemmSpec s;
     s.shape = {k + 1, n, nn_};
     s.trans_a = true;
-    const std::vector<float> gm = m.gemm(s, x1, g);
+    const std::vector<float> gm = m.gemm(slot + Impl::kDw, s, x1, g);
     dense_dw[i].assign(gm.begin(), gm.begin() + static_cast<ptrdiff_t>(k * nn_));
     dense_db[i].assign(gm.begin() + static_cast<ptrdiff_t>(k * nn_), gm.end());
     Bf16GemmSpec sx;
     sx.shape = {n, nn_, k};
     sx.trans_b = true;
-    g = m.gemm(sx, g, dl[i].w);
+    g = m.gemm(slot + Impl::kDx, sx, g, dl[i].w);
   }
   std::vector<ConvParamGradResult> conv_g(net.convs.size());
   for (size_t l = net.convs.size(); l-- > 0;) {
     const Bf16ConvLayer& L = net.convs[l];
+    const uint64_t slot = l * Impl::kSlots;
     if (L.kind == Kind::kConv) {
-      if (L.relu) g = m.relu_bwd(acts[l + 1], g);
-      conv_g[l] = m.conv_dw(L, acts[l], g, n);
+      if (L.relu) g = m.relu_bwd(slot + Impl::kRelu, acts[l + 1], g);
+      conv_g[l] = m.conv_dw(slot + Impl::kDw, L, acts[l], g, n);
     }
     if (l == 0) break;
     if (L.kind == Kind::kMaxPool) {
-      g = m.max_pool_dx(L, acts[l], acts[l + 1], g, n);
+      g = m.max_pool_dx(slot + Impl::kPool, L, acts[l], acts[l + 1], g, n);
     } else {
-      g = m.conv_dx(L, g, n);
+      g = m.conv_dx(slot + Impl::kDx, L, g, n);
     }
   }
   rep.backward_cycles = m.cycles - rep.forward_cycles;
@@ -263,7 +281,14 @@ std::vector<float> CnnTrainer::logits(std::span<const float> inputs, int64_t row
                                                          inputs.size(), rows, uint64_t{net.in_c} * net.in_h * net.in_w));
   }
   std::vector<std::vector<float>> acts, head;
-  m.forward(inputs, static_cast<uint64_t>(rows), acts, head);
+  m.cached = false;
+  try {
+    m.forward(inputs, static_cast<uint64_t>(rows), acts, head);
+  } catch (...) {
+    m.cached = true;
+    throw;
+  }
+  m.cached = true;
   return std::move(head.back());
 }
 
@@ -349,6 +374,7 @@ std::string CnnTrainer::name() const {
   return impl_->device == nullptr ? std::string("bf16-contract") : impl_->device->info().backend;
 }
 uint64_t CnnTrainer::last_host_bytes() const { return impl_->host_bytes; }
+uint64_t CnnTrainer::compiled_programs() const { return impl_->cache ? impl_->cache->compiled() : 0; }
 
 TrainableModel describe_trainable_cnn(compiler::Graph g) {
   TrainableModel t;
@@ -387,12 +413,15 @@ std::unique_ptr<Trainer> make_cnn_trainer(const std::filesystem::path& model, co
   compiler::CnnTrainModel tm = compiler::build_cnn_training_model(compiler::import_onnx_file(model));
   BackendConfig cfg;
   cfg.array_n = options.array_n;
-  // The largest layout of a step (im2col of a layer, bf16, padded) a few times over, at least the default.
+  // Every program of a step keeps its buffers (the program cache, twice for a partial last batch):
+  // per layer its largest layout (im2col, bf16, padded; the max-pool routing's fp32 tap planes) a
+  // few times over, summed over the layers, at least the default.
   uint64_t need = 0;
   for (const Bf16ConvLayer& l : tm.net.convs) {
     const uint64_t px = static_cast<uint64_t>(options.batch) * l.geom.out_h() * l.geom.out_w();
     const uint64_t cols = uint64_t{l.geom.in_c} * l.geom.kernel_h * l.geom.kernel_w + 1;
-    need = std::max(need, 2 * (px + 64) * (cols + 64) + 4 * (px + 64) * (l.geom.out_c + 64));
+    const uint64_t pool = 4 * (px * l.geom.in_c + 4096) * (2 * uint64_t{l.geom.kernel_h} * l.geom.kernel_w + 2);
+    need += std::max(2 * (px + 64) * (cols + 64) + 4 * (px + 64) * (l.geom.out_c + 64), pool);
   }
   cfg.memory.size = std::max<uint64_t>(cfg.memory.size, ((4 * need + (16ull << 20)) + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
   if (cfg.memory.size > (4ull << 30)) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "program_builder.h"
+#include "train_programs.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 
@@ -30,7 +31,18 @@ int64_t transposed_pad(uint32_t dil, uint32_t k, uint32_t pad, const Bf16ConvLay
   return p;
 }
 
-Bf16GemmSpec param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
+void require_conv(const Bf16ConvLayer& l, const char* what) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kConv) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} '{}': not a convolution", what, l.name));
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
   const nn::ConvGeometry& g = l.geom;
   Bf16GemmSpec s;
   s.shape.m = uint64_t{g.in_c} * g.kernel_h * g.kernel_w + 1;
@@ -40,7 +52,7 @@ Bf16GemmSpec param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
   return s;
 }
 
-void split_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r) {
+void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r) {
   const nn::ConvGeometry& g = l.geom;
   const uint64_t O = g.out_c, CT = uint64_t{g.in_c} * g.kernel_h * g.kernel_w;
   r.dw.assign(O * CT, 0.0f);
@@ -51,14 +63,7 @@ void split_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvPa
   }
 }
 
-void require_conv(const Bf16ConvLayer& l, const char* what) {
-  l.check();
-  if (l.kind != Bf16ConvLayer::Kind::kConv) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} '{}': not a convolution", what, l.name));
-  }
-}
-
-}  // namespace
+}  // namespace detail
 
 Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
   fwd.check();
@@ -189,8 +194,8 @@ ConvParamGradResult conv_param_grads_bf16(Device& device, const Bf16ConvLayer& f
   const std::vector<float> a = conv_im2col(fwd, x, batch);
   const std::vector<float> d = conv_grad_rows(fwd, dy, batch);
   ConvParamGradResult r;
-  r.gemm = gemm_bf16(device, param_grad_spec(fwd, batch), a, d);
-  split_param_grads(fwd, r.gemm.c, r);
+  r.gemm = gemm_bf16(device, detail::conv_param_grad_spec(fwd, batch), a, d);
+  detail::split_conv_param_grads(fwd, r.gemm.c, r);
   r.host_bytes = 2 * (a.size() + d.size());
   return r;
 }
@@ -202,7 +207,7 @@ ConvParamGradResult conv_param_grads_bf16_host(const Bf16ConvLayer& fwd, std::sp
   for (float& v : a) v = bf16::round(v);
   for (float& v : d) v = bf16::round(v);
   ConvParamGradResult r;
-  split_param_grads(fwd, gemm_bf16_host(param_grad_spec(fwd, batch), array_n, a, d), r);
+  detail::split_conv_param_grads(fwd, gemm_bf16_host(detail::conv_param_grad_spec(fwd, batch), array_n, a, d), r);
   return r;
 }
 
@@ -216,10 +221,41 @@ std::vector<float> relu_backward_host(std::span<const float> y, std::span<const 
   return d;
 }
 
+namespace detail {
+
+std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
+                                             uint64_t dy_addr, uint64_t out_addr) {
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (elems + an - 1) / an;
+  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, kMaxRowsField));
+  Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
+    if (c >= 2) b.bridge({set});
+    for (const Transfer& t : split_transfer(a_row, y_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    for (const Transfer& t : split_transfer(b_row, dy_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
+    v.set("dst_addr", b_row);
+    v.set("a_addr", a_row);
+    v.set("b_addr", b_row);
+    v.set("rows", n);
+    b.emit(kC, std::move(v), {set}, {set});
+    for (const Transfer& t : split_transfer(b_row, out_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+    }
+  }
+  return merge_program(b, 16, 64).code;
+}
+
+}  // namespace detail
+
 ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy) {
-  using detail::kC;
-  using detail::kL;
-  using detail::kS;
   if (y.size() != dy.size()) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
@@ -231,49 +267,8 @@ ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, 
   }
   ReluBackwardResult r;
   if (y.empty()) return r;
-  const DeviceParams& dp = device.info().params;
-  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
-  const uint64_t rows = (y.size() + an - 1) / an;
-  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
-  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, detail::kMaxRowsField));
-  std::vector<float> yp(rows * an, 0.0f), dp_(rows * an, 0.0f);
-  std::copy(y.begin(), y.end(), yp.begin());
-  std::copy(dy.begin(), dy.end(), dp_.begin());
-  HostBuffer ybuf = device.alloc(rows * row, 4096), dbuf = device.alloc(rows * row, 4096),
-             obuf = device.alloc(rows * row, 4096);
-  device.write(ybuf, 0, yp.data(), yp.size() * 4);
-  device.write(dbuf, 0, dp_.data(), dp_.size() * 4);
-  detail::Builder b(2);
-  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
-    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
-    if (c >= 2) b.bridge({set});
-    for (const detail::Transfer& t : detail::split_transfer(a_row, ybuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
-    }
-    for (const detail::Transfer& t : detail::split_transfer(b_row, dbuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
-    }
-    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
-    v.set("dst_addr", b_row);
-    v.set("a_addr", a_row);
-    v.set("b_addr", b_row);
-    v.set("rows", n);
-    b.emit(kC, std::move(v), {set}, {set});
-    for (const detail::Transfer& t : detail::split_transfer(b_row, obuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kS, detail::dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
-    }
-  }
-  const detail::MergedProgram prog = detail::merge_program(b, 16, 64);
-  device.clear_perf();
-  device.wait(device.submit(prog.code));
-  r.perf = device.perf();
-  r.cycles = r.perf.cycles;
-  std::vector<float> out(rows * an);
-  device.read(obuf, 0, out.data(), out.size() * 4);
-  out.resize(y.size());
-  r.d = std::move(out);
-  return r;
+  detail::TrainProgramCache cache(device);
+  return cache.relu_backward(0, y, dy);
 }
 
 }  // namespace tpuw::runtime

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "program_builder.h"
+#include "train_programs.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/conv_train_bf16.h"
@@ -41,9 +42,13 @@ int64_t tap_at(const nn::ConvGeometry& g, uint64_t oy, uint64_t ox, uint64_t ky,
   return iy * static_cast<int64_t>(g.in_w) + ix;
 }
 
+}  // namespace
+
+namespace detail {
+
 // The one-hot forward "convolution" whose input gradient is the scatter of the tap gradients:
 // C*K output channels, channel c*K + k copying tap k of input channel c.
-Bf16ConvLayer one_hot_layer(const Bf16ConvLayer& pool) {
+Bf16ConvLayer max_pool_one_hot_layer(const Bf16ConvLayer& pool) {
   const nn::ConvGeometry& g = pool.geom;
   const uint64_t C = g.in_c, K = uint64_t{g.kernel_h} * g.kernel_w;
   Bf16ConvLayer f;
@@ -60,7 +65,7 @@ Bf16ConvLayer one_hot_layer(const Bf16ConvLayer& pool) {
 }
 
 // Tap planes [K][P] -> NCHW [B][C*K][Ho][Wo] (the one-hot layer's output gradient).
-std::vector<float> taps_as_channels(const Bf16ConvLayer& l, std::span<const float> g, uint64_t batch) {
+std::vector<float> max_pool_taps_as_channels(const Bf16ConvLayer& l, std::span<const float> g, uint64_t batch) {
   const uint64_t C = l.geom.in_c, K = uint64_t{l.geom.kernel_h} * l.geom.kernel_w,
                  hw = uint64_t{l.geom.out_h()} * l.geom.out_w(), P = batch * C * hw;
   std::vector<float> d(P * K);
@@ -73,7 +78,80 @@ std::vector<float> taps_as_channels(const Bf16ConvLayer& l, std::span<const floa
   return d;
 }
 
-}  // namespace
+uint64_t max_pool_route_check(std::span<const float> m, std::span<const float> dy, std::span<const float> taps) {
+  const uint64_t P = m.size();
+  if (dy.size() != P || P == 0 || taps.size() % P != 0) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool routing: {} maxima, {} gradients, {} tap values",
+                                                         m.size(), dy.size(), taps.size()));
+  }
+  return taps.size() / P;
+}
+
+std::vector<float> max_pool_route_image(std::span<const float> m, std::span<const float> dy,
+                                        std::span<const float> taps, uint32_t array_n) {
+  const uint64_t K = max_pool_route_check(m, dy, taps), P = m.size(), plane = (P + array_n - 1) / array_n * array_n;
+  std::vector<float> img((2 + K) * plane, 0.0f);
+  std::copy(m.begin(), m.end(), img.begin());
+  for (uint64_t p = 0; p < P; ++p) img[plane + p] = bf16::round(dy[p]);
+  for (uint64_t k = 0; k < K; ++k) {
+    std::copy_n(taps.begin() + static_cast<ptrdiff_t>(k * P), P, img.begin() + static_cast<ptrdiff_t>((2 + k) * plane));
+  }
+  return img;
+}
+
+std::vector<isa::Word> max_pool_route_program(const DeviceParams& dp, uint64_t P, uint64_t K, uint64_t in_addr,
+                                              uint64_t out_addr) {
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (P + an - 1) / an, plane = rows * an;
+  // ACC per buffer set: [m | r | s | x_0 .. x_{K-1} | g_0 .. g_{K-1}], chunk rows each; two sets,
+  // double buffered over the chunks. Every x_k is turned into a_k = m - x_k in place.
+  const uint64_t per_set = 3 + 2 * K;
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / (2 * per_set), kMaxRowsField));
+  if (chunk == 0) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("max pool routing: a {}-tap window needs {} ACC rows, the device "
+                                                     "has {}",
+                                                     K, 2 * per_set, dp.acc_depth));
+  }
+  auto vec = [](spec::VecOp op, uint64_t dst, uint64_t a, uint64_t b, uint64_t n) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(op));
+    v.set("dst_addr", dst);
+    v.set("a_addr", a);
+    v.set("b_addr", b);
+    v.set("rows", n);
+    return v;
+  };
+  Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, base = set * per_set * chunk;
+    const uint64_t m_row = base, r_row = base + chunk, s_row = base + 2 * chunk;
+    auto x_row = [&](uint64_t k) { return base + (3 + k) * chunk; };
+    auto g_row = [&](uint64_t k) { return base + (3 + K + k) * chunk; };
+    if (c >= 2) b.bridge({set});
+    auto load = [&](uint64_t acc_row, uint64_t host_plane) {
+      for (const Transfer& t : split_transfer(acc_row, in_addr + (host_plane * plane + r0 * an) * 4, n * row, row, beat)) {
+        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+      }
+    };
+    load(m_row, 0);
+    load(r_row, 1);
+    for (uint64_t k = 0; k < K; ++k) load(x_row(k), 2 + k);
+    for (uint64_t k = 0; k < K; ++k) {
+      b.emit(kC, vec(spec::VecOp::kSub, x_row(k), m_row, x_row(k), n), {set}, {set});  // a = m - x_k
+      b.emit(kC, vec(spec::VecOp::kSelect, s_row, x_row(k), r_row, n), {set}, {set});  // s = a <= 0 ? +0 : r
+      b.emit(kC, vec(spec::VecOp::kSub, g_row(k), r_row, s_row, n), {set}, {set});    // g_k = r - s
+      b.emit(kC, vec(spec::VecOp::kSub, r_row, r_row, g_row(k), n), {set}, {set});    // r = r - g_k
+    }
+    for (uint64_t k = 0; k < K; ++k) {
+      for (const Transfer& t : split_transfer(g_row(k), out_addr + (k * plane + r0 * an) * 4, n * row, row, beat)) {
+        b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+      }
+    }
+  }
+  return merge_program(b, 16, 64).code;
+}
+
+}  // namespace detail
 
 std::vector<float> max_pool_tap_planes(const Bf16ConvLayer& fwd, std::span<const float> x, uint64_t batch) {
   require_max_pool(fwd);
@@ -100,12 +178,7 @@ std::vector<float> max_pool_tap_planes(const Bf16ConvLayer& fwd, std::span<const
 
 std::vector<float> max_pool_route_host(std::span<const float> m, std::span<const float> dy,
                                        std::span<const float> taps) {
-  const uint64_t P = m.size();
-  if (dy.size() != P || P == 0 || taps.size() % P != 0) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool routing: {} maxima, {} gradients, {} tap values",
-                                                         m.size(), dy.size(), taps.size()));
-  }
-  const uint64_t K = taps.size() / P;
+  const uint64_t K = detail::max_pool_route_check(m, dy, taps), P = m.size();
   std::vector<float> g(taps.size());
   for (uint64_t p = 0; p < P; ++p) {
     const uint32_t mp = num::to_bits(m[p]);
@@ -123,94 +196,8 @@ std::vector<float> max_pool_route_host(std::span<const float> m, std::span<const
 
 MaxPoolRouteResult max_pool_route_bf16(Device& device, std::span<const float> m, std::span<const float> dy,
                                        std::span<const float> taps) {
-  using detail::kC;
-  using detail::kL;
-  using detail::kS;
-  const uint64_t P = m.size();
-  if (dy.size() != P || P == 0 || taps.size() % P != 0) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool routing: {} maxima, {} gradients, {} tap values",
-                                                         m.size(), dy.size(), taps.size()));
-  }
-  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("max pool routing: the {} device has no VECTOR unit "
-                                                     "(FEATURES.BF16 is 0)",
-                                                     device.info().backend));
-  }
-  const uint64_t K = taps.size() / P;
-  const DeviceParams& dp = device.info().params;
-  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
-  const uint64_t rows = (P + an - 1) / an;
-  // ACC per buffer set: [m | r | s | x_0 .. x_{K-1} | g_0 .. g_{K-1}], chunk rows each; two sets,
-  // double buffered over the chunks. Every x_k is turned into a_k = m - x_k in place.
-  const uint64_t per_set = 3 + 2 * K;
-  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / (2 * per_set), detail::kMaxRowsField));
-  if (chunk == 0) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("max pool routing: a {}-tap window needs {} ACC rows, the device "
-                                                     "has {}",
-                                                     K, 2 * per_set, dp.acc_depth));
-  }
-  // Host images: m, dy, then the K tap planes, each `rows` rows of ArrayN fp32 lanes.
-  const uint64_t plane = rows * an;
-  std::vector<float> img((2 + K) * plane, 0.0f);
-  std::copy(m.begin(), m.end(), img.begin());
-  for (uint64_t p = 0; p < P; ++p) img[plane + p] = bf16::round(dy[p]);
-  for (uint64_t k = 0; k < K; ++k) {
-    std::copy_n(taps.begin() + static_cast<ptrdiff_t>(k * P), P, img.begin() + static_cast<ptrdiff_t>((2 + k) * plane));
-  }
-  HostBuffer in = device.alloc(img.size() * 4, 4096), out = device.alloc(K * plane * 4, 4096);
-  device.write(in, 0, img.data(), img.size() * 4);
-  auto vec = [](spec::VecOp op, uint64_t dst, uint64_t a, uint64_t b, uint64_t n) {
-    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-    v.set("op", static_cast<uint64_t>(op));
-    v.set("dst_addr", dst);
-    v.set("a_addr", a);
-    v.set("b_addr", b);
-    v.set("rows", n);
-    return v;
-  };
-  detail::Builder b(2);
-  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
-    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, base = set * per_set * chunk;
-    const uint64_t m_row = base, r_row = base + chunk, s_row = base + 2 * chunk;
-    auto x_row = [&](uint64_t k) { return base + (3 + k) * chunk; };
-    auto g_row = [&](uint64_t k) { return base + (3 + K + k) * chunk; };
-    if (c >= 2) b.bridge({set});
-    auto load = [&](uint64_t acc_row, uint64_t host_plane) {
-      for (const detail::Transfer& t :
-           detail::split_transfer(acc_row, in.addr() + (host_plane * plane + r0 * an) * 4, n * row, row, beat)) {
-        b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
-      }
-    };
-    load(m_row, 0);
-    load(r_row, 1);
-    for (uint64_t k = 0; k < K; ++k) load(x_row(k), 2 + k);
-    for (uint64_t k = 0; k < K; ++k) {
-      b.emit(kC, vec(spec::VecOp::kSub, x_row(k), m_row, x_row(k), n), {set}, {set});    // a = m - x_k
-      b.emit(kC, vec(spec::VecOp::kSelect, s_row, x_row(k), r_row, n), {set}, {set});    // s = a <= 0 ? +0 : r
-      b.emit(kC, vec(spec::VecOp::kSub, g_row(k), r_row, s_row, n), {set}, {set});      // g_k = r - s
-      b.emit(kC, vec(spec::VecOp::kSub, r_row, r_row, g_row(k), n), {set}, {set});      // r = r - g_k
-    }
-    for (uint64_t k = 0; k < K; ++k) {
-      for (const detail::Transfer& t :
-           detail::split_transfer(g_row(k), out.addr() + (k * plane + r0 * an) * 4, n * row, row, beat)) {
-        b.emit(kS, detail::dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
-      }
-    }
-  }
-  const detail::MergedProgram prog = detail::merge_program(b, 16, 64);
-  MaxPoolRouteResult r;
-  device.clear_perf();
-  device.wait(device.submit(prog.code));
-  r.perf = device.perf();
-  r.cycles = r.perf.cycles;
-  std::vector<float> o(K * plane);
-  device.read(out, 0, o.data(), o.size() * 4);
-  r.g.resize(K * P);
-  for (uint64_t k = 0; k < K; ++k) {
-    std::copy_n(o.begin() + static_cast<ptrdiff_t>(k * plane), P, r.g.begin() + static_cast<ptrdiff_t>(k * P));
-  }
-  r.host_bytes = 4 * (img.size() + o.size());
-  return r;
+  detail::TrainProgramCache cache(device);
+  return cache.max_pool_route(0, m, dy, taps);
 }
 
 bool max_pool_windows_disjoint(const Bf16ConvLayer& fwd) {
@@ -257,28 +244,41 @@ std::vector<float> max_pool_scatter_layout(const Bf16ConvLayer& fwd, std::span<c
   return dx;
 }
 
-MaxPoolBackwardResult max_pool_backward_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> x,
-                                             std::span<const float> y, std::span<const float> dy, uint64_t batch) {
+namespace detail {
+
+MaxPoolBackwardResult max_pool_backward_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
+                                               std::span<const float> x, std::span<const float> y,
+                                               std::span<const float> dy, uint64_t batch) {
   const std::vector<float> taps = max_pool_tap_planes(fwd, x, batch);
   const uint64_t P = pooled(fwd, batch);
   check_len(y, P, fwd, "the pooled output");
   check_len(dy, P, fwd, "the output gradient");
   MaxPoolBackwardResult r;
-  MaxPoolRouteResult route = max_pool_route_bf16(device, y, dy, taps);
+  MaxPoolRouteResult route = cache.max_pool_route(slot, y, dy, taps);
   r.cycles = route.cycles;
   r.host_bytes = route.host_bytes;
   if (max_pool_windows_disjoint(fwd)) {
     r.dx = max_pool_scatter_layout(fwd, route.g, batch);
     r.host_bytes += 4 * r.dx.size();
   } else {
-    ConvInputGradResult s = conv_input_grad_bf16(device, one_hot_layer(fwd), taps_as_channels(fwd, route.g, batch),
-                                                 batch);
-    r.cycles += s.run.cycles;
-    r.macs = s.run.plan.macs();
-    r.host_bytes += s.host_bytes;
-    r.dx = std::move(s.dx);
+    const Bf16ConvLayer t = conv_input_grad_layer(max_pool_one_hot_layer(fwd));
+    const std::vector<float> z =
+        insert_grad_zeros(max_pool_one_hot_layer(fwd), max_pool_taps_as_channels(fwd, route.g, batch), batch);
+    ConvBf16RunResult s = cache.conv(slot + 1, t, z, batch);
+    r.cycles += s.cycles;
+    r.macs = s.plan.macs();
+    r.host_bytes += 2 * (z.size() + t.w.size());
+    r.dx = std::move(s.y);
   }
   return r;
+}
+
+}  // namespace detail
+
+MaxPoolBackwardResult max_pool_backward_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> x,
+                                             std::span<const float> y, std::span<const float> dy, uint64_t batch) {
+  detail::TrainProgramCache cache(device);
+  return detail::max_pool_backward_cached(cache, 0, fwd, x, y, dy, batch);
 }
 
 std::vector<float> max_pool_backward_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> x,
@@ -292,7 +292,7 @@ std::vector<float> max_pool_backward_bf16_host(const Bf16ConvLayer& fwd, std::sp
   for (size_t i = 0; i < dy.size(); ++i) dyb[i] = bf16::round(dy[i]);
   const std::vector<float> g = max_pool_route_host(y, dyb, taps);
   if (max_pool_windows_disjoint(fwd)) return max_pool_scatter_layout(fwd, g, batch);
-  return conv_input_grad_bf16_host(one_hot_layer(fwd), taps_as_channels(fwd, g, batch), batch, array_n);
+  return conv_input_grad_bf16_host(detail::max_pool_one_hot_layer(fwd), detail::max_pool_taps_as_channels(fwd, g, batch), batch, array_n);
 }
 
 std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,

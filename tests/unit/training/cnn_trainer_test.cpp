@@ -111,6 +111,47 @@ TEST_P(CnnTrainerTorch, TwoStepsMatchTheContractAndPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CnnTrainerTorch, testing::Values("poolnet", "gapnet"));
 
+TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
+  // Steps of 8, 8, 5 (a partial batch: its own programs), 8 and 5 rows on ref: the programs of a
+  // row count are compiled in its first step and reused after; every step equals the contract.
+  const std::string model = "poolnet";
+  auto make = [&](Device* dev) {
+    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
+                      8, SgdConfig{0.05f, 0.9f, 0.01f});
+  };
+  Device dev = Device::open("ref", BackendConfig{});
+  CnnTrainer d = make(&dev);
+  CnnTrainer h = make(nullptr);
+  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
+  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  const int64_t rows[] = {8, 8, 5, 8, 5};
+  std::vector<uint64_t> compiled;
+  for (size_t s = 0; s < std::size(rows); ++s) {
+    const size_t at = (s % 2) * 8;
+    const auto xs = std::span<const float>(x).subspan(at * per, static_cast<size_t>(rows[s]) * per);
+    const auto ys = y.subspan(at, static_cast<size_t>(rows[s]));
+    const TrainStepReport a = d.step(xs, ys, rows[s]);
+    const TrainStepReport b = h.step(xs, ys, rows[s]);
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
+    compiled.push_back(d.compiled_programs());
+  }
+  EXPECT_GT(compiled[0], 10u);  // poolnet: 5 conv-part layers and 2 dense ones, several programs each
+  EXPECT_EQ(compiled[1], compiled[0]);
+  EXPECT_GT(compiled[2], compiled[1]);
+  EXPECT_EQ(compiled[3], compiled[2]);
+  EXPECT_EQ(compiled[4], compiled[2]);
+  EXPECT_EQ(h.compiled_programs(), 0u);
+  const TrainState sd = d.state(), sh = h.state();
+  for (const auto& [name, v] : sd.params) {
+    const std::vector<float>& w = sh.params.at(name);
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
+    }
+  }
+}
+
 TEST(CnnTrainer, TrainingPassKeepsNamesAndLayouts) {
   const compiler::CnnTrainModel m =
       compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/gapnet.onnx"));

@@ -13,7 +13,8 @@
 //             device's fp32 arithmetic (the VECTOR AXPY chain of docs/numerics.md, "SGD with
 //             momentum": bit for bit what the MLP trainer's device update gives); the bf16 working
 //             copies are the masters rounded when the next program loads them.
-// Every device program is compiled per call (the shapes of a partial last batch differ); parameters
+// Every device program of a step is compiled once per row count, with its host buffers, and reused
+// in later steps (a partial last batch gets its own set; logits() compiles per call); parameters
 // live on the host between programs. With `device` null the trainer runs the CPU contract of every
 // program instead (conv2d_bf16_host, gemm_bf16_host, ...): bit for bit the device's numbers, which
 // is how the tests check a whole step.
@@ -54,6 +55,9 @@ class CnnTrainer final : public Trainer {
   /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
   /// im2col, gradient rows; docs/training.md) and of the max-pool tap planes and scatter.
   uint64_t last_host_bytes() const;
+  /// Device programs compiled so far: every program of a step is compiled in the first step of a
+  /// row count (a partial last batch gets its own set) and reused after (0 without a device).
+  uint64_t compiled_programs() const;
 
  private:
   struct Impl;
