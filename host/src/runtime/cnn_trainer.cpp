@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/training.h"
@@ -54,8 +55,23 @@ struct CnnTrainer::Impl {
   // a device. `slot` names a program: conv-part layer l uses l*kSlots + role, dense layer i
   // kDenseBase + i*kSlots + role.
   std::unique_ptr<detail::TrainProgramCache> cache;
-  static constexpr uint64_t kSlots = 8, kDenseBase = uint64_t{1} << 32;
-  enum Role : uint64_t { kFwd = 0, kDx = 1, kDw = 2, kRelu = 3, kPool = 4 /* and 5 */ };
+  static constexpr uint64_t kSlots = 16, kDenseBase = uint64_t{1} << 32;
+  enum Role : uint64_t { kFwd = 0, kDx = 1, kDw = 2, kRelu = 3, kPool = 4 /* and 5 */, kResidual = 6, kGradSum = 7, kResidualRelu = 8 };
+
+  const compiler::CnnResidual* residual_to(size_t l) const {
+    for (const compiler::CnnResidual& r : model.residuals) {
+      if (r.to == l) return &r;
+    }
+    return nullptr;
+  }
+
+  // bf16(relu?(a + b)) (add_bf16): a residual Add, or the two paths of a gradient summed.
+  std::vector<float> add(uint64_t slot, std::span<const float> a, std::span<const float> b, bool relu) {
+    if (device == nullptr) return add_bf16_host(a, b, relu);
+    ReluBackwardResult r = cached ? cache->add(slot, a, b, relu) : add_bf16(*device, a, b, relu);
+    cycles += r.cycles;
+    return std::move(r.d);
+  }
   bool cached = true;  // false for logits(): evaluation batches of any size are not kept
 
   std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
@@ -123,7 +139,11 @@ struct CnnTrainer::Impl {
                std::vector<std::vector<float>>& head) {
     const compiler::Bf16Cnn& net = model.net;
     acts.assign(1, rounded(x));
-    for (size_t l = 0; l < net.convs.size(); ++l) acts.push_back(conv_fwd(l * kSlots + kFwd, net.convs[l], acts.back(), rows));
+    for (size_t l = 0; l < net.convs.size(); ++l) {
+      std::vector<float> y = conv_fwd(l * kSlots + kFwd, net.convs[l], acts.back(), rows);
+      if (const compiler::CnnResidual* r = residual_to(l)) y = add(l * kSlots + kResidual, y, acts[r->from], r->relu);
+      acts.push_back(std::move(y));
+    }
     head.clear();
     const std::vector<nn::DenseLayer>& dl = net.head.layers;
     for (size_t i = 0; i < dl.size(); ++i) {
@@ -239,9 +259,19 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
     g = m.gemm(slot + Impl::kDx, sx, g, dl[i].w);
   }
   std::vector<ConvParamGradResult> conv_g(net.convs.size());
+  // The gradient of a residual's skip path, per layer `from` (added to the main path's at acts[from]).
+  std::map<size_t, std::vector<float>> skip_g;
   for (size_t l = net.convs.size(); l-- > 0;) {
     const Bf16ConvLayer& L = net.convs[l];
     const uint64_t slot = l * Impl::kSlots;
+    if (const compiler::CnnResidual* r = m.residual_to(l)) {
+      // The block output's gradient: the ReLU after the Add, then both paths carry it.
+      if (r->relu) g = m.relu_bwd(slot + Impl::kResidualRelu, acts[l + 1], g);
+      if (r->from > 0) {
+        std::vector<float>& sg = skip_g[r->from];
+        sg = sg.empty() ? g : m.add(slot + Impl::kGradSum, sg, g, false);
+      }
+    }
     if (L.kind == Kind::kConv) {
       if (L.relu) g = m.relu_bwd(slot + Impl::kRelu, acts[l + 1], g);
       conv_g[l] = m.conv_dw(slot + Impl::kDw, L, acts[l], g, n);
@@ -252,6 +282,7 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
     } else {
       g = m.conv_dx(slot + Impl::kDx, L, g, n);
     }
+    if (const auto it = skip_g.find(l); it != skip_g.end()) g = m.add(slot + Impl::kGradSum, g, it->second, false);
   }
   rep.backward_cycles = m.cycles - rep.forward_cycles;
 

@@ -223,8 +223,8 @@ std::vector<float> relu_backward_host(std::span<const float> y, std::span<const 
 
 namespace detail {
 
-std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
-                                             uint64_t dy_addr, uint64_t out_addr) {
+std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elems, uint64_t a_addr, uint64_t b_addr,
+                                           uint64_t out_addr, std::span<const VecStep> steps) {
   const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
   const uint64_t rows = (elems + an - 1) / an;
   // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
@@ -233,24 +233,33 @@ std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t el
   for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
     const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
     if (c >= 2) b.bridge({set});
-    for (const Transfer& t : split_transfer(a_row, y_addr + r0 * row, n * row, row, beat)) {
+    for (const Transfer& t : split_transfer(a_row, a_addr + r0 * row, n * row, row, beat)) {
       b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
     }
-    for (const Transfer& t : split_transfer(b_row, dy_addr + r0 * row, n * row, row, beat)) {
+    for (const Transfer& t : split_transfer(b_row, b_addr + r0 * row, n * row, row, beat)) {
       b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
     }
-    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
-    v.set("dst_addr", b_row);
-    v.set("a_addr", a_row);
-    v.set("b_addr", b_row);
-    v.set("rows", n);
-    b.emit(kC, std::move(v), {set}, {set});
+    for (size_t i = 0; i < steps.size(); ++i) {
+      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+      v.set("op", static_cast<uint64_t>(steps[i].op));
+      v.set("dst_addr", b_row);
+      v.set("a_addr", i == 0 ? a_row : b_row);
+      v.set("b_addr", b_row);
+      v.set("rows", n);
+      if (steps[i].scalar != 0) v.set("scalar", steps[i].scalar);
+      b.emit(kC, std::move(v), {set}, {set});
+    }
     for (const Transfer& t : split_transfer(b_row, out_addr + r0 * row, n * row, row, beat)) {
       b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
     }
   }
   return merge_program(b, 16, 64).code;
+}
+
+std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
+                                             uint64_t dy_addr, uint64_t out_addr) {
+  const VecStep steps[] = {{spec::VecOp::kSelect, 0}};
+  return elementwise_program(dp, elems, y_addr, dy_addr, out_addr, steps);
 }
 
 }  // namespace detail
@@ -269,6 +278,24 @@ ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, 
   if (y.empty()) return r;
   detail::TrainProgramCache cache(device);
   return cache.relu_backward(0, y, dy);
+}
+
+std::vector<float> add_bf16_host(std::span<const float> a, std::span<const float> b, bool relu) {
+  if (a.size() != b.size()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 add: {} and {} values", a.size(), b.size()));
+  }
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t v = num::add(num::to_bits(a[i]), num::to_bits(b[i]));
+    if (relu) v = num::vmaxs(v, 0);
+    d[i] = num::to_float(num::round_bf16(v));
+  }
+  return d;
+}
+
+ReluBackwardResult add_bf16(Device& device, std::span<const float> a, std::span<const float> b, bool relu) {
+  detail::TrainProgramCache cache(device);
+  return cache.add(0, a, b, relu);
 }
 
 }  // namespace tpuw::runtime

@@ -164,30 +164,42 @@ Bf16GemmResult TrainProgramCache::gemm(uint64_t slot, const Bf16GemmSpec& s, std
   return r;
 }
 
-ReluBackwardResult TrainProgramCache::relu_backward(uint64_t slot, std::span<const float> y,
-                                                    std::span<const float> dy) {
-  if (y.size() != dy.size()) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
+ReluBackwardResult TrainProgramCache::elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                                  std::span<const VecStep> steps, const char* what) {
+  if (a.size() != b.size()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: {} and {} values", what, a.size(), b.size()));
   }
-  require_vector(*device_, "relu backward");
+  require_vector(*device_, what);
   ReluBackwardResult r;
-  if (y.empty()) return r;
-  const uint64_t an = device_->info().params.array_n, rows = (y.size() + an - 1) / an, bytes = rows * an * 4;
-  Entry* e = find(slot, y.size());
+  if (a.empty()) return r;
+  const uint64_t an = device_->info().params.array_n, rows = (a.size() + an - 1) / an, bytes = rows * an * 4;
+  Entry* e = find(slot, a.size());
   if (e == nullptr) {
-    e = &make(slot, y.size());
+    e = &make(slot, a.size());
     for (int i = 0; i < 3; ++i) e->bufs.push_back(alloc(bytes));
-    e->code = relu_backward_program(device_->info().params, y.size(), e->bufs[0].addr(), e->bufs[1].addr(),
-                                    e->bufs[2].addr());
+    e->code = elementwise_program(device_->info().params, a.size(), e->bufs[0].addr(), e->bufs[1].addr(),
+                                  e->bufs[2].addr(), steps);
   }
-  device_->write(e->bufs[0], 0, y.data(), y.size() * 4);
-  device_->write(e->bufs[1], 0, dy.data(), dy.size() * 4);
+  device_->write(e->bufs[0], 0, a.data(), a.size() * 4);
+  device_->write(e->bufs[1], 0, b.data(), b.size() * 4);
   r.perf = run(*e);
   r.cycles = r.perf.cycles;
-  r.d.resize(y.size());
+  r.d.resize(a.size());
   device_->read(e->bufs[2], 0, r.d.data(), r.d.size() * 4);
   return r;
+}
+
+ReluBackwardResult TrainProgramCache::relu_backward(uint64_t slot, std::span<const float> y,
+                                                    std::span<const float> dy) {
+  const VecStep steps[] = {{spec::VecOp::kSelect, 0}};
+  return elementwise(slot, y, dy, steps, "relu backward");
+}
+
+ReluBackwardResult TrainProgramCache::add(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                          bool relu) {
+  const VecStep with_relu[] = {{spec::VecOp::kAdd, 0}, {spec::VecOp::kMaxs, 0}, {spec::VecOp::kRoundBf16, 0}};
+  const VecStep plain[] = {{spec::VecOp::kAdd, 0}, {spec::VecOp::kRoundBf16, 0}};
+  return relu ? elementwise(slot, a, b, with_relu, "bf16 add") : elementwise(slot, a, b, plain, "bf16 add");
 }
 
 MaxPoolRouteResult TrainProgramCache::max_pool_route(uint64_t slot, std::span<const float> m,

@@ -22,6 +22,16 @@ Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch);
 /// Splits the GEMM's fp32 [C*KH*KW + 1, O] result into dw and db.
 void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r);
 
+/// One VECTOR step of an element-wise program: the first reads a and b, the later ones the result.
+struct VecStep {
+  spec::VecOp op;
+  uint32_t scalar = 0;
+};
+/// An element-wise program over `elems` values: a and b LOADed as fp32 ACC rows (chunks, double
+/// buffered), the steps applied in order (results in b's rows), the result STOREd to out_addr.
+std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elems, uint64_t a_addr, uint64_t b_addr,
+                                           uint64_t out_addr, std::span<const VecStep> steps);
+
 /// The ReLU-backward program over `elems` values (buffers of ceil(elems/N) rows of N fp32 lanes).
 std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
                                              uint64_t dy_addr, uint64_t out_addr);
@@ -56,6 +66,8 @@ class TrainProgramCache {
   Bf16GemmResult gemm(uint64_t slot, const Bf16GemmSpec& s, std::span<const float> a, std::span<const float> b,
                       std::span<const float> bias = {});
   ReluBackwardResult relu_backward(uint64_t slot, std::span<const float> y, std::span<const float> dy);
+  /// add_bf16 (ADD, MAXS 0 with relu, ROUND_BF16); the result in `d`.
+  ReluBackwardResult add(uint64_t slot, std::span<const float> a, std::span<const float> b, bool relu);
   MaxPoolRouteResult max_pool_route(uint64_t slot, std::span<const float> m, std::span<const float> dy,
                                     std::span<const float> taps);
 
@@ -71,6 +83,8 @@ class TrainProgramCache {
     Bf16GemmPlan gemm_plan;
   };
   Entry* find(uint64_t slot, uint64_t rows);
+  ReluBackwardResult elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                 std::span<const VecStep> steps, const char* what);
   Entry& make(uint64_t slot, uint64_t rows);
   HostBuffer alloc(uint64_t bytes);
   PerfCounters run(const Entry& e);

@@ -104,5 +104,18 @@ TEST(ConvTrainBf16Rtl, MaxPoolBackwardMatchesRef) {
   }
 }
 
+TEST(ConvTrainBf16Rtl, ResidualAddMatchesRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  std::mt19937 rng(11);
+  const std::vector<float> a = normal(700, rng), b = normal(700, rng);
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  for (const bool relu : {true, false}) {
+    const ReluBackwardResult x = add_bf16(rtl, a, b, relu), y = add_bf16(ref, a, b, relu);
+    EXPECT_EQ(bits(x.d), bits(add_bf16_host(a, b, relu)));
+    EXPECT_EQ(bits(x.d), bits(y.d));
+  }
+}
+
 }  // namespace
 }  // namespace tpuw::runtime

@@ -1,6 +1,7 @@
 // Training CNNs in bf16 (runtime/cnn_trainer.h): two SGD steps (momentum, weight decay) of two
 // PyTorch-exported CNNs (scripts/gen_cnn_step.py: Conv-Relu-MaxPool-Conv-Relu-AvgPool-Linear-Relu-
-// Linear, and Conv stride 2-Conv without bias-GlobalAveragePool-Linear) on the ref device give the
+// Linear, Conv stride 2-Conv without bias-GlobalAveragePool-Linear, and a ResNet basic block with its
+// residual Add: Conv-Relu, Conv-Relu-Conv + skip, Add, Relu, MaxPool-Linear) on the ref device give the
 // CPU contract's parameters bit for bit and PyTorch's within the device trainer's 5% (relative
 // L2 error of each parameter's change); the training pass keeps the initializer names and refuses what it
 // cannot train, naming the node.
@@ -16,6 +17,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/cnn_trainer.h"
+#include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::runtime {
@@ -106,10 +108,10 @@ TEST_P(CnnTrainerTorch, TwoStepsMatchTheContractAndPyTorch) {
     std::printf("%s %s: |error| / |change| %.4f\n", model.c_str(), name.c_str(), std::sqrt(ee / dd));
     ++checked;
   }
-  EXPECT_EQ(checked, model == std::string("poolnet") ? 8u : 5u);
+  EXPECT_EQ(checked, model == std::string("gapnet") ? 5u : 8u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CnnTrainerTorch, testing::Values("poolnet", "gapnet"));
+INSTANTIATE_TEST_SUITE_P(Models, CnnTrainerTorch, testing::Values("poolnet", "gapnet", "resnet"));
 
 TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
   // Steps of 8, 8, 5 (a partial batch: its own programs), 8 and 5 rows on ref: the programs of a
@@ -148,6 +150,38 @@ TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
     const std::vector<float>& w = sh.params.at(name);
     for (size_t i = 0; i < v.size(); ++i) {
       ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(CnnTrainer, ResidualAddIsABlock) {
+  // resnet: conv1-relu (layer 0), conv2-relu (1), conv3 (2) + the input of layer 1, Add, Relu, MaxPool.
+  const compiler::CnnTrainModel m =
+      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/resnet.onnx"));
+  ASSERT_EQ(m.net.convs.size(), 4u);
+  ASSERT_EQ(m.residuals.size(), 1u);
+  EXPECT_EQ(m.residuals[0].from, 1u);
+  EXPECT_EQ(m.residuals[0].to, 2u);
+  EXPECT_TRUE(m.residuals[0].relu);
+  EXPECT_FALSE(m.net.convs[2].relu);  // the ReLU belongs to the Add
+  EXPECT_TRUE(m.net.convs[1].relu);
+  EXPECT_EQ(m.conv_weight[2], "conv3.weight");
+  // The Add on the device is its contract: bf16(relu(a + b)), and without the ReLU.
+  std::vector<float> a(300), b(300);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.37f - 3.0f;
+    b[i] = static_cast<float>(i % 5) * -0.11f + 1.0f / 3.0f;
+  }
+  Device dev = Device::open("ref", BackendConfig{});
+  for (const bool relu : {true, false}) {
+    const std::vector<float> want = add_bf16_host(a, b, relu), got = add_bf16(dev, a, b, relu).d;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]) & 0xFFFFu, 0u);  // bf16
+      if (relu) {
+        ASSERT_GE(want[i], 0.0f);
+      }
     }
   }
 }

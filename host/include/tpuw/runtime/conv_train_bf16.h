@@ -113,6 +113,13 @@ struct ReluBackwardResult {
 /// Error(kUnsupported) without the VECTOR unit and Error(kInvalidArgument) for sizes that differ.
 ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy);
 
+/// A residual Add (forward, relu = the ReLU after it) and the sum of a gradient's two paths (relu
+/// false): d = bf16(relu?(a + b)) lane by lane in the VECTOR unit's fp32 arithmetic (ADD, MAXS 0,
+/// ROUND_BF16). add_bf16 runs it on the device (the result in `d`; a program like
+/// relu_backward_bf16's). Throws Error(kInvalidArgument) for sizes that differ.
+std::vector<float> add_bf16_host(std::span<const float> a, std::span<const float> b, bool relu);
+ReluBackwardResult add_bf16(Device& device, std::span<const float> a, std::span<const float> b, bool relu);
+
 /// The K tap planes of a max pool's input: [K][batch*C*Ho*Wo], tap k = ky*KW + kx, bf16 values, -inf
 /// for a tap in the padding. Throws Error(kInvalidArgument) for a layer that is not a max pool or x of
 /// the wrong size.
