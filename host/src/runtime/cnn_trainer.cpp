@@ -158,6 +158,111 @@ struct CnnTrainer::Impl {
     }
   }
 
+  // The trained parameters in a fixed order (conv weights and biases, then dense), with their
+  // gradients of the step: the flat layout of the device-resident masters.
+  struct ParamRef {
+    const std::string* name;
+    std::vector<float>* w;
+    const std::vector<float>* g;
+  };
+  std::vector<ParamRef> params(const std::vector<ConvParamGradResult>* conv_g,
+                               const std::vector<std::vector<float>>* dense_dw,
+                               const std::vector<std::vector<float>>* dense_db) {
+    std::vector<ParamRef> p;
+    compiler::Bf16Cnn& net = model.net;
+    for (size_t l = 0; l < net.convs.size(); ++l) {
+      if (net.convs[l].kind != Kind::kConv) continue;
+      p.push_back({&model.conv_weight[l], &net.convs[l].w, conv_g ? &(*conv_g)[l].dw : nullptr});
+      if (!model.conv_bias[l].empty()) {
+        p.push_back({&model.conv_bias[l], &net.convs[l].bias, conv_g ? &(*conv_g)[l].db : nullptr});
+      }
+    }
+    for (size_t i = 0; i < net.head.layers.size(); ++i) {
+      p.push_back({&model.dense_weight[i], &net.head.layers[i].w, dense_dw ? &(*dense_dw)[i] : nullptr});
+      if (!model.dense_bias[i].empty()) {
+        p.push_back({&model.dense_bias[i], &net.head.layers[i].b, dense_db ? &(*dense_db)[i] : nullptr});
+      }
+    }
+    return p;
+  }
+
+  // Device-resident SGD state: fp32 masters, momentum and the step's gradient, flat in params()
+  // order; the update program compiled once. `resident` is false until the first device step and
+  // after load_state (the host copies are then written to the device).
+  HostBuffer dev_w, dev_v, dev_g;
+  std::vector<isa::Word> sgd_code;
+  uint64_t sgd_elems = 0;
+  bool resident = false;
+
+  void device_update(const std::vector<ParamRef>& ps) {
+    uint64_t total = 0;
+    for (const ParamRef& p : ps) total += p.w->size();
+    const uint64_t an = array_n, bytes = std::max<uint64_t>((total + an - 1) / an * an * 4, 64);
+    if (sgd_code.empty() || sgd_elems != total) {
+      dev_w = device->alloc(bytes, 4096);
+      dev_v = device->alloc(bytes, 4096);
+      dev_g = device->alloc(bytes, 4096);
+      sgd_code = detail::sgd_program(device->info().params, total, dev_w.addr(), dev_v.addr(), dev_g.addr(), sgd.lr,
+                                     sgd.momentum, sgd.weight_decay);
+      sgd_elems = total;
+      resident = false;
+    }
+    std::vector<float> flat(total);
+    if (!resident) {
+      uint64_t at = 0;
+      for (const ParamRef& p : ps) {
+        std::copy(p.w->begin(), p.w->end(), flat.begin() + static_cast<ptrdiff_t>(at));
+        at += p.w->size();
+      }
+      device->write(dev_w, 0, flat.data(), total * 4);
+      at = 0;
+      for (const ParamRef& p : ps) {
+        const auto it = momentum.find(*p.name);
+        if (it != momentum.end() && it->second.size() == p.w->size()) {
+          std::copy(it->second.begin(), it->second.end(), flat.begin() + static_cast<ptrdiff_t>(at));
+        } else {
+          std::fill_n(flat.begin() + static_cast<ptrdiff_t>(at), p.w->size(), 0.0f);
+        }
+        at += p.w->size();
+      }
+      device->write(dev_v, 0, flat.data(), total * 4);
+      resident = true;
+    }
+    uint64_t at = 0;
+    for (const ParamRef& p : ps) {
+      std::copy(p.g->begin(), p.g->end(), flat.begin() + static_cast<ptrdiff_t>(at));
+      at += p.g->size();
+    }
+    device->write(dev_g, 0, flat.data(), total * 4);
+    device->clear_perf();
+    device->wait(device->submit(sgd_code));
+    update_cycles = device->perf().cycles;
+    cycles += update_cycles;
+    // The masters come back for the next step's weight layouts; the momentum stays resident.
+    device->read(dev_w, 0, flat.data(), total * 4);
+    at = 0;
+    for (const ParamRef& p : ps) {
+      std::copy_n(flat.begin() + static_cast<ptrdiff_t>(at), p.w->size(), p.w->begin());
+      at += p.w->size();
+    }
+  }
+
+  // The device-resident momentum, by name (state()).
+  std::map<std::string, std::vector<float>> device_momentum() {
+    std::map<std::string, std::vector<float>> out;
+    const std::vector<ParamRef> ps = params(nullptr, nullptr, nullptr);
+    std::vector<float> flat(sgd_elems);
+    device->read(dev_v, 0, flat.data(), sgd_elems * 4);
+    uint64_t at = 0;
+    for (const ParamRef& p : ps) {
+      out[*p.name].assign(flat.begin() + static_cast<ptrdiff_t>(at),
+                          flat.begin() + static_cast<ptrdiff_t>(at + p.w->size()));
+      at += p.w->size();
+    }
+    return out;
+  }
+  uint64_t update_cycles = 0;
+
   // torch.optim.SGD on one parameter in the device's fp32 arithmetic (docs/numerics.md).
   void update(const std::string& name, std::vector<float>& w, std::span<const float> g) {
     std::vector<float>& v = momentum[name];
@@ -286,15 +391,14 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   }
   rep.backward_cycles = m.cycles - rep.forward_cycles;
 
-  // Update (host, device arithmetic).
-  for (size_t l = 0; l < net.convs.size(); ++l) {
-    if (net.convs[l].kind != Kind::kConv) continue;
-    m.update(m.model.conv_weight[l], net.convs[l].w, conv_g[l].dw);
-    if (!m.model.conv_bias[l].empty()) m.update(m.model.conv_bias[l], net.convs[l].bias, conv_g[l].db);
-  }
-  for (size_t i = 0; i < dl.size(); ++i) {
-    m.update(m.model.dense_weight[i], dl[i].w, dense_dw[i]);
-    if (!m.model.dense_bias[i].empty()) m.update(m.model.dense_bias[i], dl[i].b, dense_db[i]);
+  // Update: on the device (masters and momentum resident, one VECTOR AXPY program), or its
+  // contract on the host in the device's arithmetic.
+  const std::vector<Impl::ParamRef> ps = m.params(&conv_g, &dense_dw, &dense_db);
+  if (m.device != nullptr) {
+    m.device_update(ps);
+    rep.update_cycles = m.update_cycles;
+  } else {
+    for (const Impl::ParamRef& p : ps) m.update(*p.name, *p.w, *p.g);
   }
   ++m.steps;
   rep.cycles = m.cycles;
@@ -328,10 +432,12 @@ TrainState CnnTrainer::state() const {
   const compiler::Bf16Cnn& net = m.model.net;
   TrainState s;
   s.steps = m.steps;
+  const std::map<std::string, std::vector<float>> mom =
+      m.device != nullptr && m.resident ? impl_->device_momentum() : m.momentum;
   auto put = [&](const std::string& name, std::vector<float> v) {
     if (name.empty()) return;
-    const auto it = m.momentum.find(name);
-    s.momentum[name] = it != m.momentum.end() ? it->second : std::vector<float>(v.size(), 0.0f);
+    const auto it = mom.find(name);
+    s.momentum[name] = it != mom.end() ? it->second : std::vector<float>(v.size(), 0.0f);
     s.params[name] = std::move(v);
   };
   auto stored = [](const nn::DenseLayer& d, bool out_in, std::span<const float> w) {
@@ -353,8 +459,8 @@ TrainState CnnTrainer::state() const {
     put(m.model.dense_weight[i], stored(d, oi, d.w));
     put(m.model.dense_bias[i], d.b);
     // Momentum in the stored layout too.
-    const auto it = m.momentum.find(m.model.dense_weight[i]);
-    if (it != m.momentum.end()) s.momentum[m.model.dense_weight[i]] = stored(d, oi, it->second);
+    const auto it = mom.find(m.model.dense_weight[i]);
+    if (it != mom.end()) s.momentum[m.model.dense_weight[i]] = stored(d, oi, it->second);
   }
   return s;
 }
@@ -397,6 +503,7 @@ void CnnTrainer::load_state(const TrainState& s) {
     }
   }
   m.steps = s.steps;
+  m.resident = false;  // the next device step writes these masters and momenta to the device
 }
 
 int64_t CnnTrainer::batch() const { return impl_->batch; }

@@ -256,6 +256,54 @@ std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elem
   return merge_program(b, 16, 64).code;
 }
 
+std::vector<isa::Word> sgd_program(const DeviceParams& dp, uint64_t elems, uint64_t w_addr, uint64_t v_addr,
+                                   uint64_t g_addr, float lr, float momentum, float weight_decay) {
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (elems + an - 1) / an;
+  // ACC: two buffer sets of [w | v | g], chunk rows each, double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 6, kMaxRowsField));
+  const bool mom = momentum != 0.0f, wd = weight_decay != 0.0f;
+  auto axpy = [](uint64_t dst, uint64_t a, uint64_t b_, float s, uint64_t n) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
+    v.set("dst_addr", dst);
+    v.set("a_addr", a);
+    v.set("b_addr", b_);
+    v.set("rows", n);
+    v.set("scalar", num::to_bits(s));
+    return v;
+  };
+  Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, w_row = set * 3 * chunk, v_row = w_row + chunk,
+                   g_row = v_row + chunk;
+    if (c >= 2) b.bridge({set});
+    auto load = [&](uint64_t acc_row, uint64_t addr) {
+      for (const Transfer& t : split_transfer(acc_row, addr + r0 * row, n * row, row, beat)) {
+        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+      }
+    };
+    load(w_row, w_addr);
+    if (mom) load(v_row, v_addr);
+    load(g_row, g_addr);
+    if (wd) b.emit(kC, axpy(g_row, w_row, g_row, weight_decay, n), {set}, {set});
+    if (mom) {
+      b.emit(kC, axpy(v_row, v_row, g_row, momentum, n), {set}, {set});
+      b.emit(kC, axpy(w_row, v_row, w_row, -lr, n), {set}, {set});
+    } else {
+      b.emit(kC, axpy(w_row, g_row, w_row, -lr, n), {set}, {set});
+    }
+    auto store = [&](uint64_t acc_row, uint64_t addr) {
+      for (const Transfer& t : split_transfer(acc_row, addr + r0 * row, n * row, row, beat)) {
+        b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+      }
+    };
+    store(w_row, w_addr);
+    if (mom) store(v_row, v_addr);
+  }
+  return merge_program(b, 16, 64).code;
+}
+
 std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
                                              uint64_t dy_addr, uint64_t out_addr) {
   const VecStep steps[] = {{spec::VecOp::kSelect, 0}};

@@ -32,6 +32,13 @@ struct VecStep {
 std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elems, uint64_t a_addr, uint64_t b_addr,
                                            uint64_t out_addr, std::span<const VecStep> steps);
 
+/// torch.optim.SGD on `elems` fp32 values resident in device memory, the VECTOR AXPY chain of
+/// docs/numerics.md "SGD with momentum": w (master), v (momentum) and g (gradient) LOADed as ACC
+/// rows per chunk; g = AXPY(w, wd, g) when wd != 0; v = AXPY(v, momentum, g), w = AXPY(v, -lr, w)
+/// when momentum != 0, else w = AXPY(g, -lr, w); w (and v) STOREd back in place.
+std::vector<isa::Word> sgd_program(const DeviceParams& dp, uint64_t elems, uint64_t w_addr, uint64_t v_addr,
+                                   uint64_t g_addr, float lr, float momentum, float weight_decay);
+
 /// The ReLU-backward program over `elems` values (buffers of ceil(elems/N) rows of N fp32 lanes).
 std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
                                              uint64_t dy_addr, uint64_t out_addr);

@@ -228,5 +228,45 @@ TEST(CnnTrainer, StateRoundTrips) {
   EXPECT_THROW(CnnTrainer(nullptr, m, 0, SgdConfig{}), Error);
 }
 
+TEST(CnnTrainer, DeviceResidentStateRoundTrips) {
+  // The masters and momenta live in device memory between steps: state() reads them back, and a
+  // trainer resumed from it (on a device, or the contract) continues bit for bit; the update's
+  // cycles are reported.
+  const compiler::CnnTrainModel m =
+      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/poolnet.onnx"));
+  const SgdConfig sgd{0.05f, 0.9f, 0.01f};
+  Device da = Device::open("ref", BackendConfig{}), db = Device::open("ref", BackendConfig{});
+  CnnTrainer a(&da, m, 8, sgd), h(nullptr, m, 8, sgd);
+  const std::vector<float> x = load_f(kDir + "/poolnet_x.npy");
+  const npy::Array ya = npy::load(kDir + "/poolnet_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  const TrainStepReport r1 = a.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  EXPECT_GT(r1.update_cycles, 0u);
+  (void)h.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  const TrainState s1 = a.state(), hs1 = h.state();
+  for (const auto& [name, v] : hs1.momentum) {
+    const std::vector<float>& w = s1.momentum.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << " momentum";
+    }
+  }
+  CnnTrainer b(&db, m, 8, sgd);
+  b.load_state(s1);
+  for (CnnTrainer* t : {&a, &b, &h}) (void)t->step(std::span<const float>(x).subspan(8 * per, 8 * per), y.subspan(8, 8), 8);
+  const TrainState sa = a.state(), sb = b.state(), sh = h.state();
+  for (const auto& [name, v] : sh.params) {
+    for (const TrainState* o : {&sa, &sb}) {
+      const std::vector<float>& w = o->params.at(name);
+      const std::vector<float>& mv = o->momentum.at(name);
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name;
+        ASSERT_EQ(std::bit_cast<uint32_t>(sh.momentum.at(name)[i]), std::bit_cast<uint32_t>(mv[i])) << name;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tpuw::runtime
