@@ -6,9 +6,11 @@ torch.onnx.export does: Conv with bias, Gemm transB=1), <model>_x.npy (float32 N
 images, bf16-representable), <model>_y.npy (int64 labels) and <model>_after/<initializer>.npy (the
 parameters after two steps: rows 0..batch-1, then batch..2*batch-1; CrossEntropyLoss mean,
 torch.optim.SGD lr 0.05, momentum 0.9, weight decay 0.01), <model>_loss.npy (the two losses).
-Run with Debian's python3-torch: /usr/bin/python3 scripts/gen_cnn_step.py
+Run with Debian's python3-torch: /usr/bin/python3 scripts/gen_cnn_step.py [MODEL ...] (default: all;
+poolnet, gapnet, resnet: a ResNet basic block with a residual Add)
 """
 import os
+import sys
 
 import numpy as np
 import torch
@@ -46,6 +48,21 @@ class GapNet(nn.Module):  # Conv(s2)-Relu-Conv(no bias)-Relu-GlobalAveragePool-F
         return self.fc(x)
 
 
+class ResNet(nn.Module):  # Conv-Relu, then a basic block Conv-Relu-Conv + skip, Add, Relu; MaxPool-Flatten-Linear
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.conv3 = nn.Conv2d(4, 4, 3, padding=1)
+        self.fc = nn.Linear(64, 6)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv3(torch.relu(self.conv2(x))) + x)
+        x = torch.flatten(torch.max_pool2d(x, 2), 1)
+        return self.fc(x)
+
+
 def bf16(t):
     return t.to(torch.bfloat16).to(torch.float32)
 
@@ -78,10 +95,19 @@ def run(name, model, shape, classes, seed):
         np.save(os.path.join(after, f"{k}.npy"), v.numpy().astype(np.float32))
 
 
+MODELS = {
+    "poolnet": (PoolNet, (1, 8, 8), 10, 1),
+    "gapnet": (GapNet, (3, 9, 9), 5, 2),
+    "resnet": (ResNet, (3, 8, 8), 6, 3),
+}
+
+
 def main():
+    """Writes every model, or only those named on the command line."""
     os.makedirs(OUT, exist_ok=True)
-    run("poolnet", PoolNet, (1, 8, 8), 10, seed=1)
-    run("gapnet", GapNet, (3, 9, 9), 5, seed=2)
+    for name in sys.argv[1:] or MODELS:
+        model, shape, classes, seed = MODELS[name]
+        run(name, model, shape, classes, seed=seed)
 
 
 if __name__ == "__main__":

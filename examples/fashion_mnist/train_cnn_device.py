@@ -3,11 +3,11 @@
 from the same initialization, on the same rows in the same order, and compare (issue 13).
 
     ./train_cnn_device.py [--tpuw build/host/tools/tpuw/tpuw] [--backend ref] [--rows 9600]
-                          [--batch 32] [--lr 0.05] [--momentum 0.9] [--weight-decay 0]
+                          [--epochs 1] [--batch 32] [--lr 0.05] [--momentum 0.9] [--weight-decay 0]
                           [--src /usr/share/datasets/fashion-mnist] [--json OUT.json]
                           [--save-untrained reference/fashion_cnn_untrained.onnx]
 
-Both train one pass over the first --rows training images (pixel / 255, float32), file order,
+Both train --epochs passes over the first --rows training images (pixel / 255, float32), file order,
 torch.optim.SGD semantics, mean cross-entropy; the model is FashionCnn (Conv 1->8 3x3 pad 1, ReLU,
 MaxPool 2, Conv 8->16 4x4, ReLU, MaxPool 2 ceil_mode, Linear 576->10), torch seed 0. Then both are
 evaluated on the first 1000 test images: PyTorch in float, the device-trained model by `tpuw run
@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--backend", default="ref")
     ap.add_argument("--src", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--rows", type=int, default=9600)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -74,17 +75,20 @@ def main():
         loss_fn = nn.CrossEntropyLoss()
         xt, yt = torch.tensor(xtr), torch.tensor(ytr)
         t0 = time.time()
-        total = 0.0
-        for i in range(0, a.rows, a.batch):
-            opt.zero_grad()
-            loss = loss_fn(model(xt[i:i + a.batch]), yt[i:i + a.batch])
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(yt[i:i + a.batch])
+        torch_epochs = []
+        for _ in range(a.epochs):
+            total = 0.0
+            for i in range(0, a.rows, a.batch):
+                opt.zero_grad()
+                loss = loss_fn(model(xt[i:i + a.batch]), yt[i:i + a.batch])
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(yt[i:i + a.batch])
+            torch_epochs.append(total / a.rows)
         torch_s = time.time() - t0
         with torch.no_grad():
             torch_acc = float((model(torch.tensor(xte)).argmax(1).numpy() == yte).mean())
-        torch_loss = total / a.rows
+        torch_loss = torch_epochs[-1]
 
         # The device.
         out = t / "trained.onnx"
@@ -92,7 +96,7 @@ def main():
         r = subprocess.run([a.tpuw, "train", str(t / "untrained.onnx"), "--input", str(t / "x.npy"), "--labels",
                             str(t / "y.npy"), "--output", str(out), "--backend", a.backend, "--batch", str(a.batch),
                             "--lr", str(a.lr), "--momentum", str(a.momentum), "--weight-decay", str(a.weight_decay),
-                            "--json", "-q"], capture_output=True, text=True)
+                            "--epochs", str(a.epochs), "--json", "-q"], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"tpuw train failed ({r.returncode}): {r.stderr}")
         dev_s = time.time() - t0
@@ -104,13 +108,13 @@ def main():
             sys.exit(f"tpuw run failed ({r.returncode}): {r.stderr}")
         run = json.loads(r.stdout)
     res = {
-        "rows": a.rows, "batch": a.batch, "steps": j["steps"], "lr": a.lr, "momentum": a.momentum,
+        "rows": a.rows, "epochs": a.epochs, "batch": a.batch, "steps": j["steps"], "lr": a.lr, "momentum": a.momentum,
         "weight_decay": a.weight_decay, "backend": a.backend,
-        "torch": {"loss": torch_loss, "test_accuracy": torch_acc, "seconds": torch_s},
-        "device": {"loss": j["epochs"][-1]["loss"], "test_accuracy": run["accuracy"]["bf16"], "seconds": dev_s,
+        "torch": {"loss": torch_loss, "epoch_losses": torch_epochs, "test_accuracy": torch_acc, "seconds": torch_s},
+        "device": {"loss": j["epochs"][-1]["loss"], "epoch_losses": [e["loss"] for e in j["epochs"]], "test_accuracy": run["accuracy"]["bf16"], "seconds": dev_s,
                    "cycles_per_step": j["cycles_per_step"], "utilization": j["utilization"]},
     }
-    print(f"Fashion-MNIST CNN, {j['steps']} steps of {a.batch} (lr {a.lr}, momentum {a.momentum}): "
+    print(f"Fashion-MNIST CNN, {a.epochs} epoch(s) of {a.rows} rows, {j['steps']} steps of {a.batch} (lr {a.lr}, momentum {a.momentum}): "
           f"PyTorch loss {torch_loss:.4f}, test accuracy {100 * torch_acc:.2f}%; "
           f"device ({a.backend}, bf16) loss {res['device']['loss']:.4f}, test accuracy "
           f"{100 * res['device']['test_accuracy']:.2f}% ({TEST_ROWS} test images); "

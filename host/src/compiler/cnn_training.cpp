@@ -42,6 +42,17 @@ CnnTrainModel build_cnn_training_model(Graph g) {
   infer_shapes(raw, /*strict=*/true);
   CnnTrainModel m;
   std::vector<std::string> convs;
+  struct Pending {
+    std::string add_out, branch, skip, node;
+  };
+  std::vector<Pending> pending;
+  // Per Conv node in graph order: its input and output value names (residual endpoints).
+  std::vector<std::string> conv_in, conv_out;
+  for (const Node& n : raw.nodes) {
+    if (n.op != Op::kConv) continue;
+    conv_in.push_back(raw.value(input(n, 0)).name);
+    conv_out.push_back(raw.value(output(n, 0)).name);
+  }
   const auto consumers = raw.consumers();
   for (const Node& n : raw.nodes) {
     switch (n.op) {
@@ -92,7 +103,32 @@ CnnTrainModel build_cnn_training_model(Graph g) {
       case Op::kFlatten:
       case Op::kReshape:
       case Op::kSoftmax:
-      case Op::kAdd:  // a dense bias (checked by compile_bf16_cnn's fusion: anything else fails there)
+      case Op::kAdd: {  // a dense bias (checked by compile_bf16_cnn's fusion), or a residual Add
+        const ValueId a = input(n, 0), b = input(n, 1);
+        if (a == kNoValue || b == kNoValue || raw.is_constant(a) || raw.is_constant(b)) break;
+        // Residual: one input a Conv's output, the other the input of an earlier Conv.
+        auto producer = [&](ValueId v) -> const Node* {
+          for (const Node& p : raw.nodes) {
+            if (!p.outputs.empty() && p.outputs[0] == v) return &p;
+          }
+          return nullptr;
+        };
+        ValueId branch = kNoValue, skip = kNoValue;
+        for (const auto& [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
+          const Node* p = producer(x);
+          if (p != nullptr && p->op == Op::kConv && branch == kNoValue) branch = x, skip = y;
+        }
+        if (branch == kNoValue) {
+          raw.fail(ErrorKind::kUnsupported, n, "cannot be trained: a residual Add needs one input straight from a Conv");
+        }
+        Pending r;
+        r.add_out = raw.value(output(n, 0)).name;
+        r.branch = raw.value(branch).name;
+        r.skip = raw.value(skip).name;
+        r.node = n.label();
+        pending.push_back(std::move(r));
+        break;
+      }
       case Op::kPad:
         break;
       default:
@@ -101,6 +137,35 @@ CnnTrainModel build_cnn_training_model(Graph g) {
                  "Flatten/Reshape, Gemm, MatMul (+Add) and a trailing Softmax");
     }
   }
+  // Residual Adds: the Add's readers read the branch instead (so the chain compiles, and a Relu
+  // after the Add fuses into the branch's Conv; it is moved back to the residual below).
+  std::vector<std::pair<size_t, size_t>> res_convs;  // (Conv index of the skip's reader, of the branch)
+  for (const Pending& r : pending) {
+    auto find = [&](const std::vector<std::string>& names, const std::string& v) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (names[i] == v) return i;
+      }
+      return names.size();
+    };
+    const size_t to = find(conv_out, r.branch), from = find(conv_in, r.skip);
+    if (from >= conv_in.size() || from > to) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: node '{}': cannot be trained: a residual Add's skip input must be the input of an "
+                              "earlier Conv of the chain",
+                              raw.source, r.node));
+    }
+    ValueId add_out = kNoValue, branch = kNoValue;
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      if (g.values[v].name == r.add_out) add_out = static_cast<ValueId>(v);
+      if (g.values[v].name == r.branch) branch = static_cast<ValueId>(v);
+    }
+    if (add_out == kNoValue || branch == kNoValue) {
+      throw Error(ErrorKind::kInternal, fmt::format("{}: residual Add '{}': value not found", raw.source, r.node));
+    }
+    g.replace_uses(add_out, branch);
+    res_convs.emplace_back(from, to);
+  }
+  if (!pending.empty()) remove_dead_code(g);
   m.net = compile_bf16_cnn(std::move(g));
   for (const Bf16ConvLayer& l : m.net.convs) {  // inference joins branches; training does not yet
     if (!l.sources.empty() || !l.act.none()) {
@@ -132,6 +197,32 @@ CnnTrainModel build_cnn_training_model(Graph g) {
                             "needs them one to one (no folding)",
                             m.net.head.source, m.conv_weight.size(), m.dense_weight.size(), next,
                             m.net.head.layers.size()));
+  }
+  // Conv index -> layer index.
+  std::vector<size_t> layer_of;
+  for (size_t l = 0; l < m.net.convs.size(); ++l) {
+    if (m.net.convs[l].kind == Bf16ConvLayer::Kind::kConv) layer_of.push_back(l);
+  }
+  for (const auto& [from_conv, to_conv] : res_convs) {
+    CnnResidual r;
+    r.from = layer_of[from_conv];
+    r.to = layer_of[to_conv];
+    Bf16ConvLayer& to = m.net.convs[r.to];
+    r.relu = to.relu;
+    to.relu = false;
+    const Bf16ConvLayer& from = m.net.convs[r.from];
+    if (from.geom.in_c != to.geom.out_c || from.geom.in_h != to.geom.out_h() || from.geom.in_w != to.geom.out_w()) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: a residual Add of [{}, {}, {}] and [{}, {}, {}]: the shapes must be equal",
+                              m.net.head.source, from.geom.in_c, from.geom.in_h, from.geom.in_w, to.geom.out_c,
+                              to.geom.out_h(), to.geom.out_w()));
+    }
+    for (const CnnResidual& o : m.residuals) {
+      if (o.to == r.to) {
+        throw Error(ErrorKind::kUnsupported, fmt::format("{}: two residual Adds after one Conv", m.net.head.source));
+      }
+    }
+    m.residuals.push_back(r);
   }
   m.conv_weight = std::move(w);
   m.conv_bias = std::move(b);

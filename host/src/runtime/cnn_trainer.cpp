@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/training.h"
@@ -15,6 +16,7 @@
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "owning_trainer.h"
+#include "train_programs.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -49,46 +51,85 @@ struct CnnTrainer::Impl {
   // Figures of the current step.
   uint64_t cycles = 0, macs = 0;
 
-  std::vector<float> conv_fwd(const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
+  // Every device program of a step, compiled once per batch size (train_programs.h); null without
+  // a device. `slot` names a program: conv-part layer l uses l*kSlots + role, dense layer i
+  // kDenseBase + i*kSlots + role.
+  std::unique_ptr<detail::TrainProgramCache> cache;
+  static constexpr uint64_t kSlots = 16, kDenseBase = uint64_t{1} << 32;
+  enum Role : uint64_t { kFwd = 0, kDx = 1, kDw = 2, kRelu = 3, kPool = 4 /* and 5 */, kResidual = 6, kGradSum = 7, kResidualRelu = 8 };
+
+  const compiler::CnnResidual* residual_to(size_t l) const {
+    for (const compiler::CnnResidual& r : model.residuals) {
+      if (r.to == l) return &r;
+    }
+    return nullptr;
+  }
+
+  // bf16(relu?(a + b)) (add_bf16): a residual Add, or the two paths of a gradient summed.
+  std::vector<float> add(uint64_t slot, std::span<const float> a, std::span<const float> b, bool relu) {
+    if (device == nullptr) return add_bf16_host(a, b, relu);
+    ReluBackwardResult r = cached ? cache->add(slot, a, b, relu) : add_bf16(*device, a, b, relu);
+    cycles += r.cycles;
+    return std::move(r.d);
+  }
+  bool cached = true;  // false for logits(): evaluation batches of any size are not kept
+
+  std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
     if (device == nullptr) return conv2d_bf16_host(l, a, rows, array_n);
-    ConvBf16RunResult r = run_conv2d_bf16(*device, l, a, rows);
+    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows) : run_conv2d_bf16(*device, l, a, rows);
     cycles += r.cycles;
     if (!r.host) macs += r.plan.macs();
     return std::move(r.y);
   }
 
-  std::vector<float> gemm(const Bf16GemmSpec& spec, std::span<const float> a, std::span<const float> b,
+  std::vector<float> gemm(uint64_t slot, const Bf16GemmSpec& spec, std::span<const float> a, std::span<const float> b,
                           std::span<const float> bias = {}) {
     if (device == nullptr) return gemm_bf16_host(spec, array_n, rounded(a), rounded(b), {}, bias);
-    Bf16GemmResult r = gemm_bf16(*device, spec, a, b, {}, bias);
+    Bf16GemmResult r = cached ? cache->gemm(slot, spec, a, b, bias) : gemm_bf16(*device, spec, a, b, {}, bias);
     cycles += r.cycles;
     macs += r.plan.macs();
     return std::move(r.c);
   }
 
-  std::vector<float> conv_dx(const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
+  std::vector<float> conv_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
-    ConvInputGradResult r = conv_input_grad_bf16(*device, l, dy, rows);
-    cycles += r.run.cycles;
-    macs += r.run.plan.macs();
+    const Bf16ConvLayer t = conv_input_grad_layer(l);
+    const std::vector<float> z = insert_grad_zeros(l, dy, rows);
+    ConvBf16RunResult r = cache->conv(slot, t, z, rows);
+    cycles += r.cycles;
+    macs += r.plan.macs();
+    host_bytes += 2 * (z.size() + t.w.size());
+    return std::move(r.y);
+  }
+
+  std::vector<float> max_pool_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                                 std::span<const float> y, std::span<const float> dy, uint64_t rows) {
+    if (device == nullptr) return max_pool_backward_bf16_host(l, x, y, dy, rows, array_n);
+    MaxPoolBackwardResult r = detail::max_pool_backward_cached(*cache, slot, l, x, y, dy, rows);
+    cycles += r.cycles;
+    macs += r.macs;
     host_bytes += r.host_bytes;
     return std::move(r.dx);
   }
 
-  std::vector<float> relu_bwd(std::span<const float> y, std::span<const float> g) {
+  std::vector<float> relu_bwd(uint64_t slot, std::span<const float> y, std::span<const float> g) {
     if (device == nullptr) return relu_backward_host(y, g);
-    ReluBackwardResult r = relu_backward_bf16(*device, y, g);
+    ReluBackwardResult r = cache->relu_backward(slot, y, g);
     cycles += r.cycles;
     return std::move(r.d);
   }
 
-  ConvParamGradResult conv_dw(const Bf16ConvLayer& l, std::span<const float> x, std::span<const float> dy,
-                              uint64_t rows) {
+  ConvParamGradResult conv_dw(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                              std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
-    ConvParamGradResult r = conv_param_grads_bf16(*device, l, x, dy, rows);
+    const std::vector<float> a = conv_im2col(l, x, rows);
+    const std::vector<float> d = conv_grad_rows(l, dy, rows);
+    ConvParamGradResult r;
+    r.gemm = cache->gemm(slot, detail::conv_param_grad_spec(l, rows), a, d);
+    detail::split_conv_param_grads(l, r.gemm.c, r);
     cycles += r.gemm.cycles;
     macs += r.gemm.plan.macs();
-    host_bytes += r.host_bytes;
+    host_bytes += 2 * (a.size() + d.size());
     return r;
   }
 
@@ -98,7 +139,11 @@ struct CnnTrainer::Impl {
                std::vector<std::vector<float>>& head) {
     const compiler::Bf16Cnn& net = model.net;
     acts.assign(1, rounded(x));
-    for (const Bf16ConvLayer& l : net.convs) acts.push_back(conv_fwd(l, acts.back(), rows));
+    for (size_t l = 0; l < net.convs.size(); ++l) {
+      std::vector<float> y = conv_fwd(l * kSlots + kFwd, net.convs[l], acts.back(), rows);
+      if (const compiler::CnnResidual* r = residual_to(l)) y = add(l * kSlots + kResidual, y, acts[r->from], r->relu);
+      acts.push_back(std::move(y));
+    }
     head.clear();
     const std::vector<nn::DenseLayer>& dl = net.head.layers;
     for (size_t i = 0; i < dl.size(); ++i) {
@@ -108,10 +153,115 @@ struct CnnTrainer::Impl {
       s.bias = true;
       s.bf16_out = !last || dl[i].relu;
       s.relu = dl[i].relu;
-      head.push_back(gemm(s, i == 0 ? std::span<const float>(acts.back()) : std::span<const float>(head.back()),
+      head.push_back(gemm(kDenseBase + i * kSlots + kFwd, s, i == 0 ? std::span<const float>(acts.back()) : std::span<const float>(head.back()),
                           dl[i].w, dl[i].b));
     }
   }
+
+  // The trained parameters in a fixed order (conv weights and biases, then dense), with their
+  // gradients of the step: the flat layout of the device-resident masters.
+  struct ParamRef {
+    const std::string* name;
+    std::vector<float>* w;
+    const std::vector<float>* g;
+  };
+  std::vector<ParamRef> params(const std::vector<ConvParamGradResult>* conv_g,
+                               const std::vector<std::vector<float>>* dense_dw,
+                               const std::vector<std::vector<float>>* dense_db) {
+    std::vector<ParamRef> p;
+    compiler::Bf16Cnn& net = model.net;
+    for (size_t l = 0; l < net.convs.size(); ++l) {
+      if (net.convs[l].kind != Kind::kConv) continue;
+      p.push_back({&model.conv_weight[l], &net.convs[l].w, conv_g ? &(*conv_g)[l].dw : nullptr});
+      if (!model.conv_bias[l].empty()) {
+        p.push_back({&model.conv_bias[l], &net.convs[l].bias, conv_g ? &(*conv_g)[l].db : nullptr});
+      }
+    }
+    for (size_t i = 0; i < net.head.layers.size(); ++i) {
+      p.push_back({&model.dense_weight[i], &net.head.layers[i].w, dense_dw ? &(*dense_dw)[i] : nullptr});
+      if (!model.dense_bias[i].empty()) {
+        p.push_back({&model.dense_bias[i], &net.head.layers[i].b, dense_db ? &(*dense_db)[i] : nullptr});
+      }
+    }
+    return p;
+  }
+
+  // Device-resident SGD state: fp32 masters, momentum and the step's gradient, flat in params()
+  // order; the update program compiled once. `resident` is false until the first device step and
+  // after load_state (the host copies are then written to the device).
+  HostBuffer dev_w, dev_v, dev_g;
+  std::vector<isa::Word> sgd_code;
+  uint64_t sgd_elems = 0;
+  bool resident = false;
+
+  void device_update(const std::vector<ParamRef>& ps) {
+    uint64_t total = 0;
+    for (const ParamRef& p : ps) total += p.w->size();
+    const uint64_t an = array_n, bytes = std::max<uint64_t>((total + an - 1) / an * an * 4, 64);
+    if (sgd_code.empty() || sgd_elems != total) {
+      dev_w = device->alloc(bytes, 4096);
+      dev_v = device->alloc(bytes, 4096);
+      dev_g = device->alloc(bytes, 4096);
+      sgd_code = detail::sgd_program(device->info().params, total, dev_w.addr(), dev_v.addr(), dev_g.addr(), sgd.lr,
+                                     sgd.momentum, sgd.weight_decay);
+      sgd_elems = total;
+      resident = false;
+    }
+    std::vector<float> flat(total);
+    if (!resident) {
+      uint64_t at = 0;
+      for (const ParamRef& p : ps) {
+        std::copy(p.w->begin(), p.w->end(), flat.begin() + static_cast<ptrdiff_t>(at));
+        at += p.w->size();
+      }
+      device->write(dev_w, 0, flat.data(), total * 4);
+      at = 0;
+      for (const ParamRef& p : ps) {
+        const auto it = momentum.find(*p.name);
+        if (it != momentum.end() && it->second.size() == p.w->size()) {
+          std::copy(it->second.begin(), it->second.end(), flat.begin() + static_cast<ptrdiff_t>(at));
+        } else {
+          std::fill_n(flat.begin() + static_cast<ptrdiff_t>(at), p.w->size(), 0.0f);
+        }
+        at += p.w->size();
+      }
+      device->write(dev_v, 0, flat.data(), total * 4);
+      resident = true;
+    }
+    uint64_t at = 0;
+    for (const ParamRef& p : ps) {
+      std::copy(p.g->begin(), p.g->end(), flat.begin() + static_cast<ptrdiff_t>(at));
+      at += p.g->size();
+    }
+    device->write(dev_g, 0, flat.data(), total * 4);
+    device->clear_perf();
+    device->wait(device->submit(sgd_code));
+    update_cycles = device->perf().cycles;
+    cycles += update_cycles;
+    // The masters come back for the next step's weight layouts; the momentum stays resident.
+    device->read(dev_w, 0, flat.data(), total * 4);
+    at = 0;
+    for (const ParamRef& p : ps) {
+      std::copy_n(flat.begin() + static_cast<ptrdiff_t>(at), p.w->size(), p.w->begin());
+      at += p.w->size();
+    }
+  }
+
+  // The device-resident momentum, by name (state()).
+  std::map<std::string, std::vector<float>> device_momentum() {
+    std::map<std::string, std::vector<float>> out;
+    const std::vector<ParamRef> ps = params(nullptr, nullptr, nullptr);
+    std::vector<float> flat(sgd_elems);
+    device->read(dev_v, 0, flat.data(), sgd_elems * 4);
+    uint64_t at = 0;
+    for (const ParamRef& p : ps) {
+      out[*p.name].assign(flat.begin() + static_cast<ptrdiff_t>(at),
+                          flat.begin() + static_cast<ptrdiff_t>(at + p.w->size()));
+      at += p.w->size();
+    }
+    return out;
+  }
+  uint64_t update_cycles = 0;
 
   // torch.optim.SGD on one parameter in the device's fp32 arithmetic (docs/numerics.md).
   void update(const std::string& name, std::vector<float>& w, std::span<const float> g) {
@@ -155,6 +305,7 @@ CnnTrainer::CnnTrainer(Device* device, compiler::CnnTrainModel model, int64_t ba
     array_n = device->info().params.array_n;
   }
   impl_->device = device;
+  if (device != nullptr) impl_->cache = std::make_unique<detail::TrainProgramCache>(*device);
   impl_->model = std::move(model);
   impl_->batch = batch;
   impl_->sgd = sgd;
@@ -190,7 +341,8 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   std::vector<nn::DenseLayer>& dl = net.head.layers;
   std::vector<std::vector<float>> dense_dw(dl.size()), dense_db(dl.size());
   for (size_t i = dl.size(); i-- > 0;) {
-    if (dl[i].relu) g = m.relu_bwd(head[i], g);
+    const uint64_t slot = Impl::kDenseBase + i * Impl::kSlots;
+    if (dl[i].relu) g = m.relu_bwd(slot + Impl::kRelu, head[i], g);
     const std::vector<float>& x = i == 0 ? acts.back() : head[i - 1];
     const uint64_t k = dl[i].k, nn_ = dl[i].n;
     std::vector<float> x1(n * (k + 1));  // [X | 1]
@@ -203,40 +355,50 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
     Bf16GemmSpec s;
     s.shape = {k + 1, n, nn_};
     s.trans_a = true;
-    const std::vector<float> gm = m.gemm(s, x1, g);
+    const std::vector<float> gm = m.gemm(slot + Impl::kDw, s, x1, g);
     dense_dw[i].assign(gm.begin(), gm.begin() + static_cast<ptrdiff_t>(k * nn_));
     dense_db[i].assign(gm.begin() + static_cast<ptrdiff_t>(k * nn_), gm.end());
     Bf16GemmSpec sx;
     sx.shape = {n, nn_, k};
     sx.trans_b = true;
-    g = m.gemm(sx, g, dl[i].w);
+    g = m.gemm(slot + Impl::kDx, sx, g, dl[i].w);
   }
   std::vector<ConvParamGradResult> conv_g(net.convs.size());
+  // The gradient of a residual's skip path, per layer `from` (added to the main path's at acts[from]).
+  std::map<size_t, std::vector<float>> skip_g;
   for (size_t l = net.convs.size(); l-- > 0;) {
     const Bf16ConvLayer& L = net.convs[l];
+    const uint64_t slot = l * Impl::kSlots;
+    if (const compiler::CnnResidual* r = m.residual_to(l)) {
+      // The block output's gradient: the ReLU after the Add, then both paths carry it.
+      if (r->relu) g = m.relu_bwd(slot + Impl::kResidualRelu, acts[l + 1], g);
+      if (r->from > 0) {
+        std::vector<float>& sg = skip_g[r->from];
+        sg = sg.empty() ? g : m.add(slot + Impl::kGradSum, sg, g, false);
+      }
+    }
     if (L.kind == Kind::kConv) {
-      if (L.relu) g = m.relu_bwd(acts[l + 1], g);
-      conv_g[l] = m.conv_dw(L, acts[l], g, n);
+      if (L.relu) g = m.relu_bwd(slot + Impl::kRelu, acts[l + 1], g);
+      conv_g[l] = m.conv_dw(slot + Impl::kDw, L, acts[l], g, n);
     }
     if (l == 0) break;
     if (L.kind == Kind::kMaxPool) {
-      g = max_pool_backward_host(L, acts[l], g, n);
-      m.host_bytes += 4 * (g.size() + acts[l].size());
+      g = m.max_pool_dx(slot + Impl::kPool, L, acts[l], acts[l + 1], g, n);
     } else {
-      g = m.conv_dx(L, g, n);
+      g = m.conv_dx(slot + Impl::kDx, L, g, n);
     }
+    if (const auto it = skip_g.find(l); it != skip_g.end()) g = m.add(slot + Impl::kGradSum, g, it->second, false);
   }
   rep.backward_cycles = m.cycles - rep.forward_cycles;
 
-  // Update (host, device arithmetic).
-  for (size_t l = 0; l < net.convs.size(); ++l) {
-    if (net.convs[l].kind != Kind::kConv) continue;
-    m.update(m.model.conv_weight[l], net.convs[l].w, conv_g[l].dw);
-    if (!m.model.conv_bias[l].empty()) m.update(m.model.conv_bias[l], net.convs[l].bias, conv_g[l].db);
-  }
-  for (size_t i = 0; i < dl.size(); ++i) {
-    m.update(m.model.dense_weight[i], dl[i].w, dense_dw[i]);
-    if (!m.model.dense_bias[i].empty()) m.update(m.model.dense_bias[i], dl[i].b, dense_db[i]);
+  // Update: on the device (masters and momentum resident, one VECTOR AXPY program), or its
+  // contract on the host in the device's arithmetic.
+  const std::vector<Impl::ParamRef> ps = m.params(&conv_g, &dense_dw, &dense_db);
+  if (m.device != nullptr) {
+    m.device_update(ps);
+    rep.update_cycles = m.update_cycles;
+  } else {
+    for (const Impl::ParamRef& p : ps) m.update(*p.name, *p.w, *p.g);
   }
   ++m.steps;
   rep.cycles = m.cycles;
@@ -254,7 +416,14 @@ std::vector<float> CnnTrainer::logits(std::span<const float> inputs, int64_t row
                                                          inputs.size(), rows, uint64_t{net.in_c} * net.in_h * net.in_w));
   }
   std::vector<std::vector<float>> acts, head;
-  m.forward(inputs, static_cast<uint64_t>(rows), acts, head);
+  m.cached = false;
+  try {
+    m.forward(inputs, static_cast<uint64_t>(rows), acts, head);
+  } catch (...) {
+    m.cached = true;
+    throw;
+  }
+  m.cached = true;
   return std::move(head.back());
 }
 
@@ -263,10 +432,12 @@ TrainState CnnTrainer::state() const {
   const compiler::Bf16Cnn& net = m.model.net;
   TrainState s;
   s.steps = m.steps;
+  const std::map<std::string, std::vector<float>> mom =
+      m.device != nullptr && m.resident ? impl_->device_momentum() : m.momentum;
   auto put = [&](const std::string& name, std::vector<float> v) {
     if (name.empty()) return;
-    const auto it = m.momentum.find(name);
-    s.momentum[name] = it != m.momentum.end() ? it->second : std::vector<float>(v.size(), 0.0f);
+    const auto it = mom.find(name);
+    s.momentum[name] = it != mom.end() ? it->second : std::vector<float>(v.size(), 0.0f);
     s.params[name] = std::move(v);
   };
   auto stored = [](const nn::DenseLayer& d, bool out_in, std::span<const float> w) {
@@ -288,8 +459,8 @@ TrainState CnnTrainer::state() const {
     put(m.model.dense_weight[i], stored(d, oi, d.w));
     put(m.model.dense_bias[i], d.b);
     // Momentum in the stored layout too.
-    const auto it = m.momentum.find(m.model.dense_weight[i]);
-    if (it != m.momentum.end()) s.momentum[m.model.dense_weight[i]] = stored(d, oi, it->second);
+    const auto it = mom.find(m.model.dense_weight[i]);
+    if (it != mom.end()) s.momentum[m.model.dense_weight[i]] = stored(d, oi, it->second);
   }
   return s;
 }
@@ -332,6 +503,7 @@ void CnnTrainer::load_state(const TrainState& s) {
     }
   }
   m.steps = s.steps;
+  m.resident = false;  // the next device step writes these masters and momenta to the device
 }
 
 int64_t CnnTrainer::batch() const { return impl_->batch; }
@@ -340,6 +512,7 @@ std::string CnnTrainer::name() const {
   return impl_->device == nullptr ? std::string("bf16-contract") : impl_->device->info().backend;
 }
 uint64_t CnnTrainer::last_host_bytes() const { return impl_->host_bytes; }
+uint64_t CnnTrainer::compiled_programs() const { return impl_->cache ? impl_->cache->compiled() : 0; }
 
 TrainableModel describe_trainable_cnn(compiler::Graph g) {
   TrainableModel t;
@@ -378,12 +551,15 @@ std::unique_ptr<Trainer> make_cnn_trainer(const std::filesystem::path& model, co
   compiler::CnnTrainModel tm = compiler::build_cnn_training_model(compiler::import_onnx_file(model));
   BackendConfig cfg;
   cfg.array_n = options.array_n;
-  // The largest layout of a step (im2col of a layer, bf16, padded) a few times over, at least the default.
+  // Every program of a step keeps its buffers (the program cache, twice for a partial last batch):
+  // per layer its largest layout (im2col, bf16, padded; the max-pool routing's fp32 tap planes) a
+  // few times over, summed over the layers, at least the default.
   uint64_t need = 0;
   for (const Bf16ConvLayer& l : tm.net.convs) {
     const uint64_t px = static_cast<uint64_t>(options.batch) * l.geom.out_h() * l.geom.out_w();
     const uint64_t cols = uint64_t{l.geom.in_c} * l.geom.kernel_h * l.geom.kernel_w + 1;
-    need = std::max(need, 2 * (px + 64) * (cols + 64) + 4 * (px + 64) * (l.geom.out_c + 64));
+    const uint64_t pool = 4 * (px * l.geom.in_c + 4096) * (2 * uint64_t{l.geom.kernel_h} * l.geom.kernel_w + 2);
+    need += std::max(2 * (px + 64) * (cols + 64) + 4 * (px + 64) * (l.geom.out_c + 64), pool);
   }
   cfg.memory.size = std::max<uint64_t>(cfg.memory.size, ((4 * need + (16ull << 20)) + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
   if (cfg.memory.size > (4ull << 30)) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "program_builder.h"
+#include "train_programs.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 
@@ -30,7 +31,18 @@ int64_t transposed_pad(uint32_t dil, uint32_t k, uint32_t pad, const Bf16ConvLay
   return p;
 }
 
-Bf16GemmSpec param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
+void require_conv(const Bf16ConvLayer& l, const char* what) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kConv) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} '{}': not a convolution", what, l.name));
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
   const nn::ConvGeometry& g = l.geom;
   Bf16GemmSpec s;
   s.shape.m = uint64_t{g.in_c} * g.kernel_h * g.kernel_w + 1;
@@ -40,7 +52,7 @@ Bf16GemmSpec param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
   return s;
 }
 
-void split_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r) {
+void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r) {
   const nn::ConvGeometry& g = l.geom;
   const uint64_t O = g.out_c, CT = uint64_t{g.in_c} * g.kernel_h * g.kernel_w;
   r.dw.assign(O * CT, 0.0f);
@@ -51,20 +63,13 @@ void split_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvPa
   }
 }
 
-void require_conv(const Bf16ConvLayer& l, const char* what) {
-  l.check();
-  if (l.kind != Bf16ConvLayer::Kind::kConv) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} '{}': not a convolution", what, l.name));
-  }
-}
-
-}  // namespace
+}  // namespace detail
 
 Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
   fwd.check();
   if (fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
     throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("conv backward '{}': a max pool's gradient is routed (max_pool_backward_host)", fwd.name));
+                fmt::format("conv backward '{}': a max pool's gradient is routed (max_pool_backward_bf16)", fwd.name));
   }
   const nn::ConvGeometry& g = fwd.geom;
   const uint32_t ho = g.out_h(), wo = g.out_w();
@@ -189,8 +194,8 @@ ConvParamGradResult conv_param_grads_bf16(Device& device, const Bf16ConvLayer& f
   const std::vector<float> a = conv_im2col(fwd, x, batch);
   const std::vector<float> d = conv_grad_rows(fwd, dy, batch);
   ConvParamGradResult r;
-  r.gemm = gemm_bf16(device, param_grad_spec(fwd, batch), a, d);
-  split_param_grads(fwd, r.gemm.c, r);
+  r.gemm = gemm_bf16(device, detail::conv_param_grad_spec(fwd, batch), a, d);
+  detail::split_conv_param_grads(fwd, r.gemm.c, r);
   r.host_bytes = 2 * (a.size() + d.size());
   return r;
 }
@@ -202,7 +207,7 @@ ConvParamGradResult conv_param_grads_bf16_host(const Bf16ConvLayer& fwd, std::sp
   for (float& v : a) v = bf16::round(v);
   for (float& v : d) v = bf16::round(v);
   ConvParamGradResult r;
-  split_param_grads(fwd, gemm_bf16_host(param_grad_spec(fwd, batch), array_n, a, d), r);
+  detail::split_conv_param_grads(fwd, gemm_bf16_host(detail::conv_param_grad_spec(fwd, batch), array_n, a, d), r);
   return r;
 }
 
@@ -216,10 +221,98 @@ std::vector<float> relu_backward_host(std::span<const float> y, std::span<const 
   return d;
 }
 
+namespace detail {
+
+std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elems, uint64_t a_addr, uint64_t b_addr,
+                                           uint64_t out_addr, std::span<const VecStep> steps) {
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (elems + an - 1) / an;
+  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, kMaxRowsField));
+  Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
+    if (c >= 2) b.bridge({set});
+    for (const Transfer& t : split_transfer(a_row, a_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    for (const Transfer& t : split_transfer(b_row, b_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+      v.set("op", static_cast<uint64_t>(steps[i].op));
+      v.set("dst_addr", b_row);
+      v.set("a_addr", i == 0 ? a_row : b_row);
+      v.set("b_addr", b_row);
+      v.set("rows", n);
+      if (steps[i].scalar != 0) v.set("scalar", steps[i].scalar);
+      b.emit(kC, std::move(v), {set}, {set});
+    }
+    for (const Transfer& t : split_transfer(b_row, out_addr + r0 * row, n * row, row, beat)) {
+      b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+    }
+  }
+  return merge_program(b, 16, 64).code;
+}
+
+std::vector<isa::Word> sgd_program(const DeviceParams& dp, uint64_t elems, uint64_t w_addr, uint64_t v_addr,
+                                   uint64_t g_addr, float lr, float momentum, float weight_decay) {
+  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
+  const uint64_t rows = (elems + an - 1) / an;
+  // ACC: two buffer sets of [w | v | g], chunk rows each, double buffered over the chunks.
+  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 6, kMaxRowsField));
+  const bool mom = momentum != 0.0f, wd = weight_decay != 0.0f;
+  auto axpy = [](uint64_t dst, uint64_t a, uint64_t b_, float s, uint64_t n) {
+    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+    v.set("op", static_cast<uint64_t>(spec::VecOp::kAxpy));
+    v.set("dst_addr", dst);
+    v.set("a_addr", a);
+    v.set("b_addr", b_);
+    v.set("rows", n);
+    v.set("scalar", num::to_bits(s));
+    return v;
+  };
+  Builder b(2);
+  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
+    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, w_row = set * 3 * chunk, v_row = w_row + chunk,
+                   g_row = v_row + chunk;
+    if (c >= 2) b.bridge({set});
+    auto load = [&](uint64_t acc_row, uint64_t addr) {
+      for (const Transfer& t : split_transfer(acc_row, addr + r0 * row, n * row, row, beat)) {
+        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
+      }
+    };
+    load(w_row, w_addr);
+    if (mom) load(v_row, v_addr);
+    load(g_row, g_addr);
+    if (wd) b.emit(kC, axpy(g_row, w_row, g_row, weight_decay, n), {set}, {set});
+    if (mom) {
+      b.emit(kC, axpy(v_row, v_row, g_row, momentum, n), {set}, {set});
+      b.emit(kC, axpy(w_row, v_row, w_row, -lr, n), {set}, {set});
+    } else {
+      b.emit(kC, axpy(w_row, g_row, w_row, -lr, n), {set}, {set});
+    }
+    auto store = [&](uint64_t acc_row, uint64_t addr) {
+      for (const Transfer& t : split_transfer(acc_row, addr + r0 * row, n * row, row, beat)) {
+        b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
+      }
+    };
+    store(w_row, w_addr);
+    if (mom) store(v_row, v_addr);
+  }
+  return merge_program(b, 16, 64).code;
+}
+
+std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
+                                             uint64_t dy_addr, uint64_t out_addr) {
+  const VecStep steps[] = {{spec::VecOp::kSelect, 0}};
+  return elementwise_program(dp, elems, y_addr, dy_addr, out_addr, steps);
+}
+
+}  // namespace detail
+
 ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy) {
-  using detail::kC;
-  using detail::kL;
-  using detail::kS;
   if (y.size() != dy.size()) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("relu backward: {} activations but {} gradients", y.size(), dy.size()));
@@ -231,92 +324,26 @@ ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, 
   }
   ReluBackwardResult r;
   if (y.empty()) return r;
-  const DeviceParams& dp = device.info().params;
-  const uint64_t an = dp.array_n, beat = dp.dma_data_w / 8, row = 4 * an;
-  const uint64_t rows = (y.size() + an - 1) / an;
-  // ACC: two buffer sets of [a: chunk rows | b: chunk rows], double buffered over the chunks.
-  const uint64_t chunk = std::min<uint64_t>(rows, std::min<uint64_t>(dp.acc_depth / 4, detail::kMaxRowsField));
-  std::vector<float> yp(rows * an, 0.0f), dp_(rows * an, 0.0f);
-  std::copy(y.begin(), y.end(), yp.begin());
-  std::copy(dy.begin(), dy.end(), dp_.begin());
-  HostBuffer ybuf = device.alloc(rows * row, 4096), dbuf = device.alloc(rows * row, 4096),
-             obuf = device.alloc(rows * row, 4096);
-  device.write(ybuf, 0, yp.data(), yp.size() * 4);
-  device.write(dbuf, 0, dp_.data(), dp_.size() * 4);
-  detail::Builder b(2);
-  for (uint64_t c = 0, r0 = 0; r0 < rows; ++c, r0 += chunk) {
-    const uint64_t n = std::min(chunk, rows - r0), set = c % 2, a_row = set * 2 * chunk, b_row = a_row + chunk;
-    if (c >= 2) b.bridge({set});
-    for (const detail::Transfer& t : detail::split_transfer(a_row, ybuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
-    }
-    for (const detail::Transfer& t : detail::split_transfer(b_row, dbuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kL, detail::dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {set});
-    }
-    isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-    v.set("op", static_cast<uint64_t>(spec::VecOp::kSelect));
-    v.set("dst_addr", b_row);
-    v.set("a_addr", a_row);
-    v.set("b_addr", b_row);
-    v.set("rows", n);
-    b.emit(kC, std::move(v), {set}, {set});
-    for (const detail::Transfer& t : detail::split_transfer(b_row, obuf.addr() + r0 * row, n * row, row, beat)) {
-      b.emit(kS, detail::dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {set}, {});
-    }
-  }
-  const detail::MergedProgram prog = detail::merge_program(b, 16, 64);
-  device.clear_perf();
-  device.wait(device.submit(prog.code));
-  r.perf = device.perf();
-  r.cycles = r.perf.cycles;
-  std::vector<float> out(rows * an);
-  device.read(obuf, 0, out.data(), out.size() * 4);
-  out.resize(y.size());
-  r.d = std::move(out);
-  return r;
+  detail::TrainProgramCache cache(device);
+  return cache.relu_backward(0, y, dy);
 }
 
-std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,
-                                          std::span<const float> dy, uint64_t batch) {
-  fwd.check();
-  if (fwd.kind != Bf16ConvLayer::Kind::kMaxPool) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("max pool backward '{}': not a max pool", fwd.name));
+std::vector<float> add_bf16_host(std::span<const float> a, std::span<const float> b, bool relu) {
+  if (a.size() != b.size()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 add: {} and {} values", a.size(), b.size()));
   }
-  const nn::ConvGeometry& g = fwd.geom;
-  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w, ho = g.out_h(), wo = g.out_w();
-  check_size(x, batch * C * H * W, fwd, "the input");
-  check_size(dy, batch * C * ho * wo, fwd, "the output gradient");
-  std::vector<float> xb(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round(x[i]);
-  const std::vector<float> y = conv2d_bf16_host(fwd, xb, batch, 1);  // the pooled outputs (exact)
-  std::vector<float> dx(x.size(), 0.0f);
-  for (uint64_t bc = 0; bc < batch * C; ++bc) {
-    const float* img = xb.data() + bc * H * W;
-    float* dimg = dx.data() + bc * H * W;
-    for (uint64_t oy = 0; oy < ho; ++oy) {
-      for (uint64_t ox = 0; ox < wo; ++ox) {
-        const float m = y[(bc * ho + oy) * wo + ox];
-        const bool nan = std::isnan(m);
-        int64_t at = -1;
-        for (uint64_t ky = 0; ky < g.kernel_h && at < 0; ++ky) {
-          const int64_t iy = static_cast<int64_t>(oy * g.stride_h + ky * g.dilation_h) - g.pad_top;
-          if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
-          for (uint64_t kx = 0; kx < g.kernel_w && at < 0; ++kx) {
-            const int64_t ix = static_cast<int64_t>(ox * g.stride_w + kx * g.dilation_w) - g.pad_left;
-            if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
-            const float v = img[iy * static_cast<int64_t>(W) + ix];
-            if (nan ? std::isnan(v) : v == m) at = iy * static_cast<int64_t>(W) + ix;
-          }
-        }
-        if (at >= 0) {
-          float& d = dimg[at];
-          d = bf16::add(d, bf16::round(dy[(bc * ho + oy) * wo + ox]));
-        }
-      }
-    }
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t v = num::add(num::to_bits(a[i]), num::to_bits(b[i]));
+    if (relu) v = num::vmaxs(v, 0);
+    d[i] = num::to_float(num::round_bf16(v));
   }
-  for (float& v : dx) v = bf16::round(v);
-  return dx;
+  return d;
+}
+
+ReluBackwardResult add_bf16(Device& device, std::span<const float> a, std::span<const float> b, bool relu) {
+  detail::TrainProgramCache cache(device);
+  return cache.add(0, a, b, relu);
 }
 
 }  // namespace tpuw::runtime

@@ -1,6 +1,7 @@
 // The backward pass of a bf16 convolution on the verilated device (runtime/conv_train_bf16.h):
 // dX (transposed convolution), dW/db (the im2col GEMM with TRANSPOSE) and the ReLU mask (VECTOR
-// SELECT) rtl == ref == the CPU contract bit for bit, with the same bytes moved and MXU rows.
+// SELECT) and the max-pool backward (VECTOR routing, layout or one-hot convolution scatter)
+// rtl == ref == the CPU contract bit for bit, with the same bytes moved and MXU rows.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -71,6 +72,49 @@ TEST(ConvTrainBf16Rtl, ReluBackwardMatchesRef) {
   EXPECT_EQ(bits(a.d), bits(b.d));
   EXPECT_EQ(a.perf.rd_bytes, b.perf.rd_bytes);
   EXPECT_EQ(a.perf.wr_bytes, b.perf.wr_bytes);
+}
+
+TEST(ConvTrainBf16Rtl, MaxPoolBackwardMatchesRef) {
+  // The routing chain (SUB, SELECT, SUB, SUB per tap) on disjoint 2x2 windows and on overlapping
+  // 3x3 stride 2 pad 1 windows (scattered by the one-hot transposed convolution); ties included.
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  for (const uint32_t k : {2u, 3u}) {
+    SCOPED_TRACE(k);
+    ConvGeometry g;
+    g.in_c = g.out_c = 3, g.in_h = 9, g.in_w = 8, g.kernel_h = g.kernel_w = k;
+    g.stride_h = g.stride_w = 2;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = k == 3 ? 1 : 0;
+    Bf16ConvLayer l;
+    l.name = "pool";
+    l.kind = Bf16ConvLayer::Kind::kMaxPool;
+    l.geom = g;
+    const uint64_t batch = 2;
+    std::mt19937 rng(k);
+    std::vector<float> x = normal(batch * g.in_c * g.in_h * g.in_w, rng);
+    for (float& v : x) v = std::round(v * 2.0f) / 2.0f;
+    const std::vector<float> dy = normal(batch * g.out_c * g.out_h() * g.out_w(), rng);
+    const std::vector<float> y = conv2d_bf16_host(l, x, batch, 16);
+    Device rtl = Device::open("rtl", BackendConfig{});
+    Device ref = Device::open("ref", BackendConfig{});
+    const MaxPoolBackwardResult a = max_pool_backward_bf16(rtl, l, x, y, dy, batch);
+    const MaxPoolBackwardResult b = max_pool_backward_bf16(ref, l, x, y, dy, batch);
+    EXPECT_EQ(bits(a.dx), bits(max_pool_backward_bf16_host(l, x, y, dy, batch, 16)));
+    EXPECT_EQ(bits(a.dx), bits(b.dx));
+    EXPECT_EQ(a.macs, b.macs);
+  }
+}
+
+TEST(ConvTrainBf16Rtl, ResidualAddMatchesRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  std::mt19937 rng(11);
+  const std::vector<float> a = normal(700, rng), b = normal(700, rng);
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  for (const bool relu : {true, false}) {
+    const ReluBackwardResult x = add_bf16(rtl, a, b, relu), y = add_bf16(ref, a, b, relu);
+    EXPECT_EQ(bits(x.d), bits(add_bf16_host(a, b, relu)));
+    EXPECT_EQ(bits(x.d), bits(y.d));
+  }
 }
 
 }  // namespace

@@ -49,6 +49,40 @@ ModelBuilder small(bool conv_bias, int64_t group = 1, bool scale = false) {
   return mb;
 }
 
+// x [2, 6, 6] -> Conv 3x3 pad 1 (`out` channels) -> Add(a, b) -> Relu -> MaxPool 2 -> Flatten -> MatMul.
+// The Add reads the names `a` and `b` ("c": the Conv's output, "x": the input, "r0": a Relu of c).
+ModelBuilder residual(int64_t out, const std::string& a, const std::string& b) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  mb.init("c.w", {out, 2, 3, 3}, std::vector<float>(static_cast<size_t>(out * 2 * 9), 0.1f));
+  auto& c = mb.node("Conv", {"x", "c.w"}, {"c"}, "conv");
+  ints(c, "pads", {1, 1, 1, 1});
+  mb.node("Relu", {"c"}, {"r0"}, "relu0");
+  mb.node("Add", {a, b}, {"s"}, "residual");
+  mb.node("Relu", {"s"}, {"r"}, "relu");
+  auto& p = mb.node("MaxPool", {"r"}, {"p"}, "pool");
+  ints(p, "kernel_shape", {2, 2});
+  ints(p, "strides", {2, 2});
+  mb.node("Flatten", {"p"}, {"f"}, "flatten");
+  mb.init("fc.w", {out * 9, 3}, std::vector<float>(static_cast<size_t>(out * 27), 0.01f));
+  mb.node("MatMul", {"f", "fc.w"}, {"y"}, "fc");
+  mb.output("y");
+  return mb;
+}
+
+TEST(CnnTraining, ResidualAdd) {
+  const CnnTrainModel m = build_cnn_training_model(graph_of(residual(2, "c", "x")));
+  ASSERT_EQ(m.residuals.size(), 1u);
+  EXPECT_EQ(m.residuals[0].from, 0u);
+  EXPECT_EQ(m.residuals[0].to, 0u);
+  EXPECT_TRUE(m.residuals[0].relu);
+  EXPECT_FALSE(m.net.convs[0].relu);
+  expect_error([] { (void)build_cnn_training_model(graph_of(residual(2, "r0", "x"))); }, ErrorKind::kUnsupported,
+               {"node 'residual' (Add)", "one input straight from a Conv"});
+  expect_error([] { (void)build_cnn_training_model(graph_of(residual(2, "c", "r0"))); }, ErrorKind::kUnsupported,
+               {"node 'residual (Add)'", "the input of an earlier Conv"});
+}
+
 TEST(CnnTraining, NamesAndLayouts) {
   for (const bool bias : {true, false}) {
     const CnnTrainModel m = build_cnn_training_model(graph_of(small(bias)));

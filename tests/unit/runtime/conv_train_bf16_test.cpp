@@ -8,11 +8,13 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/numerics.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/npy.h"
 
@@ -62,6 +64,13 @@ Bf16ConvLayer pool_layer(const ConvGeometry& g, Kind kind) {
     l.bias.assign(g.out_c, 0.0f);
   }
   return l;
+}
+
+// The forward max pool (the trainer's activations: exact maxima of the bf16 inputs).
+std::vector<float> max_pool_forward(const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch) {
+  std::vector<float> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16::round(x[i]);
+  return conv2d_bf16_host(l, xb, batch, 16);
 }
 
 // The float convolution's gradients in double: dx, dw, db of sum(y * dy).
@@ -266,7 +275,13 @@ TEST(ConvTrainBf16, PoolGradientsMatchPyTorch) {
     } else {
       // Ties on the coarse grid go to the first position in the window, as in PyTorch: the routing
       // agrees element by element, up to the bf16 rounding of dy (and of sums of overlapping windows).
+      Device dev = Device::open("ref", BackendConfig{});
+      const std::vector<float> y = max_pool_forward(l, x, c.batch);
+      const MaxPoolBackwardResult r = max_pool_backward_bf16(dev, l, x, y, dy, c.batch);
       const std::vector<float> dx = max_pool_backward_host(l, x, dy, c.batch);
+      expect_bits(r.dx, dx, "dx");
+      EXPECT_GT(r.cycles, 0u);
+      EXPECT_EQ(r.macs > 0, c.g.stride_h < c.g.kernel_h) << "overlapping windows scatter by a convolution";
       ASSERT_EQ(dx.size(), tdx.size());
       for (size_t i = 0; i < dx.size(); ++i) {
         EXPECT_NEAR(dx[i], tdx[i], 0.01 * (1.0 + std::fabs(tdx[i]))) << "element " << i;
@@ -276,14 +291,78 @@ TEST(ConvTrainBf16, PoolGradientsMatchPyTorch) {
 }
 
 TEST(ConvTrainBf16, MaxPoolRoutingRule) {
-  // One 2x2 window of four equal values and one with a NaN: the first position gets the gradient.
+  // One 2x2 window of four equal values: the first position gets the gradient. One with a NaN: the
+  // max is NaN, m - x is NaN for every tap, nothing is routed (docs/numerics.md).
   const Bf16ConvLayer l = pool_layer(geom(1, 2, 4, 1, 2, 2, 1, 0), Kind::kMaxPool);
   const float nan = std::nanf("");
   const std::vector<float> x = {1, 1, 3, nan, 1, 1, nan, 2};
   const std::vector<float> dy = {0.5f, -2.0f};
   const std::vector<float> dx = max_pool_backward_host(l, x, dy, 1);
-  const std::vector<float> want = {0.5f, 0, 0, -2.0f, 0, 0, 0, 0};
+  const std::vector<float> want = {0.5f, 0, 0, 0, 0, 0, 0, 0};
   expect_bits(dx, want, "dx");
+}
+
+TEST(ConvTrainBf16, MaxPoolRoutingEdgeCases) {
+  // Lane by lane (m, dy, then the taps): ties at +0/-0, a difference that flushes to zero, an
+  // infinite max, an infinite gradient, the -inf of a padding tap.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float tiny = std::ldexp(1.0f, -126), tiny2 = std::ldexp(1.0078125f, -126);  // differ by 2^-133
+  const std::vector<float> m = {0.0f, tiny2, inf, 2.0f, 1.0f};
+  const std::vector<float> dy = {3.0f, 4.0f, 5.0f, inf, 6.0f};
+  // taps [2][5]
+  const std::vector<float> taps = {-0.0f, tiny, inf, 2.0f, -inf,  //
+                                   0.0f, tiny2, 1.0f, 1.0f, 1.0f};
+  const std::vector<float> g = max_pool_route_host(m, dy, taps);
+  const float q = std::nanf("");
+  const std::vector<float> want = {3.0f, 4.0f, 0.0f, inf, 0.0f,  //
+                                   0.0f, 0.0f, 0.0f, q, 6.0f};
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << i;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(g[i]), std::bit_cast<uint32_t>(want[i])) << i << ": " << g[i];
+    }
+  }
+  for (const unsigned an : {4u, 16u}) {
+    BackendConfig cfg;
+    cfg.array_n = an;
+    Device dev = Device::open("ref", cfg);
+    expect_bits(max_pool_route_bf16(dev, m, dy, taps).g, g, "route");
+  }
+}
+
+TEST(ConvTrainBf16, MaxPoolBackwardOnTheDeviceIsTheContract) {
+  // Disjoint windows (a layout scatter) and overlapping ones (a one-hot transposed convolution),
+  // padding, dilation, ties (values on a coarse grid), several ACC chunks; N = 4 and 16.
+  const Case cases[] = {
+      {"2x2 s2", 4, geom(3, 8, 8, 3, 2, 2, 1, 0), 3},
+      {"2x2 s2 odd", 16, geom(5, 9, 7, 5, 2, 2, 1, 0), 2},
+      {"3x3 s2 p1", 4, geom(3, 9, 9, 3, 3, 2, 1, 1), 2},
+      {"3x3 s3 p1", 16, geom(2, 10, 10, 2, 3, 3, 1, 1), 2},
+      {"2x2 s1 d2", 16, geom(2, 7, 7, 2, 2, 1, 2, 0), 2},
+      {"2x2 s2 big", 16, geom(8, 28, 28, 8, 2, 2, 1, 0), 16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(c.array_n + c.g.in_h);
+    const Bf16ConvLayer l = pool_layer(c.g, Kind::kMaxPool);
+    std::vector<float> x = normal(c.batch * c.g.in_c * c.g.in_h * c.g.in_w, rng, 1.0f);
+    for (float& v : x) v = std::round(v * 2.0f) / 2.0f;  // many ties
+    const std::vector<float> dy = normal(c.batch * c.g.in_c * c.g.out_h() * c.g.out_w(), rng, 1.0f);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device dev = Device::open("ref", cfg);
+    const std::vector<float> y = max_pool_forward(l, x, c.batch);
+    const MaxPoolBackwardResult r = max_pool_backward_bf16(dev, l, x, y, dy, c.batch);
+    expect_bits(r.dx, max_pool_backward_bf16_host(l, x, y, dy, c.batch, c.array_n), "dx");
+    EXPECT_EQ(max_pool_windows_disjoint(l), r.macs == 0);
+    // Every gradient lands once (disjoint) or at least once: the sum is kept up to bf16 rounding.
+    double sdy = 0, sdx = 0;
+    for (const float v : dy) sdy += bf16::round(v);
+    for (const float v : r.dx) sdx += v;
+    EXPECT_NEAR(sdx, sdy, 0.01 * (1.0 + std::fabs(sdy)));
+  }
 }
 
 TEST(ConvTrainBf16, ReluBackwardIsSelect) {

@@ -1,6 +1,7 @@
 // Training CNNs in bf16 (runtime/cnn_trainer.h): two SGD steps (momentum, weight decay) of two
 // PyTorch-exported CNNs (scripts/gen_cnn_step.py: Conv-Relu-MaxPool-Conv-Relu-AvgPool-Linear-Relu-
-// Linear, and Conv stride 2-Conv without bias-GlobalAveragePool-Linear) on the ref device give the
+// Linear, Conv stride 2-Conv without bias-GlobalAveragePool-Linear, and a ResNet basic block with its
+// residual Add: Conv-Relu, Conv-Relu-Conv + skip, Add, Relu, MaxPool-Linear) on the ref device give the
 // CPU contract's parameters bit for bit and PyTorch's within the device trainer's 5% (relative
 // L2 error of each parameter's change); the training pass keeps the initializer names and refuses what it
 // cannot train, naming the node.
@@ -16,6 +17,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/cnn_trainer.h"
+#include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::runtime {
@@ -106,10 +108,83 @@ TEST_P(CnnTrainerTorch, TwoStepsMatchTheContractAndPyTorch) {
     std::printf("%s %s: |error| / |change| %.4f\n", model.c_str(), name.c_str(), std::sqrt(ee / dd));
     ++checked;
   }
-  EXPECT_EQ(checked, model == std::string("poolnet") ? 8u : 5u);
+  EXPECT_EQ(checked, model == std::string("gapnet") ? 5u : 8u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CnnTrainerTorch, testing::Values("poolnet", "gapnet"));
+INSTANTIATE_TEST_SUITE_P(Models, CnnTrainerTorch, testing::Values("poolnet", "gapnet", "resnet"));
+
+TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
+  // Steps of 8, 8, 5 (a partial batch: its own programs), 8 and 5 rows on ref: the programs of a
+  // row count are compiled in its first step and reused after; every step equals the contract.
+  const std::string model = "poolnet";
+  auto make = [&](Device* dev) {
+    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
+                      8, SgdConfig{0.05f, 0.9f, 0.01f});
+  };
+  Device dev = Device::open("ref", BackendConfig{});
+  CnnTrainer d = make(&dev);
+  CnnTrainer h = make(nullptr);
+  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
+  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  const int64_t rows[] = {8, 8, 5, 8, 5};
+  std::vector<uint64_t> compiled;
+  for (size_t s = 0; s < std::size(rows); ++s) {
+    const size_t at = (s % 2) * 8;
+    const auto xs = std::span<const float>(x).subspan(at * per, static_cast<size_t>(rows[s]) * per);
+    const auto ys = y.subspan(at, static_cast<size_t>(rows[s]));
+    const TrainStepReport a = d.step(xs, ys, rows[s]);
+    const TrainStepReport b = h.step(xs, ys, rows[s]);
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
+    compiled.push_back(d.compiled_programs());
+  }
+  EXPECT_GT(compiled[0], 10u);  // poolnet: 5 conv-part layers and 2 dense ones, several programs each
+  EXPECT_EQ(compiled[1], compiled[0]);
+  EXPECT_GT(compiled[2], compiled[1]);
+  EXPECT_EQ(compiled[3], compiled[2]);
+  EXPECT_EQ(compiled[4], compiled[2]);
+  EXPECT_EQ(h.compiled_programs(), 0u);
+  const TrainState sd = d.state(), sh = h.state();
+  for (const auto& [name, v] : sd.params) {
+    const std::vector<float>& w = sh.params.at(name);
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(CnnTrainer, ResidualAddIsABlock) {
+  // resnet: conv1-relu (layer 0), conv2-relu (1), conv3 (2) + the input of layer 1, Add, Relu, MaxPool.
+  const compiler::CnnTrainModel m =
+      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/resnet.onnx"));
+  ASSERT_EQ(m.net.convs.size(), 4u);
+  ASSERT_EQ(m.residuals.size(), 1u);
+  EXPECT_EQ(m.residuals[0].from, 1u);
+  EXPECT_EQ(m.residuals[0].to, 2u);
+  EXPECT_TRUE(m.residuals[0].relu);
+  EXPECT_FALSE(m.net.convs[2].relu);  // the ReLU belongs to the Add
+  EXPECT_TRUE(m.net.convs[1].relu);
+  EXPECT_EQ(m.conv_weight[2], "conv3.weight");
+  // The Add on the device is its contract: bf16(relu(a + b)), and without the ReLU.
+  std::vector<float> a(300), b(300);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.37f - 3.0f;
+    b[i] = static_cast<float>(i % 5) * -0.11f + 1.0f / 3.0f;
+  }
+  Device dev = Device::open("ref", BackendConfig{});
+  for (const bool relu : {true, false}) {
+    const std::vector<float> want = add_bf16_host(a, b, relu), got = add_bf16(dev, a, b, relu).d;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]) & 0xFFFFu, 0u);  // bf16
+      if (relu) {
+        ASSERT_GE(want[i], 0.0f);
+      }
+    }
+  }
+}
 
 TEST(CnnTrainer, TrainingPassKeepsNamesAndLayouts) {
   const compiler::CnnTrainModel m =
@@ -151,6 +226,46 @@ TEST(CnnTrainer, StateRoundTrips) {
   EXPECT_EQ(a.logits(std::span<const float>(x).first(3 * per), 3).size(), 30u);
   EXPECT_THROW((void)a.step(std::span<const float>(x).first(9 * per), y.first(9), 9), Error);
   EXPECT_THROW(CnnTrainer(nullptr, m, 0, SgdConfig{}), Error);
+}
+
+TEST(CnnTrainer, DeviceResidentStateRoundTrips) {
+  // The masters and momenta live in device memory between steps: state() reads them back, and a
+  // trainer resumed from it (on a device, or the contract) continues bit for bit; the update's
+  // cycles are reported.
+  const compiler::CnnTrainModel m =
+      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/poolnet.onnx"));
+  const SgdConfig sgd{0.05f, 0.9f, 0.01f};
+  Device da = Device::open("ref", BackendConfig{}), db = Device::open("ref", BackendConfig{});
+  CnnTrainer a(&da, m, 8, sgd), h(nullptr, m, 8, sgd);
+  const std::vector<float> x = load_f(kDir + "/poolnet_x.npy");
+  const npy::Array ya = npy::load(kDir + "/poolnet_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  const TrainStepReport r1 = a.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  EXPECT_GT(r1.update_cycles, 0u);
+  (void)h.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  const TrainState s1 = a.state(), hs1 = h.state();
+  for (const auto& [name, v] : hs1.momentum) {
+    const std::vector<float>& w = s1.momentum.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << " momentum";
+    }
+  }
+  CnnTrainer b(&db, m, 8, sgd);
+  b.load_state(s1);
+  for (CnnTrainer* t : {&a, &b, &h}) (void)t->step(std::span<const float>(x).subspan(8 * per, 8 * per), y.subspan(8, 8), 8);
+  const TrainState sa = a.state(), sb = b.state(), sh = h.state();
+  for (const auto& [name, v] : sh.params) {
+    for (const TrainState* o : {&sa, &sb}) {
+      const std::vector<float>& w = o->params.at(name);
+      const std::vector<float>& mv = o->momentum.at(name);
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name;
+        ASSERT_EQ(std::bit_cast<uint32_t>(sh.momentum.at(name)[i]), std::bit_cast<uint32_t>(mv[i])) << name;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,22 +1,26 @@
 // Training CNNs in bf16 (issue 13; docs/training.md "Training CNNs"): runtime::CnnTrainer over the
 // CNN training pass (tpuw/compiler/cnn_training.h). One step on `rows` images:
 //   forward   per layer: a Conv / AveragePool the bf16 convolution program (runtime/conv_bf16.h,
-//             fused bias + ReLU, bf16 out), a MaxPool on the host; per dense layer one bf16 GEMM
-//             (bias preset, ReLU and bf16 rounding by ACTIVATE, the last layer's fp32 logits).
+//             fused bias + ReLU, bf16 out), a MaxPool on the host, a residual Add (CnnResidual) a
+//             VECTOR program (add_bf16); per dense layer one bf16 GEMM (bias preset, ReLU and bf16
+//             rounding by ACTIVATE, the last layer's fp32 logits).
 //   (host)    softmax cross-entropy at the logits: dZ = (softmax - onehot) / rows (fp32).
 //   backward  per dense layer from the last: dZ = relu_backward_bf16(Y, dX) (VECTOR SELECT) when ReLU; [dW | db] =
 //             [X | 1]^T . dZ (GEMM, A transposed on the device, fp32 out); dX = dZ . W^T (GEMM,
-//             LOADW transpose); then per conv-part layer from the last: the ReLU mask (SELECT), dW/db
-//             (conv_param_grads_bf16) and dX (conv_input_grad_bf16: the transposed convolution;
-//             an average pool the same; a max pool routed on the host), runtime/conv_train_bf16.h.
-//   update    torch.optim.SGD (momentum, weight decay) on the fp32 masters, on the host in the
-//             device's fp32 arithmetic (the VECTOR AXPY chain of docs/numerics.md, "SGD with
-//             momentum": bit for bit what the MLP trainer's device update gives); the bf16 working
-//             copies are the masters rounded when the next program loads them.
-// Every device program is compiled per call (the shapes of a partial last batch differ); parameters
-// live on the host between programs. With `device` null the trainer runs the CPU contract of every
-// program instead (conv2d_bf16_host, gemm_bf16_host, ...): bit for bit the device's numbers, which
-// is how the tests check a whole step.
+//             LOADW transpose); then per conv-part layer from the last: a residual's ReLU mask and
+//             the fan-out of its gradient, the ReLU mask (SELECT), dW/db (conv_param_grads_bf16) and
+//             dX (conv_input_grad_bf16: the transposed convolution; an average pool the same; a max
+//             pool max_pool_backward_bf16's VECTOR routing and scatter), and at a residual's skip
+//             input the two paths summed (add_bf16); runtime/conv_train_bf16.h.
+//   update    torch.optim.SGD (momentum, weight decay) on the device: fp32 masters and momenta
+//             resident in device memory, one VECTOR AXPY program (docs/numerics.md, "SGD with
+//             momentum"); the masters are read back for the next step's weight layouts (the bf16
+//             working copies are the masters rounded when the next program loads them).
+// Every device program of a step is compiled once per row count, with its host buffers, and reused
+// in later steps (a partial last batch gets its own set; logits() compiles per call). With `device`
+// null the trainer runs the CPU contract of every program instead (conv2d_bf16_host,
+// gemm_bf16_host, ..., the update in num::axpy): bit for bit the device's numbers, which is how the
+// tests check a whole step.
 #pragma once
 
 #include <filesystem>
@@ -52,8 +56,11 @@ class CnnTrainer final : public Trainer {
   std::string name() const override;
 
   /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
-  /// im2col, gradient rows; docs/training.md) and of the max-pool routing it did.
+  /// im2col, gradient rows; docs/training.md) and of the max-pool tap planes and scatter.
   uint64_t last_host_bytes() const;
+  /// Device programs compiled so far: every program of a step is compiled in the first step of a
+  /// row count (a partial last batch gets its own set) and reused after (0 without a device).
+  uint64_t compiled_programs() const;
 
  private:
   struct Impl;

@@ -27,12 +27,23 @@
 //
 // The ReLU mask is VECTOR SELECT on the device (relu_backward_bf16: d = +0 if y <= 0 else dy, y the
 // layer's bf16 output, both LOADed as fp32 rows into the ACC); relu_backward_host is its contract.
-// On the host, and why: MaxPool backward
-// (max_pool_backward_host) routes each output gradient to the argmax of its window; the VECTOR unit
-// has MAX and SELECT but no equality compare, so it cannot find the argmax position, and the routing
-// is a scatter. Rule: the argmax is the first window position, in (ky, kx) row-major order, inside
-// the image, whose input equals the pooled output (a NaN output: the first NaN input); gradients of
-// overlapping windows are added in fp32 in output raster order, then rounded to bf16 once.
+// MaxPool backward (docs/numerics.md "MaxPool backward in bf16") runs on the device in two parts:
+//   routing  a VECTOR chain per output pixel p, over the window's taps k in (ky, kx) row-major order,
+//            with m the pooled output, x_k the tap's input (-inf for a tap in the padding), r = dy
+//            rounded to bf16:  a = m - x_k (SUB);  s = SELECT(a, r);  g_k = r - s (SUB);  r = r - g_k.
+//            SELECT gives +0 where a <= 0 (x_k == m) and r elsewhere, so g_k = r at the FIRST tap equal
+//            to the max and +0 elsewhere; r becomes +0 after it, so later ties get nothing (PyTorch's
+//            first-argmax rule). Edge cases: a difference m - x_k below 2^-126 flushes to zero and counts
+//            as a tie; a NaN or infinite max (a = NaN) routes nowhere; a non-finite dy turns the window's
+//            tap gradients into NaN (inf - inf). max_pool_route_host is the lane-for-lane contract.
+//            The host lays out m, dy and the K tap planes (a strided copy of x: one stride phase per tap
+//            for non-overlapping windows) as fp32 ACC rows; host_bytes counts them.
+//   scatter  dX = sum over taps of g_k at the tap's input position. Non-overlapping windows (every
+//            input position in at most one window: stride >= the dilated kernel, the usual 2x2 stride 2)
+//            make it a pure layout (the inverse of the tap planes; no additions, values unchanged).
+//            Overlapping windows: a transposed convolution on the device of the tap gradients as
+//            C*KH*KW channels with one-hot weights (conv_input_grad_bf16 of a 1-hot forward layer),
+//            the overlaps summed in fp32 by the MXU and rounded to bf16 once.
 #pragma once
 
 #include <cstdint>
@@ -102,9 +113,58 @@ struct ReluBackwardResult {
 /// Error(kUnsupported) without the VECTOR unit and Error(kInvalidArgument) for sizes that differ.
 ReluBackwardResult relu_backward_bf16(Device& device, std::span<const float> y, std::span<const float> dy);
 
-/// MaxPool backward on the host (header comment: the routing rule). x is the pool's input, dy the
-/// gradient of its output; returns dX NCHW, bf16 values.
+/// A residual Add (forward, relu = the ReLU after it) and the sum of a gradient's two paths (relu
+/// false): d = bf16(relu?(a + b)) lane by lane in the VECTOR unit's fp32 arithmetic (ADD, MAXS 0,
+/// ROUND_BF16). add_bf16 runs it on the device (the result in `d`; a program like
+/// relu_backward_bf16's). Throws Error(kInvalidArgument) for sizes that differ.
+std::vector<float> add_bf16_host(std::span<const float> a, std::span<const float> b, bool relu);
+ReluBackwardResult add_bf16(Device& device, std::span<const float> a, std::span<const float> b, bool relu);
+
+/// The K tap planes of a max pool's input: [K][batch*C*Ho*Wo], tap k = ky*KW + kx, bf16 values, -inf
+/// for a tap in the padding. Throws Error(kInvalidArgument) for a layer that is not a max pool or x of
+/// the wrong size.
+std::vector<float> max_pool_tap_planes(const Bf16ConvLayer& fwd, std::span<const float> x, uint64_t batch);
+
+/// The routing on the CPU (header comment), lane for lane the device's VECTOR chain: m and dy [P]
+/// (dy already bf16), taps [K][P]; returns the tap gradients g [K][P].
+std::vector<float> max_pool_route_host(std::span<const float> m, std::span<const float> dy,
+                                       std::span<const float> taps);
+
+struct MaxPoolRouteResult {
+  std::vector<float> g;     // [K][P], max_pool_route_host's values (dy rounded to bf16), bit for bit
+  PerfCounters perf;
+  uint64_t cycles = 0;
+  uint64_t host_bytes = 0;  // the fp32 images of m, dy, the taps and g
+};
+
+/// The routing on the device: one program, ACC chunks double buffered, four VECTOR ops per tap.
+/// dy is rounded to bf16 on the way in. Throws Error(kUnsupported) without the VECTOR unit.
+MaxPoolRouteResult max_pool_route_bf16(Device& device, std::span<const float> m, std::span<const float> dy,
+                                       std::span<const float> taps);
+
+/// Whether every input position lies in at most one window (the scatter is then a layout).
+bool max_pool_windows_disjoint(const Bf16ConvLayer& fwd);
+/// The scatter of tap gradients [K][P] into dX NCHW for disjoint windows (+0 where no window reads).
+/// Throws Error(kInvalidArgument) for overlapping windows.
+std::vector<float> max_pool_scatter_layout(const Bf16ConvLayer& fwd, std::span<const float> g, uint64_t batch);
+
+struct MaxPoolBackwardResult {
+  std::vector<float> dx;    // NCHW [batch][C][H][W], bf16 values
+  uint64_t cycles = 0;      // the routing program plus (overlapping windows) the scatter convolution
+  uint64_t macs = 0;        // the scatter convolution's
+  uint64_t host_bytes = 0;  // layouts the host prepared (tap planes, m, dy, scatter)
+};
+
+/// MaxPool backward on the device: x the pool's input, y its output (the forward's, exact maxima),
+/// dy the output gradient. Throws as max_pool_tap_planes, max_pool_route_bf16 and conv_input_grad_bf16.
+MaxPoolBackwardResult max_pool_backward_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> x,
+                                             std::span<const float> y, std::span<const float> dy, uint64_t batch);
+/// Its contract on the CPU, bit for bit (array_n: the scatter convolution's array, overlapping windows).
+std::vector<float> max_pool_backward_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> x,
+                                               std::span<const float> y, std::span<const float> dy, uint64_t batch,
+                                               uint32_t array_n);
+/// The same with y computed from x (the forward max pool of conv2d_bf16_host).
 std::vector<float> max_pool_backward_host(const Bf16ConvLayer& fwd, std::span<const float> x,
-                                          std::span<const float> dy, uint64_t batch);
+                                          std::span<const float> dy, uint64_t batch, uint32_t array_n = 16);
 
 }  // namespace tpuw::runtime

@@ -1,0 +1,233 @@
+// The CNN trainer's program cache (train_programs.h).
+#include "train_programs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "program_builder.h"
+#include "tpuw/error.h"
+
+namespace tpuw::runtime::detail {
+namespace {
+
+double utilization(uint64_t macs, uint32_t an, uint64_t cycles) {
+  const double peak = static_cast<double>(an) * static_cast<double>(an);
+  return cycles > 0 ? static_cast<double>(macs) / (peak * static_cast<double>(cycles)) : 0.0;
+}
+
+bool same_geom(const ConvGeometry& a, const ConvGeometry& b) {
+  return a.in_c == b.in_c && a.in_h == b.in_h && a.in_w == b.in_w && a.out_c == b.out_c && a.kernel_h == b.kernel_h &&
+         a.kernel_w == b.kernel_w && a.stride_h == b.stride_h && a.stride_w == b.stride_w &&
+         a.dilation_h == b.dilation_h && a.dilation_w == b.dilation_w && a.pad_top == b.pad_top &&
+         a.pad_left == b.pad_left && a.pad_bottom == b.pad_bottom && a.pad_right == b.pad_right;
+}
+
+void require_vector(const Device& device, const char* what) {
+  if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: the {} device has no VECTOR unit (FEATURES.BF16 is 0)", what, device.info().backend));
+  }
+}
+
+}  // namespace
+
+TrainProgramCache::Entry* TrainProgramCache::find(uint64_t slot, uint64_t rows) {
+  const auto it = entries_.find({slot, rows});
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+TrainProgramCache::Entry& TrainProgramCache::make(uint64_t slot, uint64_t rows) {
+  Entry& e = entries_[{slot, rows}];
+  e = Entry{};
+  ++compiled_;
+  return e;
+}
+
+HostBuffer TrainProgramCache::alloc(uint64_t bytes) { return device_->alloc(std::max<uint64_t>(bytes, 64), 4096); }
+
+PerfCounters TrainProgramCache::run(const Entry& e) {
+  device_->clear_perf();
+  device_->wait(device_->submit(e.code));
+  return device_->perf();
+}
+
+ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                                          uint64_t batch) {
+  if (l.kind == Bf16ConvLayer::Kind::kMaxPool) return run_conv2d_bf16(*device_, l, x, batch);
+  l.check();
+  if ((device_->info().features & spec::reg::kFeaturesBf16) == 0) {
+    throw Error(ErrorKind::kUnsupported, "bf16 convolution: the device has no bf16 mode (FEATURES.BF16 is 0)");
+  }
+  ConvPlan plan = plan_conv_bf16(device_->info().params, l.geom, batch);
+  const std::vector<uint16_t> xin = pack_conv_bf16_input(plan, x);
+  const std::vector<uint16_t> wp = pack_conv_bf16_weights(plan, l.w);
+  mark_zero_tiles_bf16(plan, wp);
+  Entry* e = find(slot, batch);
+  if (e == nullptr || e->conv_plan.zero_tile != plan.zero_tile || !same_geom(e->conv_plan.geom, l.geom) ||
+      e->relu != l.relu) {
+    e = &make(slot, batch);
+    e->conv_plan = plan;
+    e->relu = l.relu;
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(plan)));
+    e->bufs.push_back(alloc(conv_bf16_w_bytes(plan)));
+    e->bufs.push_back(alloc(conv_bf16_param_bytes(plan)));
+    e->bufs.push_back(alloc(conv_bf16_out_bytes(plan)));
+    e->code = compile_conv_bf16(plan, l.relu, e->bufs[0].addr(), e->bufs[1].addr(), e->bufs[2].addr(),
+                                e->bufs[3].addr())
+                  .code;
+  }
+  std::vector<float> bias(plan.o_blocks * plan.array_n, 0.0f);
+  std::copy(l.bias.begin(), l.bias.end(), bias.begin());
+  device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+  device_->write(e->bufs[1], 0, wp.data(), wp.size() * 2);
+  device_->write(e->bufs[2], 0, bias.data(), bias.size() * 4);
+  ConvBf16RunResult r;
+  r.plan = std::move(plan);
+  r.perf = run(*e);
+  std::vector<uint16_t> packed(r.plan.out_bytes());
+  device_->read(e->bufs[3], 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(r.plan, packed);
+  r.cycles = r.perf.cycles;
+  r.instructions = e->code.size() + 1;
+  r.min_bytes = conv_bf16_min_bytes(r.plan);
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+  r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
+  return r;
+}
+
+Bf16GemmResult TrainProgramCache::gemm(uint64_t slot, const Bf16GemmSpec& s, std::span<const float> a,
+                                       std::span<const float> b, std::span<const float> bias) {
+  if (s.accumulate || s.z_out || s.sgd) {
+    throw Error(ErrorKind::kInternal, "train program cache: a GEMM with accumulate, z_out or sgd");
+  }
+  const uint64_t M = s.shape.m, K = s.shape.k, N = s.shape.n;
+  const uint64_t a_rows = s.trans_a ? K : M, a_cols = s.trans_a ? M : K, b_rows = s.trans_b ? N : K,
+                 b_cols = s.trans_b ? K : N;
+  if (a.size() != a_rows * a_cols || b.size() != b_rows * b_cols || (s.bias && bias.size() != N)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("bf16 GEMM {}x{}x{}: A has {} values, B {}, bias {}", M, K, N, a.size(), b.size(),
+                            bias.size()));
+  }
+  Entry* e = find(slot, M ^ (K << 32));  // the batch rows are M, or K for a transposed A
+  if (e == nullptr || e->gemm_plan.spec.shape.m != M || e->gemm_plan.spec.shape.k != K ||
+      e->gemm_plan.spec.shape.n != N || e->gemm_plan.spec.trans_a != s.trans_a ||
+      e->gemm_plan.spec.trans_b != s.trans_b || e->gemm_plan.spec.bias != s.bias ||
+      e->gemm_plan.spec.relu != s.relu || e->gemm_plan.spec.bf16_out != s.bf16_out) {
+    const DeviceInfo& info = device_->info();
+    if ((info.features & spec::reg::kFeaturesBf16) == 0) {
+      throw Error(ErrorKind::kUnsupported, "bf16 GEMM: the device has no bf16 mode (FEATURES.BF16 is 0)");
+    }
+    if (s.trans_a && (info.features & spec::reg::kFeaturesTranspose) == 0) {
+      throw Error(ErrorKind::kUnsupported,
+                  "bf16 GEMM with a transposed A: the device has no TRANSPOSE (FEATURES.TRANSPOSE is 0)");
+    }
+    e = &make(slot, M ^ (K << 32));
+    e->gemm_plan = plan_gemm_bf16(info.params, s);
+    const Bf16GemmPlan& p = e->gemm_plan;
+    e->bufs.push_back(alloc(p.a_bytes()));
+    e->bufs.push_back(alloc(p.b_bytes()));
+    e->bufs.push_back(alloc(p.c_bytes()));
+    e->bufs.push_back(alloc(p.bias_bytes()));
+    e->bufs.push_back(alloc(64));
+    e->code = compile_gemm_bf16(p, {e->bufs[0].addr(), e->bufs[1].addr(), e->bufs[2].addr(), e->bufs[3].addr(),
+                                    e->bufs[4].addr()})
+                  .code;
+  }
+  const Bf16GemmPlan& p = e->gemm_plan;
+  const uint32_t an = p.array_n;
+  {
+    const auto ap = pad_bf16(a, a_rows, a_cols, an);
+    const auto bp = pad_bf16(b, b_rows, b_cols, an);
+    device_->write(e->bufs[0], 0, ap.data(), ap.size() * 2);
+    device_->write(e->bufs[1], 0, bp.data(), bp.size() * 2);
+    if (s.bias) {
+      const auto bp2 = pad_f32(bias, 1, N, an);
+      device_->write(e->bufs[3], 0, bp2.data(), p.bias_bytes());
+    }
+  }
+  Bf16GemmResult r;
+  r.plan = p;
+  r.perf = run(*e);
+  if (s.bf16_out) {
+    std::vector<uint16_t> cp(p.c_bytes() / 2);
+    device_->read(e->bufs[2], 0, cp.data(), p.c_bytes());
+    r.c = unpad_bf16(cp, M, N, an);
+  } else {
+    std::vector<float> cp(p.c_bytes() / 4);
+    device_->read(e->bufs[2], 0, cp.data(), p.c_bytes());
+    r.c = unpad_f32(cp, M, N, an);
+  }
+  r.cycles = r.perf.cycles;
+  r.instructions = e->code.size() + 1;
+  r.utilization = utilization(p.macs(), an, r.cycles);
+  return r;
+}
+
+ReluBackwardResult TrainProgramCache::elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                                  std::span<const VecStep> steps, const char* what) {
+  if (a.size() != b.size()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: {} and {} values", what, a.size(), b.size()));
+  }
+  require_vector(*device_, what);
+  ReluBackwardResult r;
+  if (a.empty()) return r;
+  const uint64_t an = device_->info().params.array_n, rows = (a.size() + an - 1) / an, bytes = rows * an * 4;
+  Entry* e = find(slot, a.size());
+  if (e == nullptr) {
+    e = &make(slot, a.size());
+    for (int i = 0; i < 3; ++i) e->bufs.push_back(alloc(bytes));
+    e->code = elementwise_program(device_->info().params, a.size(), e->bufs[0].addr(), e->bufs[1].addr(),
+                                  e->bufs[2].addr(), steps);
+  }
+  device_->write(e->bufs[0], 0, a.data(), a.size() * 4);
+  device_->write(e->bufs[1], 0, b.data(), b.size() * 4);
+  r.perf = run(*e);
+  r.cycles = r.perf.cycles;
+  r.d.resize(a.size());
+  device_->read(e->bufs[2], 0, r.d.data(), r.d.size() * 4);
+  return r;
+}
+
+ReluBackwardResult TrainProgramCache::relu_backward(uint64_t slot, std::span<const float> y,
+                                                    std::span<const float> dy) {
+  const VecStep steps[] = {{spec::VecOp::kSelect, 0}};
+  return elementwise(slot, y, dy, steps, "relu backward");
+}
+
+ReluBackwardResult TrainProgramCache::add(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                          bool relu) {
+  const VecStep with_relu[] = {{spec::VecOp::kAdd, 0}, {spec::VecOp::kMaxs, 0}, {spec::VecOp::kRoundBf16, 0}};
+  const VecStep plain[] = {{spec::VecOp::kAdd, 0}, {spec::VecOp::kRoundBf16, 0}};
+  return relu ? elementwise(slot, a, b, with_relu, "bf16 add") : elementwise(slot, a, b, plain, "bf16 add");
+}
+
+MaxPoolRouteResult TrainProgramCache::max_pool_route(uint64_t slot, std::span<const float> m,
+                                                     std::span<const float> dy, std::span<const float> taps) {
+  const uint64_t K = max_pool_route_check(m, dy, taps), P = m.size();
+  require_vector(*device_, "max pool routing");
+  const uint32_t an = device_->info().params.array_n;
+  const uint64_t plane = (P + an - 1) / an * an;
+  const std::vector<float> img = max_pool_route_image(m, dy, taps, an);
+  Entry* e = find(slot, P * 64 + K);
+  if (e == nullptr) {
+    e = &make(slot, P * 64 + K);
+    e->bufs.push_back(alloc(img.size() * 4));
+    e->bufs.push_back(alloc(K * plane * 4));
+    e->code = max_pool_route_program(device_->info().params, P, K, e->bufs[0].addr(), e->bufs[1].addr());
+  }
+  device_->write(e->bufs[0], 0, img.data(), img.size() * 4);
+  MaxPoolRouteResult r;
+  r.perf = run(*e);
+  r.cycles = r.perf.cycles;
+  std::vector<float> o(K * plane);
+  device_->read(e->bufs[1], 0, o.data(), o.size() * 4);
+  r.g.resize(K * P);
+  for (uint64_t k = 0; k < K; ++k) {
+    std::copy_n(o.begin() + static_cast<ptrdiff_t>(k * plane), P, r.g.begin() + static_cast<ptrdiff_t>(k * P));
+  }
+  r.host_bytes = 4 * (img.size() + o.size());
+  return r;
+}
+
+}  // namespace tpuw::runtime::detail

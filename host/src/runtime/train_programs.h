@@ -1,0 +1,110 @@
+// Internal to the runtime: the pieces of the CNN backward programs (conv_train_bf16.cpp,
+// max_pool_train_bf16.cpp) split into layout, compile and run, and TrainProgramCache, which keeps
+// every program of a CNN training step compiled, with its host buffers, across steps
+// (runtime/cnn_trainer.h; docs/training.md "Training CNNs").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "tpuw/device.h"
+#include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/conv_train_bf16.h"
+#include "tpuw/runtime/gemm_bf16.h"
+
+namespace tpuw::runtime::detail {
+
+/// The dW/db GEMM of a conv layer: [C*KH*KW + 1, B*Ho*Wo]^T-shaped A (transposed on the device).
+Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch);
+/// Splits the GEMM's fp32 [C*KH*KW + 1, O] result into dw and db.
+void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r);
+
+/// One VECTOR step of an element-wise program: the first reads a and b, the later ones the result.
+struct VecStep {
+  spec::VecOp op;
+  uint32_t scalar = 0;
+};
+/// An element-wise program over `elems` values: a and b LOADed as fp32 ACC rows (chunks, double
+/// buffered), the steps applied in order (results in b's rows), the result STOREd to out_addr.
+std::vector<isa::Word> elementwise_program(const DeviceParams& dp, uint64_t elems, uint64_t a_addr, uint64_t b_addr,
+                                           uint64_t out_addr, std::span<const VecStep> steps);
+
+/// torch.optim.SGD on `elems` fp32 values resident in device memory, the VECTOR AXPY chain of
+/// docs/numerics.md "SGD with momentum": w (master), v (momentum) and g (gradient) LOADed as ACC
+/// rows per chunk; g = AXPY(w, wd, g) when wd != 0; v = AXPY(v, momentum, g), w = AXPY(v, -lr, w)
+/// when momentum != 0, else w = AXPY(g, -lr, w); w (and v) STOREd back in place.
+std::vector<isa::Word> sgd_program(const DeviceParams& dp, uint64_t elems, uint64_t w_addr, uint64_t v_addr,
+                                   uint64_t g_addr, float lr, float momentum, float weight_decay);
+
+/// The ReLU-backward program over `elems` values (buffers of ceil(elems/N) rows of N fp32 lanes).
+std::vector<isa::Word> relu_backward_program(const DeviceParams& dp, uint64_t elems, uint64_t y_addr,
+                                             uint64_t dy_addr, uint64_t out_addr);
+
+/// The max-pool routing: the host image [m | bf16(dy) | tap 0 .. K-1], planes of ceil(P/N)*N fp32,
+/// and the program writing the K tap-gradient planes to out_addr.
+std::vector<float> max_pool_route_image(std::span<const float> m, std::span<const float> dy,
+                                        std::span<const float> taps, uint32_t array_n);
+std::vector<isa::Word> max_pool_route_program(const DeviceParams& dp, uint64_t P, uint64_t K, uint64_t in_addr,
+                                              uint64_t out_addr);
+/// Throws Error(kInvalidArgument) for inconsistent routing spans; returns K.
+uint64_t max_pool_route_check(std::span<const float> m, std::span<const float> dy, std::span<const float> taps);
+
+/// The one-hot forward layer whose input gradient scatters the tap gradients (overlapping windows),
+/// and the tap gradients [K][P] as its output gradient NCHW [B][C*K][Ho][Wo].
+Bf16ConvLayer max_pool_one_hot_layer(const Bf16ConvLayer& pool);
+std::vector<float> max_pool_taps_as_channels(const Bf16ConvLayer& pool, std::span<const float> g, uint64_t batch);
+
+/// Device programs compiled once per (slot, rows) and run again with new data: a slot is the
+/// caller's name for one program of a step (a layer and a role); a different row count (the last
+/// partial batch) gets its own entry. Weights are uploaded every run; a bf16 convolution is
+/// recompiled only when its set of all-zero weight tiles changes. Not thread-safe; `device` must
+/// outlive the cache.
+class TrainProgramCache {
+ public:
+  explicit TrainProgramCache(Device& device) : device_(&device) {}
+
+  /// run_conv2d_bf16's result (y, plan, perf, cycles, utilization, moved bytes); a max pool goes to
+  /// run_conv2d_bf16 itself.
+  ConvBf16RunResult conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch);
+  /// gemm_bf16's result (c, plan, perf, cycles, utilization) for a spec without accumulate / z_out / sgd.
+  Bf16GemmResult gemm(uint64_t slot, const Bf16GemmSpec& s, std::span<const float> a, std::span<const float> b,
+                      std::span<const float> bias = {});
+  ReluBackwardResult relu_backward(uint64_t slot, std::span<const float> y, std::span<const float> dy);
+  /// add_bf16 (ADD, MAXS 0 with relu, ROUND_BF16); the result in `d`.
+  ReluBackwardResult add(uint64_t slot, std::span<const float> a, std::span<const float> b, bool relu);
+  MaxPoolRouteResult max_pool_route(uint64_t slot, std::span<const float> m, std::span<const float> dy,
+                                    std::span<const float> taps);
+
+  /// Programs compiled so far (a figure for tests and benchmarks).
+  uint64_t compiled() const { return compiled_; }
+
+ private:
+  struct Entry {
+    std::vector<HostBuffer> bufs;
+    std::vector<isa::Word> code;
+    ConvPlan conv_plan;
+    bool relu = false;
+    Bf16GemmPlan gemm_plan;
+  };
+  Entry* find(uint64_t slot, uint64_t rows);
+  ReluBackwardResult elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
+                                 std::span<const VecStep> steps, const char* what);
+  Entry& make(uint64_t slot, uint64_t rows);
+  HostBuffer alloc(uint64_t bytes);
+  PerfCounters run(const Entry& e);
+
+  Device* device_;
+  std::map<std::pair<uint64_t, uint64_t>, Entry> entries_;
+  uint64_t compiled_ = 0;
+};
+
+/// max_pool_backward_bf16 with the cache's programs: the routing in `slot`, the scatter
+/// convolution of overlapping windows in `slot` + 1.
+MaxPoolBackwardResult max_pool_backward_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
+                                               std::span<const float> x, std::span<const float> y,
+                                               std::span<const float> dy, uint64_t batch);
+
+}  // namespace tpuw::runtime::detail
