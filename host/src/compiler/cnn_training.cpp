@@ -170,8 +170,8 @@ CnnTrainModel build_cnn_training_model(Graph g) {
   for (const Bf16ConvLayer& l : m.net.convs) {  // inference joins branches; training does not yet
     if (!l.sources.empty() || !l.act.none()) {
       throw Error(ErrorKind::kUnsupported,
-                  fmt::format("{}: layer '{}' cannot be trained: CNN training supports a chain of layers (no residual "
-                              "Add, Concat, branch or activation function)",
+                  fmt::format("{}: layer '{}' cannot be trained: CNN training supports a chain of layers with residual "
+                              "Adds around Convs (no Concat, other branch or activation function)",
                               m.net.head.source, l.name));
     }
   }
