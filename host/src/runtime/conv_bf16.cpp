@@ -27,6 +27,7 @@
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -124,7 +125,7 @@ uint64_t conv_bf16_min_bytes(const ConvPlan& p) {
   return 2 * in + 2 * w + 4 * uint64_t{g.out_c} + 2 * out;
 }
 
-std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x) {
+std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x, uint16_t pad) {
   const ConvGeometry& g = p.geom;
   const uint64_t an = p.array_n;
   const uint64_t hw = uint64_t{g.in_h} * g.in_w;
@@ -133,7 +134,7 @@ std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const fl
                                                          x.size(), p.batch * g.in_c * hw));
   }
   // Host image: [c_block][batch][img_rows][N] bf16, the padded, phase-split image of each block.
-  std::vector<uint16_t> out(p.in_bytes(), 0);
+  std::vector<uint16_t> out(p.in_bytes(), pad);
   for (uint64_t b = 0; b < p.batch; ++b) {
     for (uint64_t c = 0; c < g.in_c; ++c) {
       uint16_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
@@ -437,12 +438,14 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
   CnnBf16RunResult r;
   std::vector<float> a = bf16_values(x);
   for (const Bf16ConvLayer& l : net.convs) {
-    r.convs.push_back(run_conv2d_bf16(device, l, a, batch));
+    // A max pool runs on the device (VECTOR MAX; run_cnn_bf16 already required FEATURES.BF16).
+    r.convs.push_back(l.kind == Bf16ConvLayer::Kind::kMaxPool ? run_max_pool_bf16(device, l, a, batch)
+                                                               : run_conv2d_bf16(device, l, a, batch));
     const ConvBf16RunResult& c = r.convs.back();
     a = c.y;
     if (c.host) continue;
     r.cycles += c.cycles;
-    r.macs += c.plan.macs();
+    r.macs += l.kind == Bf16ConvLayer::Kind::kMaxPool ? 0 : c.plan.macs();  // a max pool multiplies nothing
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }
@@ -465,7 +468,10 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
                                          uint32_t array_n) {
   net.check();
   std::vector<float> a = bf16_values(x);
-  for (const Bf16ConvLayer& l : net.convs) a = conv2d_bf16_host(l, a, batch, array_n);
+  for (const Bf16ConvLayer& l : net.convs) {
+    a = l.kind == Bf16ConvLayer::Kind::kMaxPool ? max_pool_bf16_host(l, a, batch, array_n)
+                                                : conv2d_bf16_host(l, a, batch, array_n);
+  }
   return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
 }
 
