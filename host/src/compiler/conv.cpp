@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "pass_util.h"
+#include "pool_groups.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/nn/quantize.h"
@@ -141,11 +143,10 @@ nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
     pads[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
     pads[i + 2] = total - pads[i];
   }
-  const bool padded = std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; });
-  if (n.op == Op::kMaxPool && attr_int(g, n, "ceil_mode", 0) != 0) {
+  if (attr_int(g, n, "ceil_mode", 0) != 0) {
     // ceil_mode as PyTorch and ONNX's reference compute it: out = ceil((in + pads - span) / stride) + 1,
     // minus one when the last window would start in the end padding; the partial last window is
-    // extra end padding, which a max ignores.
+    // extra end padding, which a max ignores and an average does not count (pool_groups.h).
     for (size_t i = 0; i < 2; ++i) {
       const int64_t in = dx[2 + i], span = dl[i] * (ks[i] - 1) + 1, total = in + pads[i] + pads[i + 2];
       if (total < span) continue;  // conv_geometry reports the window larger than the input
@@ -154,13 +155,8 @@ nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
       pads[i + 2] += std::max<int64_t>((out - 1) * st[i] + span - total, 0);
     }
   }
-  if (n.op == Op::kMaxPool) {
-    // Pads hold no value for a max (they are skipped); ceil_mode is folded into the pads above.
-  } else if (padded && attr_int(g, n, "count_include_pad", 0) == 0) {
-    g.fail(ErrorKind::kUnsupported, n,
-           "count_include_pad=0 with pads is not supported yet (the device divides every window by its full size, "
-           "count_include_pad=1)");
-  }
+  // Pads hold no value for a max (they are skipped); an average's divisor per pixel (count_include_pad,
+  // ceil_mode's partial windows) is detail::avgpool_counts'.
   geo.kernel_h = static_cast<uint32_t>(ks[0]);
   geo.kernel_w = static_cast<uint32_t>(ks[1]);
   geo.stride_h = static_cast<uint32_t>(st[0]);
@@ -171,13 +167,6 @@ nn::ConvGeometry pool_geometry(const Graph& g, const Node& n, const Dims& dx) {
   geo.pad_left = static_cast<uint32_t>(pads[1]);
   geo.pad_bottom = static_cast<uint32_t>(pads[2]);
   geo.pad_right = static_cast<uint32_t>(pads[3]);
-  if (n.op != Op::kMaxPool && attr_int(g, n, "ceil_mode", 0) != 0 && geo.out_h() > 0 && geo.out_w() > 0) {
-    const uint64_t rh = (uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom - (uint64_t{geo.dilation_h} * (geo.kernel_h - 1) + 1)) % geo.stride_h;
-    const uint64_t rw = (uint64_t{geo.in_w} + geo.pad_left + geo.pad_right - (uint64_t{geo.dilation_w} * (geo.kernel_w - 1) + 1)) % geo.stride_w;
-    if (rh != 0 || rw != 0) {
-      g.fail(ErrorKind::kUnsupported, n, "ceil_mode=1 with a partial last window is not supported yet");
-    }
-  }
   return geo;
 }
 
@@ -302,18 +291,16 @@ std::optional<std::vector<int64_t>> pad_amounts(const Graph& g, const Node& n, s
     g.fail(ErrorKind::kUnsupported, n, fmt::format("mode '{}' is not supported (only constant zero padding)",
                                                    mode->kind == Attribute::Kind::kString ? mode->s : "?"));
   }
-  if (const Attribute* v = n.attr("value"); v != nullptr && (v->kind != Attribute::Kind::kFloat || v->f != 0.0f)) {
-    g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  if (const Attribute* v = n.attr("value"); v != nullptr && v->kind != Attribute::Kind::kFloat) {
+    g.fail(ErrorKind::kBadFile, n, "attribute 'value' is not a float");
   }
   if (input(n, 3) != kNoValue) g.fail(ErrorKind::kUnsupported, n, "the axes input is not supported");
-  if (const ValueId cv = input(n, 2); cv != kNoValue) {
-    if (!g.is_constant(cv)) {
-      if (!strict) return std::nullopt;
-      g.fail(ErrorKind::kUnsupported, n, "the constant_value input must be a constant");
-    }
-    const TensorData& d = *g.value(cv).data;
-    if (d.size() != 0 && d.as_double(0) != 0.0) g.fail(ErrorKind::kUnsupported, n, "a padding value other than 0 is not supported");
+  if (const ValueId cv = input(n, 2); cv != kNoValue && !g.is_constant(cv)) {
+    if (!strict) return std::nullopt;
+    g.fail(ErrorKind::kUnsupported, n, "the constant_value input must be a constant");
   }
+  // A constant other than 0 (detail::pad_constant) keeps the Pad out of fold_pads: it becomes a
+  // 1x1 AveragePool whose border carries the constant (attribute pad_value).
   std::vector<int64_t> p;
   if (const Attribute* a = n.attr("pads"); a != nullptr) {
     if (a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'pads' is not a list of ints");
@@ -350,7 +337,9 @@ void fold_pads(Graph& g) {
     const ValueId y = pad.outputs[0];
     const auto& rd = readers[static_cast<size_t>(y)];
     Node* next = rd.size() == 1 && !g.is_graph_output(y) ? &g.nodes[rd[0]] : nullptr;
-    if (next == nullptr || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
+    const double value = detail::pad_constant(g, pad);
+    if (!std::isfinite(value)) g.fail(ErrorKind::kUnsupported, pad, fmt::format("the padding value {} is not finite", value));
+    if (next == nullptr || value != 0.0 || (next->op != Op::kConv && next->op != Op::kAveragePool) || next->inputs[0] != y ||
         auto_pad(g, *next) != "NOTSET") {
       // Not foldable: the Pad runs as a 1x1 average pool with those pads (the identity with a
       // zero border, count_include_pad=1), a layer of its own.
@@ -370,6 +359,12 @@ void fold_pads(Graph& g) {
       ci.kind = Attribute::Kind::kInt;
       ci.i = 1;
       pn.set_attr("count_include_pad", ci);
+      if (value != 0.0) {
+        Attribute pv;
+        pv.kind = Attribute::Kind::kFloat;
+        pv.f = static_cast<float>(value);
+        pn.set_attr("pad_value", pv);
+      }
       continue;
     }
     std::vector<int64_t> q = attr_ints(g, *next, "pads", 4, 0);
@@ -587,9 +582,11 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
   }
   const bool relu = attr_int(g, n, "relu", 0) != 0;
   if (n.op != Op::kConv) {
-    // Average over the window, the pads counted as zeros (count_include_pad=1), in double.
+    // Average over the window in double: the sum of the positions inside the image (plus a Pad's
+    // constant on its border) over the pixel's divisor (count_include_pad, ceil_mode: pool_groups.h).
     std::vector<float> y(batch * O * Ho * Wo);
-    const double inv = 1.0 / static_cast<double>(KH * KW);
+    const detail::PoolCounts counts = detail::avgpool_counts(g, n, geo);
+    const double pv = detail::pool_pad_value(g, n);
     for (uint64_t bc = 0; bc < batch * C; ++bc) {
       const float* img = x.data() + bc * H * W;
       for (uint64_t oy = 0; oy < Ho; ++oy) {
@@ -597,13 +594,21 @@ std::vector<float> conv_float(const Graph& g, const Node& n, std::span<const flo
           double s = 0;
           for (uint64_t dy = 0; dy < KH; ++dy) {
             const int64_t iy = static_cast<int64_t>(oy * geo.stride_h + dy * geo.dilation_h) - geo.pad_top;
-            if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+            if (iy < 0 || iy >= static_cast<int64_t>(H)) {
+              s += pv * static_cast<double>(KW);
+              continue;
+            }
             for (uint64_t dx = 0; dx < KW; ++dx) {
               const int64_t ix = static_cast<int64_t>(ox * geo.stride_w + dx * geo.dilation_w) - geo.pad_left;
-              if (ix >= 0 && ix < static_cast<int64_t>(W)) s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
+              if (ix >= 0 && ix < static_cast<int64_t>(W)) {
+                s += img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)];
+              } else {
+                s += pv;
+              }
             }
           }
-          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(s * inv, 0.0) : s * inv);
+          const double avg = s / detail::avgpool_divisor(counts, oy, ox);
+          y[(bc * Ho + oy) * Wo + ox] = static_cast<float>(relu ? std::max(avg, 0.0) : avg);
         }
       }
     }
@@ -676,6 +681,7 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
     } catch (const Error& e) {
       g.fail(ErrorKind::kUnsupported, n, e.what());
     }
+    detail::add_pool_groups(g, n, q, in_scale, out_scale);  // a divisor that varies by pixel, a Pad's constant
     return q;
   }
   const uint64_t per = uint64_t{q.geom.in_c} * q.geom.kernel_h * q.geom.kernel_w;
@@ -796,9 +802,9 @@ nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float>
 
 nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
   const Graph g = optimize(std::move(graph));
-  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
-                                                g.outputs.size()));
+  if (g.inputs.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input, not {} (graph input '{}' is the second)",
+                                                g.inputs.size(), g.inputs.size() > 1 ? g.value(g.inputs[1].value).name : ""));
   }
   const ValueId input = g.inputs[0].value;
   const Dims& din = *g.value(input).shape;
@@ -828,6 +834,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     bool relu = false;         // a Relu fused here (Add/Concat; a Conv's is its attribute)
     std::string relu_label;
     ValueId value = kNoValue;  // the layer's output (after the fused Relu)
+    nn::Activation act;        // a function fused after it (int8 lookup table, cnn_activations)
+    ValueId act_in = kNoValue; // the function's input (the table's input scale is calibrated on it)
   };
   std::vector<Layer> layers;
   std::vector<int32_t> layer_of(g.values.size(), std::numeric_limits<int32_t>::min());
@@ -852,11 +860,30 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
           host = &p;
         }
       }
-      if (l.value != v || host->relu || attr_int(g, *host->node, "relu", 0) != 0 || readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
+      if (l.value != v || host->relu || !host->act.none() || attr_int(g, *host->node, "relu", 0) != 0 ||
+          readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
         g.fail(ErrorKind::kUnsupported, n, "a Relu in a CNN must be the only reader of a Conv, pool, Add or Concat output");
       }
       host->relu = true;
       host->relu_label = n.label();
+      l.value = n.outputs[0];
+      layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
+      continue;
+    }
+    if (is_activation_op(n.op) && is_layer_value(n.inputs[0]) && layer_of[static_cast<size_t>(n.inputs[0])] >= 0) {
+      // Sigmoid, Tanh, HardSwish, ... after a conv/pool/merge layer: its lookup table joins the
+      // layer's ACTIVATE (like a fused Relu), the requantization targets the table's input scale.
+      Layer& l = layers[static_cast<size_t>(layer_of[static_cast<size_t>(n.inputs[0])])];
+      const ValueId v = n.inputs[0];
+      if (l.value != v || !l.act.none() || l.node->op == Op::kMaxPool || readers[static_cast<size_t>(v)].size() != 1 ||
+          g.is_graph_output(v)) {
+        g.fail(ErrorKind::kUnsupported, n,
+               "an activation function in a CNN must be the only reader of a Conv, average pool, Add or Concat output "
+               "(one function per layer, not after a MaxPool)");
+      }
+      l.act = activation_of(g, n);
+      l.act.node = n.label();
+      l.act_in = v;
       l.value = n.outputs[0];
       layer_of[static_cast<size_t>(n.outputs[0])] = layer_of[static_cast<size_t>(v)];
       continue;
@@ -893,26 +920,58 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       const Layer& l = layers[c];
       std::vector<float> in_scales;
       for (const int32_t s : l.src) in_scales.push_back(s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]);
+      // With a function the layer requantizes into the table's input scale (calibrated on the
+      // function's input); the table maps it to the layer's output scale.
+      const float req_scale = l.act.none() ? out_scales[c] : nn::symmetric_scale(acts[static_cast<size_t>(l.act_in)]);
       nn::QConv2d q = l.src.size() > 1 || l.node->op == Op::kAdd || l.node->op == Op::kConcat
-                          ? quantize_merge(g, *l.node, in_scales, out_scales[c], l.relu)
-                          : quantize_conv(g, *l.node, in_scales[0], out_scales[c]);
+                          ? quantize_merge(g, *l.node, in_scales, req_scale, l.relu)
+                          : quantize_conv(g, *l.node, in_scales[0], req_scale);
       if (l.relu) q.relu = true;
       if (!l.relu_label.empty()) q.name += " + " + l.relu_label;
+      if (!l.act.none()) {
+        q.lut = nn::act_table(l.act, req_scale, out_scales[c]);
+        q.out_scale = out_scales[c];
+        q.name += " + " + l.act.node;
+      }
       if (l.src != std::vector<int32_t>{static_cast<int32_t>(c) - 1}) q.sources = l.src;
       net.convs.push_back(std::move(q));
     }
+  };
+  // The graph outputs: the network's own (`final_value`: the head's output, or the last map or its
+  // Flatten) and, with several outputs, layer maps (a hidden layer's output after its fused Relu or
+  // function: nn::CnnOutput).
+  auto assign_outputs = [&](ValueId final_value) {
+    bool has_final = false;
+    for (const GraphOutput& o : g.outputs) {
+      nn::CnnOutput c;
+      c.name = o.name;
+      if (o.value != final_value) {
+        const int32_t k = layer_of[static_cast<size_t>(o.value)];
+        if (k < 0 || layers[static_cast<size_t>(k)].value != o.value) {
+          g.fail(ErrorKind::kUnsupported,
+                 fmt::format("graph output '{}' is neither the network's output nor a conv/pool layer's output (after "
+                             "its Relu or function)", o.name));
+        }
+        c.layer = k;
+      } else {
+        has_final = true;
+      }
+      net.outputs.push_back(std::move(c));
+    }
+    if (!has_final) {
+      g.fail(ErrorKind::kUnsupported, *layers.back().node,
+             fmt::format("ends the network but no graph output is its result ({} outputs)", g.outputs.size()));
+    }
+    if (g.outputs.size() == 1) net.outputs.clear();  // one output: the network's (the usual form)
   };
   // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
   // map in NCHW order is the flattened row).
   const bool ends_in_map = i == g.nodes.size();
   const bool ends_in_flatten = i + 1 == g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape) &&
                                g.nodes[i].inputs[0] == act;
-  if (ends_in_map && g.outputs[0].value != act) {
-    g.fail(ErrorKind::kUnsupported, *layers.back().node,
-           fmt::format("is the last layer but the graph output '{}' is another layer's", g.outputs[0].name));
-  }
   if (ends_in_map || ends_in_flatten) {
     quantize_convs(nn::symmetric_scale(acts[static_cast<size_t>(act)]));
+    assign_outputs(ends_in_map ? act : g.nodes[i].outputs[0]);
     net.check();
     return net;
   }
@@ -931,6 +990,9 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   head.source = g.source;
   head.input_name = g.value(act).name;
   head.output_name = g.outputs[0].name;
+  for (const GraphOutput& o : g.outputs) {
+    if (layer_of[static_cast<size_t>(o.value)] == std::numeric_limits<int32_t>::min()) head.output_name = o.name;
+  }
   head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
   for (; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -963,6 +1025,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   net.head = lower_to_qnetwork(hg);
 
   quantize_convs(net.head.input_scale);
+  assign_outputs(act);
   net.check();
   return net;
 }

@@ -62,6 +62,20 @@ class Interpreter {
       case Op::kMaxPool: out(n) = conv_float(g_, n, in(n, 0), batch_); return;
       case Op::kFlatten:
       case Op::kReshape: out(n) = in(n, 0); return;
+      case Op::kSigmoid:
+      case Op::kTanh:
+      case Op::kLeakyRelu:
+      case Op::kClip:
+      case Op::kHardSigmoid:
+      case Op::kHardSwish:
+      case Op::kGelu:
+      case Op::kErf: {  // a function after a CNN layer (its int8 lookup table's float definition)
+        const nn::Activation a = activation_of(g_, n);
+        std::vector<float> y = in(n, 0);
+        for (float& v : y) v = static_cast<float>(nn::act_apply(a, static_cast<double>(v)));
+        out(n) = std::move(y);
+        return;
+      }
       case Op::kRelu: {  // (a CNN's Relu after a residual Add or a Concat)
         std::vector<float> y = in(n, 0);
         for (float& v : y) v = std::max(v, 0.0f);

@@ -73,6 +73,30 @@ void QConv2d::check() const {
   for (uint8_t s : shift) {
     if (s > 63) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: shift {} is above 63", where, s));
   }
+  if (!lut.empty() && lut.size() != 256) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: a lookup table has 256 entries, not {}", where, lut.size()));
+  }
+  const uint64_t groups = extra_groups();
+  if (group_bias.size() != groups * oc || group_mult.size() != groups * oc || group_shift.size() != groups * oc) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("{}: group bias/mult/shift have {}/{}/{} entries, expected {} groups x {} channels", where,
+                            group_bias.size(), group_mult.size(), group_shift.size(), groups, oc));
+  }
+  for (uint8_t s : group_shift) {
+    if (s > 63) throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: group shift {} is above 63", where, s));
+  }
+  if (!pixel_group.empty() || groups > 0) {
+    const uint64_t px = uint64_t{geom.out_h()} * geom.out_w();
+    if (pixel_group.size() != px) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: pixel_group has {} entries, expected out_h*out_w = {}", where, pixel_group.size(), px));
+    }
+    for (const uint16_t k : pixel_group) {
+      if (k > groups) {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: pixel group {} of {} extra groups", where, k, groups));
+      }
+    }
+  }
 }
 
 std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint64_t batch) {
@@ -123,8 +147,12 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
               }
             }
           }
-          y[((b * O + o) * Ho + oy) * Wo + ox] =
-              requantize(static_cast<int32_t>(acc), l.bias_q[o], l.mult[o], l.shift[o], l.relu);
+          const uint64_t k = l.pixel_group.empty() ? 0 : l.pixel_group[oy * Wo + ox];
+          const uint64_t gi = k == 0 ? 0 : (k - 1) * O + o;
+          const int8_t r =
+              k == 0 ? requantize(static_cast<int32_t>(acc), l.bias_q[o], l.mult[o], l.shift[o], l.relu)
+                     : requantize(static_cast<int32_t>(acc), l.group_bias[gi], l.group_mult[gi], l.group_shift[gi], l.relu);
+          y[((b * O + o) * Ho + oy) * Wo + ox] = l.lut.empty() ? r : l.lut[static_cast<size_t>(r + 128)];
         }
       }
     }
@@ -215,13 +243,18 @@ std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const i
   return a;
 }
 
-std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+std::vector<std::vector<int8_t>> forward_cnn_int_maps(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
   std::vector<std::vector<int8_t>> outs;
   auto out = [&](size_t k) -> const std::vector<int8_t>& { return outs[k]; };
   for (size_t l = 0; l < net.convs.size(); ++l) {
     outs.push_back(conv2d_int(net.convs[l], cnn_layer_input(net, l, x_q, out, batch), batch));
   }
+  return outs;
+}
+
+std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
+  const std::vector<std::vector<int8_t>> outs = forward_cnn_int_maps(net, x_q, batch);
   const std::vector<int8_t>& a = outs.back();
   if (!net.has_head()) return std::vector<int32_t>(a.begin(), a.end());
   return forward_int_raw(net.head, a, batch);

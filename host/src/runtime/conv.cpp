@@ -22,6 +22,7 @@
 #include <numeric>
 
 #include "program_builder.h"
+#include "tpuw/activate.h"
 #include "tpuw/checked.h"
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
@@ -95,7 +96,7 @@ void mark_zero_tiles(ConvPlan& p, std::span<const int8_t> packed) {
   }
 }
 
-ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t batch) {
+ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t batch, uint64_t extra_groups, bool lut) {
   g.check("conv");
   if (batch == 0 || batch > (uint64_t{1} << 24)) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: batch {} must be in 1 .. 2^24", batch));
@@ -105,6 +106,8 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t b
   p.batch = batch;
   p.array_n = params.array_n;
   p.beat = params.dma_data_w / 8;
+  p.extra_groups = extra_groups;
+  p.lut_rows = lut ? lut_rows(params.array_n) : 0;
   const uint64_t an = p.array_n;
   if (an == 0 || p.beat == 0 || (an * an) % std::lcm<uint64_t>(an, p.beat) != 0) {
     throw Error(ErrorKind::kUnsupported, fmt::format("conv: array size {} with a {}-byte DMA beat", an, p.beat));
@@ -139,7 +142,7 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t b
   // Images per tile: ACC strip buffers + the params; UB input buffers + staging buffers. Double
   // buffered (the next tile loads and the last strip stores while one computes) when one image
   // fits twice, single otherwise (correct either way: the tokens serialize the reuse).
-  const uint64_t param_rows = 3 * p.o_blocks;
+  const uint64_t param_rows = p.param_rows_per_block() * p.o_blocks * (1 + p.extra_groups);
   const uint64_t acc_avail = params.acc_depth > param_rows ? params.acc_depth - param_rows : 0;
   const uint64_t by_rows = std::max<uint64_t>(detail::kMaxRowsField / (p.c_blocks * p.img_rows), 1);
   auto fit_with = [&](uint64_t bufs) {
@@ -222,12 +225,36 @@ std::vector<int8_t> pack_conv_weights(const ConvPlan& p, std::span<const int8_t>
 
 std::vector<int32_t> pack_conv_params(const ConvPlan& p, const QConv2d& layer) {
   const uint64_t an = p.array_n;
-  std::vector<int32_t> out(p.o_blocks * 3 * an, 0);
-  for (uint64_t o = 0; o < layer.geom.out_c; ++o) {
-    int32_t* rows = out.data() + (o / an) * 3 * an + o % an;
-    rows[0] = layer.bias_q[o];
-    rows[an] = layer.mult[o];
-    rows[2 * an] = layer.shift[o];
+  // Group k's rows for output block ob start at row (k * o_blocks + ob) * param_rows_per_block()
+  // (group 0: the layer's): bias, mult, shift, then the lookup table if the layer has one.
+  const uint64_t per = p.param_rows_per_block();
+  std::vector<int32_t> out((1 + p.extra_groups) * p.o_blocks * per * an, 0);
+  if ((p.lut_rows > 0) != !layer.lut.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv '{}': the plan and the layer disagree on the lookup table", layer.name));
+  }
+  std::vector<uint32_t> table_words;
+  if (!layer.lut.empty()) {
+    LutTable t{};
+    std::copy(layer.lut.begin(), layer.lut.end(), t.begin());
+    table_words = lut_acc_words(t, an);
+  }
+  const uint64_t oc = layer.geom.out_c;
+  if (layer.extra_groups() != p.extra_groups) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv '{}': {} requantization groups, the plan has {}", layer.name,
+                                                         layer.extra_groups(), p.extra_groups));
+  }
+  for (uint64_t k = 0; k <= p.extra_groups; ++k) {
+    for (uint64_t o = 0; o < oc; ++o) {
+      int32_t* rows = out.data() + (k * p.o_blocks + o / an) * per * an + o % an;
+      const uint64_t gi = (k - 1) * oc + o;
+      rows[0] = k == 0 ? layer.bias_q[o] : layer.group_bias[gi];
+      rows[an] = k == 0 ? layer.mult[o] : layer.group_mult[gi];
+      rows[2 * an] = k == 0 ? layer.shift[o] : layer.group_shift[gi];
+    }
+    for (uint64_t ob = 0; ob < p.o_blocks; ++ob) {
+      int32_t* t = out.data() + ((k * p.o_blocks + ob) * per + 3) * an;
+      for (size_t w = 0; w < table_words.size(); ++w) t[w] = static_cast<int32_t>(table_words[w]);
+    }
   }
   return out;
 }
@@ -274,7 +301,7 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
     b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
   }
   std::vector<int64_t> slot_holds(p.w_slots, -1);
-  uint64_t ring = 0, strip = 0;
+  uint64_t ring = 0, strip = 0, activates = 0;
   for (uint64_t tile = 0; tile < p.tiles; ++tile) {
     const uint64_t img0 = tile * kimg;
     const uint64_t nimg = std::min(kimg, p.batch - img0);
@@ -318,15 +345,20 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
           first = false;
         }
       }
-      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-      act.set("relu", relu ? 1 : 0);
-      act.set("bias", 1);
-      act.set("acc_addr", acc_base);
-      act.set("ub_addr", stage_base);
-      act.set("rows", nimg * p.acc_rows);
-      act.set("bias_addr", params_row + ob * 3);
-      act.set("qparam_addr", params_row + ob * 3 + 1);
-      b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      for (const ActivateRun& run : activate_runs(p, nimg)) {
+        const uint64_t par = params_row + (run.group * p.o_blocks + ob) * p.param_rows_per_block();
+        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+        act.set("relu", relu ? 1 : 0);
+        act.set("bias", 1);
+        if (p.lut_rows > 0) act.set("lut", 1);
+        act.set("acc_addr", acc_base + run.row);
+        act.set("ub_addr", stage_base + run.row);
+        act.set("rows", run.rows);
+        act.set("bias_addr", par);
+        act.set("qparam_addr", par + 1);
+        b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+        ++activates;
+      }
       for (uint64_t i = 0; i < nimg; ++i) {
         const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * an;
         for (uint64_t oy = 0; oy < p.ho; ++oy) {
@@ -346,13 +378,15 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
   prog.loadws = merged.loadws;
   prog.matmuls = merged.matmuls;
   prog.stores = merged.stores;
+  prog.activates = activates;
   return prog;
 }
 
 ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const int8_t> x, uint64_t batch) {
   layer.check();
   ConvRunResult r;
-  r.plan = plan_conv(device.info().params, layer.geom, batch);
+  r.plan = plan_conv(device.info().params, layer.geom, batch, layer.extra_groups(), !layer.lut.empty());
+  set_pixel_groups(r.plan, layer);
   const ConvPlan& p = r.plan;
   const std::vector<int8_t> xin = pack_conv_input(p, x);
   const std::vector<int8_t> wp = pack_conv_weights(p, layer.w_q);

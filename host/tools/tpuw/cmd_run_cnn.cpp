@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -80,7 +81,7 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
       need += p.in_bytes() + uint64_t{p.array_n} * p.array_n + 12 * uint64_t{p.array_n} + p.out_bytes() + 4 * 4096;
       continue;
     }
-    const runtime::ConvPlan p = runtime::plan_conv(params, l.geom, rows);
+    const runtime::ConvPlan p = runtime::plan_conv(params, l.geom, rows, l.extra_groups(), !l.lut.empty());
     need += p.in_bytes() + p.w_bytes() + p.param_bytes() + p.out_bytes() + 4 * 4096;
   }
   if (q.has_head()) {
@@ -88,6 +89,21 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
     need += hp.input_bytes + hp.weight_bytes + hp.param_bytes + hp.spill_bytes + hp.output_bytes + 5 * 4096;
   }
   return cnn_memory_size(need, rows);
+}
+
+// With several graph outputs each goes to out.NAME.npy (as the dense path's: characters other than
+// letters, digits, '_', '-' and '.' become '_'); one output goes to --output itself.
+std::string cnn_output_file(const std::string& output, const nn::QCnn& q, size_t i) {
+  if (output.empty() || q.outputs.empty()) return output;
+  std::string name = q.outputs.at(i).name;
+  for (char& c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) c = '_';
+  }
+  const std::filesystem::path p(output);
+  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / fmt::format("{}.{}.npy", stem, name)).string();
 }
 
 }  // namespace
@@ -125,8 +141,21 @@ int run_cnn_model(const CnnRunOpts& o) {
   }
   const nn::QCnn q = compiler::compile_quantized_cnn(g, cal.x, cal.rows);
   const auto classes = static_cast<uint32_t>(q.output_features());
+  for (size_t i = 0; !o.output.empty() && i < q.outputs.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (cnn_output_file(o.output, q, i) == cnn_output_file(o.output, q, k)) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("--output {}: graph outputs '{}' and '{}' would both be written to {}", o.output,
+                                q.outputs[k].name, q.outputs[i].name, cnn_output_file(o.output, q, i)));
+      }
+    }
+  }
   // The output's shape per row: the model's (a feature map keeps [C, H, W]; a head gives [classes]).
-  const Graph og = compiler::optimize(g);
+  Graph og = compiler::optimize(g);
+  // The network's output first (cnn_float_outputs reads graph output 0); the others are layer maps.
+  for (size_t i = 0; i < q.outputs.size(); ++i) {
+    if (q.outputs[i].layer < 0) std::swap(og.outputs[0], og.outputs[i]);
+  }
   std::vector<uint64_t> out_shape = {in.rows};
   if (q.has_head()) {
     out_shape.push_back(classes);
@@ -134,6 +163,8 @@ int run_cnn_model(const CnnRunOpts& o) {
     const compiler::Dims& od = *og.value(og.outputs[0].value).shape;
     for (size_t i = 1; i < od.size(); ++i) out_shape.push_back(static_cast<uint64_t>(od[i]));
   }
+  // Hidden layers' maps that are graph outputs too (several outputs), int8 as the device wrote them.
+  std::vector<std::vector<int8_t>> maps(q.outputs.size());
   std::vector<int64_t> labels;
   if (!o.labels.empty()) {
     if (!q.has_head()) {
@@ -168,6 +199,11 @@ int run_cnn_model(const CnnRunOpts& o) {
                   fmt::format("CNN run returned {} outputs, expected {}", r.output_i32.size(), n * classes));
     }
     raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
+    for (size_t k = 0; k < q.outputs.size(); ++k) {
+      if (q.outputs[k].layer < 0) continue;
+      const std::vector<int8_t>& m = r.convs.at(static_cast<size_t>(q.outputs[k].layer)).y;
+      maps[k].insert(maps[k].end(), m.begin(), m.end());
+    }
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvRunResult& cr = r.convs[i];
       const nn::QConv2d& l = q.convs[i];
@@ -203,6 +239,18 @@ int run_cnn_model(const CnnRunOpts& o) {
                                 i % classes, o.backend, raw[i], golden[i]));
       }
     }
+    const std::vector<std::vector<int8_t>> golden_maps =
+        q.outputs.empty() ? std::vector<std::vector<int8_t>>{} : nn::forward_cnn_int_maps(q, x_q, in.rows);
+    for (size_t k = 0; k < q.outputs.size(); ++k) {
+      if (q.outputs[k].layer < 0) continue;
+      const std::vector<int8_t>& want = golden_maps.at(static_cast<size_t>(q.outputs[k].layer));
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (i >= maps[k].size() || maps[k][i] != want[i]) {
+          throw Error(ErrorKind::kMismatch, fmt::format("mismatch: output '{}' element {}: {} = {}, cpu = {}", q.outputs[k].name,
+                                                        i, o.backend, i < maps[k].size() ? maps[k][i] : 0, want[i]));
+        }
+      }
+    }
     fa = compare_with_float(y, yf, classes);
     check_json = fa.check_json();
   }
@@ -211,7 +259,33 @@ int run_cnn_model(const CnnRunOpts& o) {
     acc_dev = accuracy(y, classes, labels);
     acc_float = accuracy(yf, classes, labels);
   }
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, std::span<const float>(y)));
+  // Every output: the network's (y in out_shape) and each hidden layer's map [rows, C, H, W].
+  json outputs_json = json::array();
+  std::vector<std::string> output_lines;
+  for (size_t k = 0; k < std::max<size_t>(q.outputs.size(), 1); ++k) {
+    const std::string file = cnn_output_file(o.output, q, k);
+    const int32_t layer = q.outputs.empty() ? -1 : q.outputs[k].layer;
+    std::vector<uint64_t> shp = out_shape;
+    std::vector<float> v;
+    if (layer >= 0) {
+      const nn::QConv2d& l = q.convs[static_cast<size_t>(layer)];
+      shp = {in.rows, l.geom.out_c, l.geom.out_h(), l.geom.out_w()};
+      v.resize(maps[k].size());
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(maps[k][i]) * l.out_scale;
+    }
+    if (!file.empty()) npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+    if (!q.outputs.empty()) {
+      uint64_t feats = 1;
+      for (size_t d = 1; d < shp.size(); ++d) feats *= shp[d];
+      outputs_json.push_back({{"name", q.outputs[k].name},
+                              {"layer", layer >= 0 ? q.convs[static_cast<size_t>(layer)].name : std::string("network output")},
+                              {"features", feats},
+                              {"file", file}});
+      output_lines.push_back(fmt::format("output '{}' ({}, [{}]){}", q.outputs[k].name,
+                                         layer >= 0 ? "layer " + q.convs[static_cast<size_t>(layer)].name : "the network's",
+                                         fmt::join(shp, ", "), file.empty() ? "" : " -> " + file));
+    }
+  }
 
   // ---- report -----------------------------------------------------------------------------------
   const std::string host_op = q.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
@@ -221,6 +295,10 @@ int run_cnn_model(const CnnRunOpts& o) {
     j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
     j["calibration_rows"] = cal.rows;
     add_cnn_json_results(j, o, "int8", array_n, tot, labels.size(), acc_dev, acc_float, check_json);
+    if (!q.outputs.empty()) {
+      j["output"] = nullptr;  // several outputs: each one's file is in "outputs"
+      j["outputs"] = outputs_json;
+    }
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -236,7 +314,10 @@ int run_cnn_model(const CnnRunOpts& o) {
                             "|diff| {:.4g}, argmax agrees on {:.2f}% of the rows",
                             fa.max_diff, 100.0 * fa.argmax)
               : std::string();
-  print_cnn_tail(o, "int8", labels.size(), acc_dev, acc_float, check_line, out_shape);
+  CnnRunOpts tail_o = o;
+  if (!q.outputs.empty()) tail_o.output.clear();  // the lines below name every output's file
+  print_cnn_tail(tail_o, "int8", labels.size(), acc_dev, acc_float, check_line, out_shape);
+  for (const std::string& line : output_lines) fmt::print("{}\n", line);
   return 0;
 }
 

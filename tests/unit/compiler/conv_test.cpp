@@ -812,9 +812,11 @@ TEST(ConvCompiler, AveragePoolsRunAsConvolutions) {
 }
 
 TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
+  // count_include_pad=0 with pads and ceil_mode's partial windows run in int8 (pool_groups_test.cpp);
+  // bf16 refuses them naming the node.
+  expect_error([&] { (void)compile_bf16_cnn(graph_of(pooled_cnn(3, 0, {1, 1, 1, 1}))); }, ErrorKind::kUnsupported,
+               {"node 'pool1' (AveragePool)", "count_include_pad=0 with pads"});
   const std::vector<float> x(432, 0.5f);
-  expect_error([&] { (void)compile_quantized_cnn(graph_of(pooled_cnn(3, 0, {1, 1, 1, 1})), x, 1); },
-               ErrorKind::kUnsupported, {"node 'pool1' (AveragePool)", "count_include_pad=0 with pads"});
   ModelBuilder mb = pooled_cnn(3, 1, {});
   ModelBuilder::attr_i(*mb.graph().mutable_node(2), "ceil_mode", 1);
   (void)compile_quantized_cnn(graph_of(mb), x, 1);  // 12x12, 2x2 stride 2: no partial window, same as floor
@@ -825,8 +827,8 @@ TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
   attr_ints(p, "strides", {2, 2});
   ModelBuilder::attr_i(p, "ceil_mode", 1);
   odd.output("y");
-  expect_error([&] { (void)optimize(graph_of(odd)); }, ErrorKind::kUnsupported,
-               {"node 'pool' (AveragePool)", "ceil_mode=1 with a partial last window"});
+  expect_error([&] { (void)compile_bf16_cnn(graph_of(odd)); }, ErrorKind::kUnsupported,
+               {"node 'pool' (AveragePool)", "ceil_mode's partial windows"});
 }
 
 // The PyTorch-exported digits CNN (examples/digits/train_cnn.py: Conv-ReLU-AvgPool x 2, the

@@ -59,9 +59,32 @@ struct QConv2d {
   /// residual Add or a Concat of activations with different scales is a 1x1 convolution over the
   /// concatenation (compiler/conv.h); every source has this layer's in_h x in_w.
   std::vector<int32_t> sources;
+  /// Requantization that varies by output pixel: an average pool whose divisor depends on the
+  /// pixel (count_include_pad=0 with pads, ceil_mode's partial last windows) or a Pad's constant
+  /// border. pixel_group[oy * out_w + ox] = 0 uses bias_q/mult/shift; k >= 1 uses group k's
+  /// group_bias/group_mult/group_shift[(k - 1) * out_c + o]. Empty: every pixel uses group 0. The
+  /// device splits the layer's ACTIVATE by group (runtime/conv.h, docs/network_compiler.md).
+  std::vector<uint16_t> pixel_group;
+  /// An activation function after the layer (Sigmoid, Tanh, HardSwish, ... : tpuw/nn/activation.h)
+  /// as a 256-entry table applied after the requantization (and ReLU): y = lut[y + 128] (ACTIVATE
+  /// `lut`, ISA 1.2). The requantization then targets the table's input scale; out_scale is the
+  /// table's output scale. Empty: none.
+  std::vector<int8_t> lut;
+  std::vector<int32_t> group_bias, group_mult;
+  std::vector<uint8_t> group_shift;
+  /// The groups beyond group 0 (group_mult.size() / out_c).
+  uint32_t extra_groups() const { return geom.out_c == 0 ? 0 : static_cast<uint32_t>(group_mult.size() / geom.out_c); }
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;
+};
+
+/// One graph output of a CNN with several outputs (QCnn::outputs): the network's output (layer -1:
+/// the head's, or the last layer's map without a head) or layer `layer`'s int8 map, NCHW
+/// [batch][out_c][out_h][out_w], real = q * that layer's out_scale.
+struct CnnOutput {
+  std::string name;
+  int32_t layer = -1;
 };
 
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
@@ -73,6 +96,8 @@ struct QCnn {
   float input_scale = 1.0f;              // x_q = sat8(round(x / input_scale))
   std::vector<QConv2d> convs;
   QNetwork head;
+  /// The graph outputs in order when the model has several (empty: one, the network's output).
+  std::vector<CnnOutput> outputs;
 
   bool has_head() const { return !head.layers.empty(); }
   /// Output values per image: the head's last layer's width, or the last map's C*H*W.
@@ -97,6 +122,10 @@ std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const i
 /// forward_int_raw of the head: [batch, n_last] int32 (acc + bias_q of the last layer). Without a
 /// head: the last layer's int8 map widened to int32, [batch, output_features()] (NCHW order).
 std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
+
+/// Every layer's int8 map (NCHW) from the same integer forward pass (what a CnnOutput of a hidden
+/// layer holds).
+std::vector<std::vector<int8_t>> forward_cnn_int_maps(const QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 /// The integer convolution on the CPU: x_q NCHW [batch][in_c][in_h][in_w] int8 -> y_q NCHW int8.
 /// Throws Error(kInvalidArgument) for a bad layer or an input of the wrong size.

@@ -57,12 +57,21 @@ struct ConvPlan {
   bool weights_resident = false;   // every weight tile stays in the WB for the whole run
   uint64_t pinned_tiles = 0;       // tiles loaded once (all when resident); the rest once per tile
   std::vector<uint64_t> tap_offset;  // per tap (dy * kernel_w + dx): UB row offset in an image
+  /// Requantization groups beyond the layer's own (QConv2d::pixel_group): each has its (bias, mult,
+  /// shift) rows per output block after the layer's, and the ACTIVATE of a strip is split into runs
+  /// of rows that share a group (activate_runs). set_pixel_groups fills both.
+  uint64_t extra_groups = 0;
+  std::vector<uint16_t> pixel_group;  // [ho * wo]; empty: every pixel uses group 0
+  /// ACC rows of the layer's lookup table after each (bias, mult, shift) triple (QConv2d::lut;
+  /// 0: none, else ceil(64 / N)); its ACTIVATEs set `lut`.
+  uint64_t lut_rows = 0;
+  uint64_t param_rows_per_block() const { return 3 + lut_rows; }
 
   uint64_t in_bytes() const { return batch * c_blocks * img_rows * array_n; }
   uint64_t w_bytes() const { return weight_tiles * array_n * array_n; }
   /// Weight bytes the program loads: the pinned tiles once, the others once per tile of images.
   uint64_t w_bytes_moved() const;
-  uint64_t param_bytes() const { return o_blocks * 3 * 4 * uint64_t{array_n}; }
+  uint64_t param_bytes() const { return (1 + extra_groups) * o_blocks * param_rows_per_block() * 4 * uint64_t{array_n}; }
   uint64_t out_bytes() const { return batch * o_blocks * ho * wo_stored * array_n; }
   /// MXU rows streamed (every MATMUL row, wasted border rows included).
   uint64_t mxu_rows() const { return batch * executed_tiles() * acc_rows; }
@@ -80,7 +89,25 @@ struct ConvPlan {
 
 /// Chooses the layout. Throws Error(kInvalidArgument) for a bad geometry or batch 0,
 /// Error(kUnsupported) when one image does not fit the UB / ACC (spatial tiling is not done).
-ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch);
+/// `extra_groups`: requantization groups beyond the layer's own; `lut`: the layer has a lookup
+/// table (both need ACC rows for their params).
+ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch, uint64_t extra_groups = 0,
+                   bool lut = false);
+
+/// Copies a layer's per-pixel requantization groups into the plan (planned with the same
+/// extra_groups). Error(kInvalidArgument) when they disagree.
+void set_pixel_groups(ConvPlan& plan, const QConv2d& layer);
+
+/// One ACTIVATE of a strip: ACC rows [row, row + rows) of the strip's images (image i's rows start
+/// at i * acc_rows) with the params of `group`. Rows that are never stored (the wasted border
+/// columns) join whichever run they sit in, so a layer without groups has one run per strip and an
+/// average pool with a border of smaller divisors about one per image row that has border pixels
+/// (plus one per border pixel run).
+struct ActivateRun {
+  uint64_t row = 0, rows = 0;
+  uint16_t group = 0;
+};
+std::vector<ActivateRun> activate_runs(const ConvPlan& plan, uint64_t images);
 
 /// The host images (x is NCHW int8 [batch][in_c][in_h][in_w]; y likewise [batch][out_c][ho][wo]).
 /// `pad` fills every position that is not an input pixel (0; a max pool's -128).
@@ -96,6 +123,7 @@ struct ConvProgram {
   std::vector<isa::Word> code;
   std::vector<uint64_t> fold_index;
   uint64_t loads = 0, loadws = 0, matmuls = 0, stores = 0;
+  uint64_t activates = 0;  // one per strip, more with requantization groups (activate_runs)
 };
 ConvProgram compile_conv(const ConvPlan& plan, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
                          uint64_t out_addr);
