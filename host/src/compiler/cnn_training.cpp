@@ -102,6 +102,14 @@ CnnTrainModel build_cnn_training_model(Graph g) {
     }
   }
   m.net = compile_bf16_cnn(std::move(g));
+  for (const Bf16ConvLayer& l : m.net.convs) {  // inference joins branches; training does not yet
+    if (!l.sources.empty() || !l.act.none()) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: layer '{}' cannot be trained: CNN training supports a chain of layers (no residual "
+                              "Add, Concat, branch or activation function)",
+                              m.net.head.source, l.name));
+    }
+  }
   // Pools carry no names; the Convs come in graph order.
   std::vector<std::string> w, b;
   size_t next = 0;

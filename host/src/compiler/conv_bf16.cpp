@@ -4,10 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "pass_util.h"
 #include "pool_groups.h"
+#include "tpuw/compiler/activations.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/error.h"
@@ -78,6 +81,49 @@ Bf16ConvLayer lower_layer(const Graph& g, const Node& n) {
   return l;
 }
 
+// A residual Add of two maps or a Concat of maps along the channels as a 1x1 convolution over the
+// channel concatenation of its sources: Add y[o] = 1 * x_0[o] + 1 * x_1[o] (one fp32 addition of
+// the exact bf16 values, then ACTIVATE's rounding), Concat the identity (exact).
+Bf16ConvLayer lower_merge(const Graph& g, const Node& n, const std::vector<int32_t>& src) {
+  const Dims& d0 = *g.value(n.inputs[0]).shape;
+  std::vector<uint32_t> ch;
+  for (const ValueId v : n.inputs) {
+    const Dims& d = *g.value(v).shape;
+    if (d.size() != 4 || d[2] != d0[2] || d[3] != d0[3] || (n.op == Op::kAdd && d != d0)) {
+      g.fail(ErrorKind::kUnsupported, n,
+             fmt::format("input '{}' has shape {}, input '{}' {}: {} maps of [batch, C, H, W] with the same {}",
+                         g.value(n.inputs[0]).name, dims_string(d0), g.value(v).name, dims_string(d),
+                         n.op == Op::kAdd ? "an Add adds two" : "a Concat joins",
+                         n.op == Op::kAdd ? "shape" : "height and width"));
+    }
+    ch.push_back(static_cast<uint32_t>(d[1]));
+  }
+  if (n.op == Op::kAdd && n.inputs.size() != 2) g.fail(ErrorKind::kUnsupported, n, "an Add has two inputs");
+  if (n.op == Op::kConcat) {
+    int64_t axis = attr_int(g, n, "axis", 0);
+    if (axis < 0) axis += 4;
+    if (axis != 1) {
+      g.fail(ErrorKind::kUnsupported, n, fmt::format("axis {}: a Concat of feature maps joins the channels (axis 1)",
+                                                     attr_int(g, n, "axis", 0)));
+    }
+  }
+  Bf16ConvLayer l;
+  l.name = layer_name(n);
+  l.sources = src;
+  l.geom.in_h = static_cast<uint32_t>(d0[2]);
+  l.geom.in_w = static_cast<uint32_t>(d0[3]);
+  for (const uint32_t c : ch) l.geom.in_c += c;
+  l.geom.out_c = n.op == Op::kAdd ? ch[0] : l.geom.in_c;
+  const uint64_t O = l.geom.out_c, C = l.geom.in_c;
+  l.w.assign(O * C, 0.0f);
+  l.bias.assign(O, 0.0f);
+  for (uint64_t o = 0; o < O; ++o) {
+    l.w[o * C + o] = 1.0f;
+    if (n.op == Op::kAdd) l.w[o * C + O + o] = 1.0f;
+  }
+  return l;
+}
+
 }  // namespace
 
 void Bf16ConvLayer::check() const {
@@ -100,6 +146,19 @@ void Bf16Cnn::check() const {
   for (size_t i = 0; i < convs.size(); ++i) {
     const Bf16ConvLayer& l = convs[i];
     l.check();
+    if (!l.sources.empty()) {  // the channel concatenation of earlier layers' maps (or the input)
+      c = 0;
+      for (const int32_t s : l.sources) {
+        if (s < -1 || s >= static_cast<int32_t>(i)) {
+          throw Error(ErrorKind::kInvalidArgument,
+                      fmt::format("bf16 CNN layer {} '{}': source {} is not an earlier layer", i, l.name, s));
+        }
+        const nn::ConvGeometry* sg = s < 0 ? nullptr : &convs[static_cast<size_t>(s)].geom;
+        c += sg == nullptr ? in_c : sg->out_c;
+        h = sg == nullptr ? in_h : sg->out_h();
+        w = sg == nullptr ? in_w : sg->out_w();
+      }
+    }
     if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
       throw Error(ErrorKind::kInvalidArgument,
                   fmt::format("bf16 CNN layer {} '{}' reads {}x{}x{}, the previous layer gives {}x{}x{}", i, l.name,
@@ -138,10 +197,47 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   auto is_conv_like = [](Op op) {
     return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
   };
-  for (; i < g.nodes.size() && is_conv_like(g.nodes[i].op); ++i) {
-    if (g.nodes[i].inputs[0] != act) g.fail(ErrorKind::kUnsupported, g.nodes[i], "is not part of a chain of layers");
-    net.convs.push_back(lower_layer(g, g.nodes[i]));
-    act = g.nodes[i].outputs[0];
+  // The layers in graph order; a layer reads the previous layer's output, or (a residual Add or a
+  // Concat) the outputs of earlier layers and the graph input (Bf16ConvLayer::sources).
+  std::map<ValueId, int32_t> layer_of{{in, -1}};
+  const auto source_of = [&](const Node& n, ValueId v) {
+    const auto it = layer_of.find(v);
+    if (it == layer_of.end()) g.fail(ErrorKind::kUnsupported, n, "is not part of a chain of layers");
+    return it->second;
+  };
+  for (; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const bool merge = (n.op == Op::kAdd || n.op == Op::kConcat) && !n.inputs.empty() &&
+                       std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return layer_of.count(v) > 0; });
+    // A Relu or a function joins the last layer when it is the only reader of its output.
+    const bool after_layer = !net.convs.empty() && !n.inputs.empty() && n.inputs[0] == act && !g.is_graph_output(act) &&
+                             std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
+                               return std::find(m.inputs.begin(), m.inputs.end(), act) != m.inputs.end();
+                             }) == 1;
+    if (is_conv_like(n.op)) {
+      const int32_t s = source_of(n, n.inputs[0]);
+      net.convs.push_back(lower_layer(g, n));
+      if (s != static_cast<int32_t>(net.convs.size()) - 2) net.convs.back().sources = {s};
+    } else if (merge) {
+      std::vector<int32_t> src;
+      for (const ValueId v : n.inputs) src.push_back(source_of(n, v));
+      net.convs.push_back(lower_merge(g, n, src));
+    } else if (after_layer && n.op == Op::kRelu && !net.convs.back().relu && net.convs.back().act.none() &&
+               net.convs.back().kind == Bf16ConvLayer::Kind::kConv) {
+      net.convs.back().relu = true;  // a Relu after a residual Add or a Concat
+      net.convs.back().name += " + " + n.label();
+    } else if (after_layer && is_activation_op(n.op)) {  // a function after a layer: a VECTOR pass
+      if (!net.convs.back().act.none()) {
+        g.fail(ErrorKind::kUnsupported, n,
+               fmt::format("follows another function ({}) on layer '{}'", net.convs.back().act.node, net.convs.back().name));
+      }
+      net.convs.back().act = activation_of(g, n);
+      net.convs.back().act.node = n.label();
+    } else {
+      break;
+    }
+    act = n.outputs[0];
+    layer_of[act] = static_cast<int32_t>(net.convs.size()) - 1;
   }
   if (net.convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through the dense-layer path)");
   nn::FloatNetwork& head = net.head;

@@ -121,7 +121,15 @@ class Interpreter {
         out(n) = std::move(y);
         return;
       }
-      default: g_.fail(ErrorKind::kUnsupported, n, "is not supported by the float interpreter");
+      default:
+        if (is_activation_op(n.op)) {  // Sigmoid, Tanh, Clip, ... after a convolution (bf16 CNNs)
+          const nn::Activation a = activation_of(g_, n);
+          std::vector<float> y = in(n, 0);
+          for (float& v : y) v = static_cast<float>(nn::act_apply(a, double{v}));
+          out(n) = std::move(y);
+          return;
+        }
+        g_.fail(ErrorKind::kUnsupported, n, "is not supported by the float interpreter");
     }
   }
 

@@ -28,6 +28,7 @@
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/vector_functions.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -432,17 +433,52 @@ std::vector<float> conv2d_bf16_host(const Bf16ConvLayer& layer, std::span<const 
   return y;
 }
 
+namespace {
+
+// A layer's input from its sources (Bf16ConvLayer::sources): the channel concatenation, per image,
+// of the graph input (-1) or earlier layers' NCHW outputs. Host layout only: no arithmetic.
+std::vector<float> gather_sources(const Bf16Cnn& net, const Bf16ConvLayer& l, const std::vector<float>& x0,
+                                  const std::vector<std::vector<float>>& outs, uint64_t batch) {
+  std::vector<float> in;
+  in.reserve(batch * uint64_t{l.geom.in_c} * l.geom.in_h * l.geom.in_w);
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (const int32_t s : l.sources) {
+      const std::vector<float>& src = s < 0 ? x0 : outs.at(static_cast<size_t>(s));
+      const uint64_t per = s < 0 ? uint64_t{net.in_c} * net.in_h * net.in_w : src.size() / batch;
+      in.insert(in.end(), src.begin() + static_cast<ptrdiff_t>(b * per), src.begin() + static_cast<ptrdiff_t>((b + 1) * per));
+    }
+  }
+  return in;
+}
+
+}  // namespace
+
 CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<const float> x, uint64_t batch) {
   net.check();
   require_bf16(device, "bf16 CNN");
   CnnBf16RunResult r;
-  std::vector<float> a = bf16_values(x);
+  const std::vector<float> x0 = bf16_values(x);
+  std::vector<float> a = x0;
+  std::vector<std::vector<float>> outs;  // every layer's output (a residual Add or Concat reads earlier ones)
   for (const Bf16ConvLayer& l : net.convs) {
+    if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
     // A max pool runs on the device (VECTOR MAX; run_cnn_bf16 already required FEATURES.BF16).
     r.convs.push_back(l.kind == Bf16ConvLayer::Kind::kMaxPool ? run_max_pool_bf16(device, l, a, batch)
                                                                : run_conv2d_bf16(device, l, a, batch));
     const ConvBf16RunResult& c = r.convs.back();
     a = c.y;
+    if (!l.act.none()) {  // the function: one more program, VECTOR ops (vector_functions.h)
+      VecPassResult v = run_vec_function_bf16(device, vec_function(l.act, false), a);
+      a = v.y;
+      r.cycles += v.cycles;
+      r.moved_bytes += v.moved_bytes;
+      r.min_bytes += v.min_bytes;
+      r.vector_cycles += v.vector_cycles;
+      r.functions.push_back(std::move(v));
+    } else {
+      r.functions.emplace_back();
+    }
+    outs.push_back(a);
     if (c.host) continue;
     r.cycles += c.cycles;
     r.macs += l.kind == Bf16ConvLayer::Kind::kMaxPool ? 0 : c.plan.macs();  // a max pool multiplies nothing
@@ -467,10 +503,15 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
 std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
                                          uint32_t array_n) {
   net.check();
-  std::vector<float> a = bf16_values(x);
+  const std::vector<float> x0 = bf16_values(x);
+  std::vector<float> a = x0;
+  std::vector<std::vector<float>> outs;
   for (const Bf16ConvLayer& l : net.convs) {
+    if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
     a = l.kind == Bf16ConvLayer::Kind::kMaxPool ? max_pool_bf16_host(l, a, batch, array_n)
                                                 : conv2d_bf16_host(l, a, batch, array_n);
+    if (!l.act.none()) a = vec_function_host(vec_function(l.act, false), a);
+    outs.push_back(a);
   }
   return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
 }

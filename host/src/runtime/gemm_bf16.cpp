@@ -327,8 +327,8 @@ uint64_t gemm_acc_rows(const Bf16GemmPlan& plan) { return (plan.spec.sgd ? kSgdA
 void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
                     const Bf16GemmHostBufs& bufs, const Bf16GemmEpilogue& epilogue) {
   const Bf16GemmSpec& s = plan.spec;
-  if (epilogue.finish && (s.sgd || s.bf16_out || s.accumulate || s.bias)) {
-    throw Error(ErrorKind::kInternal, "emit_gemm_bf16: a caller's epilogue takes a plain fp32 product");
+  if (epilogue.finish && (s.sgd || s.accumulate || s.relu || s.z_out)) {
+    throw Error(ErrorKind::kInternal, "emit_gemm_bf16: a caller's epilogue takes a plain fp32 product (+ bias)");
   }
   const uint64_t an = plan.array_n;
   const uint64_t beat = plan.beat;

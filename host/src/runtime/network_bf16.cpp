@@ -14,6 +14,8 @@
 #include "step_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/vector_functions.h"
+#include "vector_functions_emit.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -39,12 +41,6 @@ void check_network(const nn::FloatNetwork& net, uint64_t batch, size_t input_siz
     }
     if (l.w.size() != uint64_t{l.k} * l.n) throw bad(fmt::format("w has {} entries, expected k*n = {}", l.w.size(), uint64_t{l.k} * l.n));
     if (l.b.size() != l.n) throw bad(fmt::format("b has {} entries, expected n = {}", l.b.size(), l.n));
-    if (!l.act.none()) {
-      throw Error(ErrorKind::kUnsupported,
-                  fmt::format("bf16 network layer {} '{}': node '{}': {} has no bf16 implementation on the device "
-                              "(the VECTOR unit has no exp/tanh/erf); run it with --precision int8 (a lookup table)",
-                              i, l.name, l.act.node, nn::act_name(l.act)));
-    }
   }
   if (input_size != batch * net.input_features) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 network input has {} elements, expected batch*k = {}*{}",
@@ -59,9 +55,28 @@ Bf16GemmSpec layer_spec(const nn::FloatNetwork& net, size_t l, uint64_t batch) {
   s.shape = {batch, ly.k, ly.n};
   s.bias = true;
   s.bf16_out = !last;
-  s.relu = !last && ly.relu;
+  s.relu = !last && ly.relu && ly.act.none();  // with a function, the ReLU is its first VECTOR op
   return s;
 }
+
+// A layer with an activation function runs it as VECTOR ops on each finished fp32 strip
+// (tpuw/runtime/vector_functions.h); the ReLU, if any, is its first op.
+VecFunction layer_function(const nn::DenseLayer& ly) {
+  return ly.act.none() ? VecFunction{} : vec_function(ly.act, ly.relu);
+}
+
+// The plan of layer l: with a function, on an ACC that leaves room for its scratch strips
+// (m_tile * (2 + regs - 1) rows).
+Bf16GemmPlan layer_plan(const DeviceParams& params, const nn::FloatNetwork& net, size_t l, uint64_t batch) {
+  const VecFunction fn = layer_function(net.layers[l]);
+  if (fn.empty()) return plan_gemm_bf16(params, layer_spec(net, l, batch));
+  DeviceParams p = params;
+  p.acc_depth = static_cast<uint32_t>(uint64_t{params.acc_depth} * 2 / (uint64_t{fn.regs} + 1));
+  return plan_gemm_bf16(p, layer_spec(net, l, batch));
+}
+
+// Whether the host applies the last layer's ReLU (a last layer with a function has it in the function).
+bool host_relu(const nn::FloatNetwork& net) { return net.layers.back().relu && net.layers.back().act.none(); }
 
 void relu_rows(std::vector<float>& y) {
   for (float& v : y) {
@@ -75,7 +90,7 @@ uint64_t network_bf16_memory_bytes(const DeviceParams& params, const nn::FloatNe
   const auto page = [](uint64_t bytes) { return round_up(std::max<uint64_t>(bytes, 64), kPageAlign); };
   uint64_t total = 0;
   for (size_t l = 0; l < net.layers.size(); ++l) {
-    const Bf16GemmPlan p = plan_gemm_bf16(params, layer_spec(net, l, batch));
+    const Bf16GemmPlan p = layer_plan(params, net, l, batch);
     if (l == 0) total += page(p.a_bytes());
     total += page(p.b_bytes()) + page(p.bias_bytes()) + page(p.c_bytes());
   }
@@ -91,9 +106,21 @@ std::vector<float> forward_bf16_host(const nn::FloatNetwork& net, std::span<cons
     const nn::DenseLayer& ly = net.layers[l];
     std::vector<float> w(ly.w.begin(), ly.w.end());
     for (float& v : w) v = bf16::round(v);
-    x = gemm_bf16_host(layer_spec(net, l, batch), array_n, x, w, {}, ly.b);
+    const VecFunction fn = layer_function(ly);
+    if (fn.empty()) {
+      x = gemm_bf16_host(layer_spec(net, l, batch), array_n, x, w, {}, ly.b);
+      continue;
+    }
+    Bf16GemmSpec s = layer_spec(net, l, batch);
+    const bool bf16_out = s.bf16_out;
+    s.bf16_out = false;  // the fp32 sum, then the function, then (not the last layer) ACTIVATE's rounding
+    x = gemm_bf16_host(s, array_n, x, w, {}, ly.b);
+    for (float& v : x) {
+      v = vec_function_apply(fn, v);
+      if (bf16_out) v = bf16::round(v);
+    }
   }
-  if (net.layers.back().relu) relu_rows(x);
+  if (host_relu(net)) relu_rows(x);
   return x;
 }
 
@@ -114,7 +141,11 @@ Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& ne
   auto compile_span = th.scope("compile");
   const auto t_compile = std::chrono::steady_clock::now();
   std::vector<Bf16GemmPlan> plans;
-  for (size_t l = 0; l < nl; ++l) plans.push_back(plan_gemm_bf16(params, layer_spec(net, l, batch)));
+  std::vector<VecFunction> fns;
+  for (size_t l = 0; l < nl; ++l) {
+    plans.push_back(layer_plan(params, net, l, batch));
+    fns.push_back(layer_function(net.layers[l]));
+  }
 
   // Device memory: input, per layer weights + bias + output (the last: the fp32 logits).
   // StepBuilder host buffers: 0 = input, 1 + 3l = weights, 2 + 3l = bias, 3 + 3l = output.
@@ -133,9 +164,31 @@ Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& ne
   for (size_t l = 0; l < nl; ++l) {
     const size_t a = l == 0 ? 0 : 3 * l, w = 1 + 3 * l, bias = 2 + 3 * l, c = 3 + 3 * l;
     sb.builder().set_tag(static_cast<int32_t>(l));
-    detail::emit_gemm_bf16(sb, plans[l],
-                           Bf16GemmAddrs{bufs[a].addr(), bufs[w].addr(), bufs[c].addr(), bufs[bias].addr(), 0},
-                           detail::Bf16GemmHostBufs{a, w, c, bias, std::nullopt});
+    const Bf16GemmPlan& pl = plans[l];
+    detail::Bf16GemmEpilogue epi;
+    if (!fns[l].empty()) {
+      // The function on each finished strip (bias included), then ACTIVATE bf16 into the plan's UB
+      // output buffers and STORE (the last layer: STORE the fp32 result).
+      epi.finish = [&, l, c](uint64_t st, uint64_t acc_row) {
+        const uint64_t mt = st / pl.n_blocks, nb = st % pl.n_blocks;
+        const uint64_t rows = pl.rows_of_tile(mt), off = mt * pl.m_tile * pl.np + nb * an;
+        const uint64_t res = detail::emit_vec_function(sb, fns[l], acc_row, detail::gemm_acc_rows(pl), pl.m_tile, rows);
+        if (!pl.spec.bf16_out) {
+          sb.store(spec::Mem::kAcc, detail::Transfer{res, bufs[c].addr() + 4 * off, rows, 4 * an, 4 * pl.np}, c);
+          return;
+        }
+        const uint64_t out_row = detail::gemm_ub_rows(pl) - 4 * pl.m_tile + (st % 2) * 2 * pl.m_tile;
+        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+        act.set("bf16", 1);
+        act.set("acc_addr", res);
+        act.set("ub_addr", out_row);
+        act.set("rows", rows);
+        sb.compute(std::move(act), sb.acc(res, rows), sb.ub(out_row, 2 * rows));
+        sb.store(spec::Mem::kUb, detail::Transfer{out_row, bufs[c].addr() + 2 * off, rows, 2 * an, 2 * pl.np}, c);
+      };
+    }
+    detail::emit_gemm_bf16(sb, pl, Bf16GemmAddrs{bufs[a].addr(), bufs[w].addr(), bufs[c].addr(), bufs[bias].addr(), 0},
+                           detail::Bf16GemmHostBufs{a, w, c, bias, std::nullopt}, epi);
   }
   detail::MergedProgram prog = sb.finish();
   const std::vector<LayerProgramStats> stats = netdetail::layer_stats(prog, nl, an);
@@ -181,7 +234,7 @@ Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& ne
   std::vector<float> out(lp.mp * lp.np);
   device.read(bufs[3 * nl], 0, out.data(), out.size() * 4);
   r.output = unpad_f32(out, batch, net.layers.back().n, params.array_n);
-  if (net.layers.back().relu) relu_rows(r.output);
+  if (host_relu(net)) relu_rows(r.output);
 
   r.perf = device.perf();
   r.cycles = r.perf.cycles;

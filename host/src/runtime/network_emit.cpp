@@ -71,6 +71,11 @@ std::vector<LayerProgramStats> layer_stats(const detail::MergedProgram& merged, 
         s.activate_rows += in.get("rows");
         s.occupancy += in.get("rows") + 2 * an + 2 + 6;
         break;
+      case spec::Opcode::kVector:
+        ++s.vectors;
+        s.vector_rows += in.get("rows");
+        s.occupancy += in.get("rows") + 4;
+        break;
       case spec::Opcode::kNop:
         ++s.nops;
         s.occupancy += 1;

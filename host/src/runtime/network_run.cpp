@@ -110,7 +110,7 @@ std::vector<LayerReport> netdetail::attribute_layer_dims(uint32_t array_n, const
     other[l] = stats[l].occupancy - std::min(stats[l].occupancy, stats[l].matmul_rows);
     occ[l] = stats[l].occupancy;
     loadws[l] = stats[l].loadws;
-    act[l] = stats[l].activate_rows + 6 * stats[l].activates;
+    act[l] = stats[l].activate_rows + 6 * stats[l].activates + stats[l].vector_rows + 4 * stats[l].vectors;
   }
   std::vector<uint64_t> cycles;
   if (perf.cycles >= mxu_total) {

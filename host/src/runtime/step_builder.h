@@ -82,8 +82,9 @@ uint64_t gemm_ub_rows(const Bf16GemmPlan& plan);
 uint64_t gemm_acc_rows(const Bf16GemmPlan& plan);
 
 /// Appends the bf16 GEMM of `plan` to `sb` (the program of compile_gemm_bf16), or with
-/// `epilogue.finish` set, the fp32 product of a plain GEMM (no bias, accumulate, bf16 or SGD
-/// epilogue) handed to it strip by strip.
+/// `epilogue.finish` set, the fp32 product of a GEMM without accumulate, ReLU, Z or SGD epilogue
+/// (with a bias: the bias-preset sum) handed to it strip by strip. With bf16_out the plan reserves
+/// the two UB output buffers (the last 4 * m_tile of gemm_ub_rows) for the caller.
 void emit_gemm_bf16(StepBuilder& sb, const Bf16GemmPlan& plan, const Bf16GemmAddrs& addrs,
                     const Bf16GemmHostBufs& bufs = {}, const Bf16GemmEpilogue& epilogue = {});
 

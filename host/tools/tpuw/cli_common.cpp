@@ -148,6 +148,7 @@ void LayerCounters::add(const runtime::LayerReport& lr) {
   dma_wait += lr.dma_wait;
   act_busy += lr.act_busy;
   instructions += lr.program.instructions;
+  vector_cycles += lr.program.vector_rows + 4 * lr.program.vectors;
 }
 
 void LayerCounters::add(const PerfCounters& p, uint64_t least_bytes, uint64_t program_instructions) {

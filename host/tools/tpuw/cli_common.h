@@ -107,6 +107,7 @@ void check_bf16_output(const std::vector<float>& golden, const std::vector<float
 struct LayerCounters {
   uint64_t cycles = 0, rd_bytes = 0, wr_bytes = 0, min_bytes = 0;
   uint64_t mxu_active = 0, weight_stall = 0, weight_shift = 0, dma_wait = 0, act_busy = 0, instructions = 0;
+  uint64_t vector_cycles = 0;  // the VECTOR unit's busy cycles (bf16 activation functions): rows + 4 per op
 
   /// Adds one batch of a dense layer (a layer of run_network's / run_network_bf16's report).
   void add(const runtime::LayerReport& lr);

@@ -513,7 +513,7 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
                          {"rd_bytes", t.rd_bytes}, {"wr_bytes", t.wr_bytes}, {"min_bytes", t.min_bytes},
                          {"mxu_active", t.mxu_active}, {"weight_stall", t.weight_stall},
                          {"weight_shift", t.weight_shift}, {"dma_wait", t.dma_wait}, {"act_busy", t.act_busy},
-                         {"instructions", t.instructions}};
+                         {"instructions", t.instructions}, {"vector_cycles", t.vector_cycles}};
       for (auto it = rest.begin(); it != rest.end(); ++it) l[it.key()] = it.value();
       jl.push_back(l);
     }
@@ -544,10 +544,11 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
     const LayerTotals& t = s.layers[i];
     std::string name = t.name + (t.int32_output ? (bf16 ? " [fp32 out]" : " [int32 out]") : "");
     if (name.size() > 40) name = name.substr(0, 37) + "...";
-    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6.3f} {:>10} {:>10} {:>10}  {} / {} / {} / {} / {}\n", i, name,
+    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6.3f} {:>10} {:>10} {:>10}  {} / {} / {} / {} / {}{}\n", i, name,
                fmt::format("{}x{}x{}", t.m, t.k, t.n), t.cycles, util(t.m * t.k * t.n, array_n, t.cycles),
                t.rd_bytes, t.wr_bytes, t.min_bytes, pct(t.mxu_active, t.cycles), pct(t.weight_stall, t.cycles),
-               pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles));
+               pct(t.weight_shift, t.cycles), pct(t.dma_wait, t.cycles), pct(t.act_busy, t.cycles),
+               t.vector_cycles > 0 ? fmt::format(" (VECTOR {} cycles)", t.vector_cycles) : "");
   }
   size_t row = s.layers.size();
   for (const HostRow& h : host_rows(net, in.rows)) {

@@ -102,10 +102,20 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvBf16RunResult& cr = r.convs[i];
       const Bf16ConvLayer& l = net.convs[i];
-      // A max pool counts no MACs (on the host its PERF counters are 0 too).
+      // A max pool counts no MACs (on the host its PERF counters are 0 too). A function after the
+      // layer (its own VECTOR program) is counted with it.
+      PerfCounters perf = cr.perf;
+      uint64_t min_bytes = cr.min_bytes, instructions = cr.instructions;
+      std::string name = l.name;
+      if (!l.act.none() && i < r.functions.size()) {
+        perf += r.functions[i].perf;
+        min_bytes += r.functions[i].min_bytes;
+        instructions += r.functions[i].instructions;
+        name += " + " + l.act.node;
+      }
       const bool pool = l.kind == Bf16ConvLayer::Kind::kMaxPool;
-      tot.add_conv(i, l.name, l.geom, l.relu, cr.host, cr.host || pool ? 0 : cr.plan.macs(), cr.perf, cr.min_bytes,
-                   cr.instructions, pool);
+      tot.add_conv(i, name, l.geom, l.relu, cr.host, cr.host || pool ? 0 : cr.plan.macs(), perf, min_bytes,
+                   instructions, pool);
     }
     for (size_t i = 0; i < r.head.layers.size() && i < net.head.layers.size(); ++i) {
       tot.add_dense(i, r.head.layers[i], net.head.layers[i].name, net.head.layers[i].relu);

@@ -90,6 +90,65 @@ elif CASE == "cnn_bf16_bad_input":
     for extra, needle in ((["--calibrate", TEST_X], "needs no calibration"), (["--devices", "2"], "one device")):
         rc, so, se = cli.run("run", MODEL, "--precision", "bf16", "--input", TEST_X, "--backend", "ref", *extra)
         expect(rc == 2 and needle in se, f"{extra}: {rc} {se}")
+elif CASE == "cnn_bf16_functions":
+    # Activation functions after convolutions (Sigmoid, Tanh, HardSwish; a VECTOR program each,
+    # tpuw/runtime/vector_functions.h): --check equal to the CPU bf16 contract, within 2% of the
+    # float model's largest output; rtl == ref bit for bit when the rtl backend is built.
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        sys.exit(77)
+    rng = np.random.default_rng(1)
+    shapes = {"w1": (6, 3, 3, 3), "b1": (6,), "w2": (5, 6, 3, 3), "b2": (5,), "w3": (4, 5, 1, 1), "b3": (4,)}
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, s).astype(np.float32), k) for k, s in shapes.items()]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Sigmoid", ["c1"], ["s1"], name="sig"),
+             helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             helper.make_node("Tanh", ["c2"], ["t2"], name="tanh"),
+             helper.make_node("Conv", ["t2", "w3", "b3"], ["c3"], name="conv3"),
+             helper.make_node("HardSwish", ["c3"], ["y"], name="hswish")]
+    graph = helper.make_graph(nodes, "functions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 7, 7])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 7
+    model = os.path.join(cli.tmp, "functions.onnx")
+    onnx.save(m, model)
+    xp = cli.save("x.npy", rng.normal(0, 1, (5, 3, 7, 7)).astype(np.float32))
+    out = os.path.join(cli.tmp, "y_ref.npy")
+    j = run_json(model, "--input", xp, "--backend", "ref", "--check", "--output", out)
+    chk = j["check"]
+    expect(chk["cpu"] == "equal", chk)
+    expect(chk["float_max_abs_diff"] <= 0.02 * chk["float_max_abs"], chk)
+    expect([l["name"] for l in j["layers"]] == ["conv1 (Conv) + sig (Sigmoid)", "conv2 (Conv) + tanh (Tanh)",
+                                                "conv3 (Conv) + hswish (HardSwish)"], j["layers"])
+    if rtl_built():
+        out_rtl = os.path.join(cli.tmp, "y_rtl.npy")
+        cli.run_ok("run", model, "--precision", "bf16", "--input", xp, "--backend", "rtl", "--check", "-q",
+                   "--output", out_rtl)
+        expect(np.load(out).tobytes() == np.load(out_rtl).tobytes(), "rtl output differs from ref")
+elif CASE == "cnn_bf16_blocks":
+    # examples/cnn_blocks in bf16 (residual Add and Concat as 1x1 convolutions over the channel
+    # concatenation, [I; I] / identity weights): --check equal to the CPU bf16 contract, every output
+    # within 2% of the largest |y| of PyTorch's float output; rtl == ref for the residual block.
+    blocks = os.path.join(EXAMPLES, "cnn_blocks")
+    for name in ("residual", "dwsep", "concat"):
+        model = os.path.join(blocks, f"{name}_block.onnx")
+        xp = os.path.join(blocks, f"{name}_block_x.npy")
+        out = os.path.join(cli.tmp, f"{name}_ref.npy")
+        j = run_json(model, "--input", xp, "--backend", "ref", "--check", "--output", out)
+        expect(j["check"]["cpu"] == "equal", (name, j["check"]))
+        want = np.load(os.path.join(blocks, f"{name}_block_expected.npy")).astype(np.float64)
+        got = np.load(out).astype(np.float64).reshape(want.shape)
+        err = np.abs(got - want).max()
+        expect(err <= 0.02 * np.abs(want).max(), f"{name}: max error {err} of {np.abs(want).max()}")
+        if name == "residual":
+            expect(any("Add" in l["name"] for l in j["layers"]), [l["name"] for l in j["layers"]])
+            if rtl_built():
+                out_rtl = os.path.join(cli.tmp, f"{name}_rtl.npy")
+                cli.run_ok("run", model, "--precision", "bf16", "--input", xp, "--backend", "rtl", "--check", "-q",
+                           "--output", out_rtl)
+                expect(np.load(out).tobytes() == np.load(out_rtl).tobytes(), f"{name}: rtl output differs from ref")
 else:
     print("unknown case", CASE)
     sys.exit(1)

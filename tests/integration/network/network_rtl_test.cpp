@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "../../unit/network/network_testlib.h"
@@ -153,6 +154,54 @@ TEST(NetworkBf16Rtl, MatchesRefAndContract) {
     EXPECT_EQ(a.perf.wr_bytes, wr);
     EXPECT_EQ(a.perf.cycles, cycles);
   }
+}
+
+TEST(NetworkBf16Rtl, ActivationFunctionsMatchRef) {
+  // One program with every bf16 activation function (VECTOR op sequences, vector_functions.h),
+  // one per layer, the last one on the fp32 output: rtl == ref == the host contract, bit for bit.
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<nn::ActFn, std::pair<double, double>>> fns = {
+      {nn::ActFn::kClip, {0, 6}},           {nn::ActFn::kLeakyRelu, {0.01, 0}}, {nn::ActFn::kLeakyRelu, {-0.5, 0}},
+      {nn::ActFn::kHardSigmoid, {0.2, 0.5}}, {nn::ActFn::kHardSwish, {0, 0}},   {nn::ActFn::kSigmoid, {0, 0}},
+      {nn::ActFn::kTanh, {0, 0}},           {nn::ActFn::kErf, {0, 0}},          {nn::ActFn::kGelu, {0, 0}},
+      {nn::ActFn::kClip, {-inf, 0.5}},      {nn::ActFn::kGeluTanh, {0, 0}}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const uint32_t width = 20;
+  nn::FloatNetwork net;
+  net.input_features = width;
+  for (size_t l = 0; l < fns.size(); ++l) {
+    nn::DenseLayer d;
+    d.name = "fc" + std::to_string(l);
+    d.k = width;
+    d.n = width;
+    for (uint64_t j = 0; j < uint64_t{d.k} * d.n; ++j) d.w.push_back(2.0f * g(rng) / std::sqrt(static_cast<float>(d.k)));
+    for (uint32_t j = 0; j < d.n; ++j) d.b.push_back(0.5f * g(rng));
+    d.relu = l % 3 == 1;
+    d.act.fn = fns[l].first;
+    d.act.alpha = fns[l].second.first;
+    d.act.beta = fns[l].second.second;
+    net.layers.push_back(std::move(d));
+  }
+  const uint64_t batch = 21;
+  std::vector<float> x(batch * width);
+  for (float& v : x) v = 2.0f * g(rng);
+  BackendConfig cfg;
+  cfg.array_n = 16;
+  Device rtl = Device::open("rtl", cfg);
+  Device ref = Device::open("ref", cfg);
+  const Bf16NetworkRunResult a = run_network_bf16(rtl, net, x, batch);
+  const Bf16NetworkRunResult b = run_network_bf16(ref, net, x, batch);
+  const std::vector<float> want = forward_bf16_host(net, x, batch, cfg.array_n);
+  ASSERT_EQ(a.output.size(), want.size());
+  ASSERT_EQ(b.output.size(), want.size());
+  EXPECT_EQ(std::memcmp(a.output.data(), b.output.data(), 4 * want.size()), 0) << "rtl != ref";
+  EXPECT_EQ(std::memcmp(a.output.data(), want.data(), 4 * want.size()), 0) << "rtl != host contract";
+  EXPECT_EQ(a.perf.mxu_active, b.perf.mxu_active);
+  uint64_t vectors = 0;
+  for (const LayerReport& lr : a.layers) vectors += lr.program.vectors;
+  EXPECT_GT(vectors, 200u);
 }
 
 TEST(NetworkBf16Rtl, RtlWithoutBf16IsRefused) {

@@ -2,7 +2,7 @@
 // each function after a Gemm is fused into its layer, its float reference is the function, the
 // int8 network (a lookup table per layer) stays within int8 tolerance of it, and the device (ref,
 // and rtl when built) computes exactly what the CPU integer model computes. Also PyTorch's Erf
-// form of GELU, a function on the graph input, and the refusals (a non-constant Clip bound, bf16).
+// form of GELU, a function on the graph input, the refusals (a non-constant Clip bound) and bf16 (VECTOR ops).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -237,13 +237,25 @@ TEST(CompilerActivations, RefusalsNameTheNode) {
   std::mt19937 rng(9);
   const ModelBuilder m2 = gemm_then("Gelu", rng, [](onnx::NodeProto& n) { set_string(n, "approximate", "erf?"); });
   expect_error([&] { compile_float(graph_of(m2)); }, ErrorKind::kUnsupported, {"node 'act' (Gelu)", "approximate='erf?'"});
-  // bf16 has no tables: refused, naming the layer and bf16.
+}
+
+TEST(CompilerActivations, Bf16RunsTheFunctionOnTheVectorUnit) {
+  // bf16 has no tables: the function runs as VECTOR ops (tpuw/runtime/vector_functions.h), the
+  // device bit for bit its contract.
+  std::mt19937 rng(9);
   const ModelBuilder m3 = gemm_then("Sigmoid", rng, nullptr);
   const nn::FloatNetwork net = compile_float(graph_of(m3));
   Device dev = Device::open("ref", BackendConfig{});
-  const std::vector<float> x(kIn, 0.5f);
-  expect_error([&] { runtime::run_network_bf16(dev, net, x, 1); }, ErrorKind::kUnsupported,
-               {"bf16 network layer 0", "node 'act (Sigmoid)'", "Sigmoid has no bf16 implementation"});
+  std::vector<float> x(3 * kIn);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  const runtime::Bf16NetworkRunResult r = runtime::run_network_bf16(dev, net, x, 3);
+  const std::vector<float> golden = runtime::forward_bf16_host(net, x, 3, dev.info().params.array_n);
+  ASSERT_EQ(r.output.size(), golden.size());
+  for (size_t i = 0; i < golden.size(); ++i) {
+    EXPECT_EQ(r.output[i], golden[i]) << i;
+    EXPECT_GT(r.output[i], 0.0f);
+    EXPECT_LT(r.output[i], 1.0f);
+  }
 }
 
 }  // namespace

@@ -70,6 +70,19 @@ TEST(CnnTraining, RefusesNamingTheNode) {
                {"node 'conv' (Conv)", "grouped or depthwise"});
   expect_error([] { (void)build_cnn_training_model(graph_of(small(true, 1, true))); }, ErrorKind::kUnsupported,
                {"node 'scale' (Mul)", "cannot be trained"});
+  // A residual Add runs in bf16 inference (a 1x1 conv over both maps) but is not trained yet.
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  mb.init("w", {2, 2, 3, 3}, std::vector<float>(36, 0.1f));
+  auto& c = mb.node("Conv", {"x", "w"}, {"c"}, "conv");
+  onnx::AttributeProto* pads = c.add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  mb.node("Add", {"c", "x"}, {"y"}, "res");
+  mb.output("y");
+  expect_error([&] { (void)build_cnn_training_model(graph_of(mb)); }, ErrorKind::kUnsupported,
+               {"layer 'res (Add)' cannot be trained", "no residual Add"});
 }
 
 }  // namespace

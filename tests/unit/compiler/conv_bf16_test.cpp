@@ -1,6 +1,7 @@
 // bf16 CNNs through the compiler (compile_bf16_cnn): a Conv/AveragePool/GlobalAveragePool/MaxPool
 // chain with a dense head or ending in its feature map, run on the ref device in bf16 ==
-// forward_cnn_bf16_host bit for bit and within bf16 tolerance of the float interpreter; chain
+// forward_cnn_bf16_host bit for bit and within bf16 tolerance of the float interpreter (also branches
+// joined by a residual Add and a Concat); chain
 // errors name the node.
 #include <gtest/gtest.h>
 
@@ -108,18 +109,50 @@ TEST(ConvBf16Compiler, CnnOnTheDeviceMatchesTheContractAndFloat) {
   }
 }
 
-TEST(ConvBf16Compiler, ChainErrorsNameTheNode) {
-  {
-    uint32_t seed = 1;
-    ModelBuilder mb;  // conv2 reads the input, not conv1's output: two branches joined by an Add
-    mb.input("x", {-1, 2, 6, 6});
-    conv(mb, seed, "conv1", "x", "a1", 4, 2);
-    conv(mb, seed, "conv2", "x", "a2", 4, 2);
-    mb.node("Add", {"a1", "a2"}, {"y"}, "join");
-    mb.output("y");
-    expect_error([&] { (void)compile_bf16_cnn(graph_of(mb)); }, ErrorKind::kUnsupported,
-                 {"node 'conv2' (Conv)", "is not part of a chain of layers"});
+TEST(ConvBf16Compiler, BranchesJoinedByAddAndConcat) {
+  // conv2 reads the input, not conv1's output: two branches joined by an Add (a 1x1 conv over the
+  // channel concatenation with [I; I] weights), then a Concat with the input (identity weights).
+  uint32_t seed = 1;
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  conv(mb, seed, "conv1", "x", "a1", 4, 2);
+  conv(mb, seed, "conv2", "x", "a2", 4, 2);
+  mb.node("Add", {"a1", "a2"}, {"s"}, "join");
+  mb.node("Relu", {"s"}, {"r"}, "relu");
+  auto& cat = mb.node("Concat", {"r", "x"}, {"y"}, "cat");
+  onnx::AttributeProto* axis = cat.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  mb.output("y");
+  const Graph g = graph_of(mb);
+  const Bf16Cnn net = compile_bf16_cnn(g);
+  ASSERT_EQ(net.convs.size(), 4u);
+  EXPECT_EQ(net.convs[1].sources, (std::vector<int32_t>{-1}));
+  EXPECT_EQ(net.convs[2].sources, (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(net.convs[2].relu);
+  EXPECT_EQ(net.convs[3].sources, (std::vector<int32_t>{2, -1}));
+  EXPECT_EQ(net.convs[3].geom.out_c, 6u);
+  const uint64_t batch = 3;
+  const std::vector<float> x = random_floats(batch * 2 * 36, -1.0f, 1.0f, 5);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnBf16RunResult r = runtime::run_cnn_bf16(dev, net, x, batch);
+  const std::vector<float> want = runtime::forward_cnn_bf16_host(net, x, batch, 16);
+  ASSERT_EQ(r.output.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(r.output[i]), std::bit_cast<uint32_t>(want[i])) << i;
+  const Graph og = optimize(g);
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  ASSERT_EQ(yf.size(), want.size());
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(r.output[i]) - yf[i]));
   }
+  EXPECT_LT(worst, 0.02 * ymax) << "largest error " << worst << " of " << ymax;
+}
+
+TEST(ConvBf16Compiler, ChainErrorsNameTheNode) {
   {
     ModelBuilder mb;
     mb.input("x", {-1, 1, 4, 4});

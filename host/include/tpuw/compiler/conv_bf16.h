@@ -5,6 +5,7 @@
 // an implicit GEMM in bf16 on the device.
 //
 //   input [batch, C, H, W] -> Conv (+Relu) / AveragePool / GlobalAveragePool / MaxPool (Pad folded)
+//   (each optionally followed by one activation function: Sigmoid, Tanh, Clip, LeakyRelu, ...)
 //   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] ... [Softmax]
 #pragma once
 
@@ -30,6 +31,12 @@ struct Bf16ConvLayer {
   std::vector<float> w;
   std::vector<float> bias;  // [out_c] fp32 (zeros for a Conv without bias and for pools); empty for kMaxPool
   bool relu = false;        // a fused Relu (kConv only)
+  /// Where the input comes from: empty = the previous layer (the graph input for the first);
+  /// otherwise the channel concatenation of these layers' outputs (-1 = the graph input), in
+  /// order: a residual Add ([I; I] weights) or a Concat (identity weights), a 1x1 kConv.
+  std::vector<int32_t> sources;
+  nn::Activation act;       // a function after the layer (Sigmoid, Tanh, Clip, ...): a VECTOR pass
+                            // on the device (tpuw/runtime/vector_functions.h), after bias and ReLU
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;

@@ -36,6 +36,7 @@
 #include "tpuw/device.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/network_bf16.h"
+#include "tpuw/runtime/vector_functions.h"
 
 namespace tpuw::runtime {
 
@@ -102,6 +103,8 @@ struct CnnBf16RunResult {
   double utilization = 0;
   uint64_t moved_bytes = 0;
   uint64_t min_bytes = 0;
+  std::vector<VecPassResult> functions;  // per conv: its activation function's program (empty: none)
+  uint64_t vector_cycles = 0;            // the VECTOR unit's busy cycles of all function programs
 };
 
 /// Runs `net`: x is [batch][in_c][in_h][in_w] float (rounded to bf16 on the way in); one device

@@ -159,6 +159,8 @@ struct LayerProgramStats {
   uint64_t instructions = 0;
   uint64_t matmul_rows = 0;       // = MXU_ACTIVE of the layer
   uint64_t activate_rows = 0;     // rows of its ACTIVATEs
+  uint64_t vectors = 0;           // VECTOR instructions (bf16 activation functions)
+  uint64_t vector_rows = 0;       // their rows: the VECTOR unit's busy cycles less its pipeline (4 each)
   uint64_t load_bytes = 0, store_bytes = 0;
   uint64_t occupancy = 0;         // compute-engine cycle estimate used to attribute PERF_CYCLES
 };
