@@ -11,6 +11,10 @@
 //
 // --enforce exits 1 when a deterministic goal is missed: output != CPU, utilization < 0.80, bytes
 // moved > 1.5x the minimum.
+//
+// --maxpool: a max pool of the input instead (kernel, stride, pad, dilation as given; ISA 1.3 VECTOR
+// IMAX in int8, MAX in bf16; tpuw/runtime/maxpool.h), checked against the host max pool; its goals
+// are the output and the bytes (it has no MACs of its own).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -27,17 +31,19 @@
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Runs one int8 or bf16 convolution (implicit GEMM, on-chip patches) and reports cycles, MXU utilization and "
                "bytes moved against the minimum."};
-  bool json = false, enforce = false, depthwise = false;
+  bool json = false, enforce = false, depthwise = false, maxpool = false;
   uint64_t batch = 32;
   std::string backend = "rtl", dtype = "int8";
   unsigned array_n = 16;
   uint32_t in_c = 64, out_c = 64, size = 28, kernel = 3, stride = 1, pad = 1, dilation = 1;
   app.add_flag("--json", json, "print one JSON object instead of the human line");
   app.add_flag("--depthwise", depthwise, "depthwise (group = channels): weights zero off the channel diagonal");
+  app.add_flag("--maxpool", maxpool, "a max pool of the input (kernel, stride, pad, dilation) instead of a convolution");
   app.add_flag("--enforce", enforce, "exit 1 if the output is wrong, utilization < 0.80 or bytes > 1.5x minimum");
   app.add_option("--batch", batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--backend", backend, "rtl or ref")->capture_default_str()->check(CLI::IsMember({"rtl", "ref"}));
@@ -94,7 +100,37 @@ int main(int argc, char** argv) {
     // as fp32, the same ReLU.
     tpuw::runtime::ConvRunResult r;
     bool correct = false;
-    if (dtype == "bf16") {
+    if (maxpool) {
+      out_c = in_c;
+      g.out_c = in_c;
+      l.max_pool = true;
+      l.w_q.clear(), l.bias_q.clear(), l.mult.clear(), l.shift.clear();
+    }
+    if (maxpool && dtype == "bf16") {
+      tpuw::runtime::Bf16ConvLayer lb;
+      lb.name = "maxpool";
+      lb.kind = tpuw::runtime::Bf16ConvLayer::Kind::kMaxPool;
+      lb.geom = l.geom;
+      std::vector<float> xf;
+      for (const int8_t v : x) xf.push_back(static_cast<float>(v) / 64.0f);
+      const tpuw::runtime::ConvBf16RunResult rb = tpuw::runtime::run_max_pool_bf16(dev, lb, xf, batch);
+      const std::vector<float> want = tpuw::runtime::max_pool_bf16_host(lb, xf, batch, array_n);
+      correct = rb.y.size() == want.size() &&
+                std::equal(rb.y.begin(), rb.y.end(), want.begin(), [](float a, float b) {
+                  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+                });
+      r.plan = rb.plan;
+      r.perf = rb.perf;
+      r.cycles = rb.cycles;
+      r.row_efficiency = rb.row_efficiency;
+      r.min_bytes = rb.min_bytes;
+      r.moved_bytes = rb.moved_bytes;
+      r.instructions = rb.instructions;
+      r.wall_s = rb.wall_s;
+    } else if (maxpool) {
+      r = tpuw::runtime::run_max_pool(dev, l, x, batch);
+      correct = r.y == tpuw::nn::conv2d_int(l, x, batch);
+    } else if (dtype == "bf16") {
       tpuw::runtime::Bf16ConvLayer lb;
       lb.name = l.name;
       lb.geom = l.geom;
@@ -125,7 +161,7 @@ int main(int argc, char** argv) {
     const double bytes_ratio = double(r.moved_bytes) / double(r.min_bytes);
     // Depthwise: the useful MACs are 1/in_c of a dense layer's (one input channel per output).
     const double util = depthwise ? r.utilization / in_c : r.utilization;
-    ok = correct && util >= kUtilGoal && bytes_ratio <= kBytesGoal;
+    ok = correct && (maxpool || util >= kUtilGoal) && bytes_ratio <= kBytesGoal;
     const auto& p = r.perf;
     const auto& pl = r.plan;
     out["conv"] = {{"backend", backend},
@@ -141,7 +177,8 @@ int main(int argc, char** argv) {
                    {"dilation", dilation},
                    {"correct", correct},
                    {"cycles", r.cycles},
-                   {"macs", pl.macs()},
+                   {"macs", maxpool ? 0 : pl.macs()},
+                   {"maxpool", maxpool},
                    {"utilization", util},
                    {"depthwise", depthwise},
                    {"executed_weight_tiles", pl.executed_tiles()},
@@ -163,10 +200,10 @@ int main(int argc, char** argv) {
                    {"pinned_weight_tiles", pl.pinned_tiles},
                    {"wall_s", r.wall_s}};
     if (!json) {
-      fmt::print("{}{} conv {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
+      fmt::print("{}{} {} {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
                  "{:.3f} (goal >= {:.2f}; row efficiency {:.3f}); {:.2f} MB moved, {:.3f}x the minimum {:.2f} MB (goal "
                  "<= {:.1f}x); MXU active {}, weight stall {}, DMA wait {}, act busy {}; output {}; {:.2f} s wall\n",
-                 depthwise ? "depthwise " : "", dtype, kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
+                 depthwise ? "depthwise " : "", dtype, maxpool ? "maxpool" : "conv", kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
                  backend, array_n, r.cycles, util, kUtilGoal, r.row_efficiency, double(r.moved_bytes) / 1e6, bytes_ratio,
                  double(r.min_bytes) / 1e6, kBytesGoal, p.mxu_active, p.weight_stall, p.dma_wait, p.act_busy,
                  correct ? "bit-exact with the CPU model" : "WRONG", r.wall_s);

@@ -238,7 +238,7 @@ module tpu_decode #(
   assign t_src_n = tr.bf16 ? {tr.rows, 1'b0} : {1'b0, tr.rows};
   assign t_dst_n = tr.bf16 ? 17'(2 * ArrayN) : 17'(ArrayN);
   logic v_colsum, v_reads_b, v_op_bad, v_overlap;
-  assign v_op_bad  = (vc.op > 4'(tpu_isa_pkg::VopRoundBf16));
+  assign v_op_bad  = (vc.op > 4'(tpu_isa_pkg::VopImax));
   assign v_colsum  = (vc.op == 4'(tpu_isa_pkg::VopColsum));
   assign v_reads_b = (vc.op == 4'(tpu_isa_pkg::VopAdd)) || (vc.op == 4'(tpu_isa_pkg::VopSub)) ||
                      (vc.op == 4'(tpu_isa_pkg::VopMul)) || (vc.op == 4'(tpu_isa_pkg::VopAxpy)) ||

@@ -335,7 +335,7 @@ module tpu_reg_top (
       rdata_q  <= '0;
       case (raddr)
         tpu_reg_pkg::REG_ID: rdata_q <= 32'h54505557;
-        tpu_reg_pkg::REG_VERSION: rdata_q <= 32'h10002;
+        tpu_reg_pkg::REG_VERSION: rdata_q <= 32'h10003;
         tpu_reg_pkg::REG_ARRAY_N: rdata_q <= hw2reg_i.array_n.d;
         tpu_reg_pkg::REG_UB_DEPTH: rdata_q <= hw2reg_i.ub_depth.d;
         tpu_reg_pkg::REG_WB_DEPTH: rdata_q <= hw2reg_i.wb_depth.d;

@@ -5,7 +5,8 @@
 // Pipeline (one row enters per cycle):
 //   R  read ACC row a+i on port A and (ops that read b) row b+i on port B;
 //   P  the rows arrive; the lanes form m = a * (MUL ? b : scalar) and keep a, b;
-//   W  the lanes form the result (ADD/SUB/AXPY/COLSUM through the one adder per lane);
+//   W  the lanes form the result (ADD/SUB/AXPY/COLSUM through the one adder per lane; IMAX, ISA 1.3,
+//      a signed 32-bit compare);
 //   O  ACC row dst+i is written (COLSUM: its running sum, written with the last row).
 // go_i at cycle 0; reads in cycles 1 .. rows; the write of row i three cycles after its read;
 // done_o pulses with the last write, rows + 3 cycles after go_i; busy_o is high from the cycle
@@ -59,6 +60,7 @@ module tpu_vpu #(
   localparam logic [3:0] VSelect = 4'(tpu_isa_pkg::VopSelect);
   localparam logic [3:0] VColsum = 4'(tpu_isa_pkg::VopColsum);
   localparam logic [3:0] VRound  = 4'(tpu_isa_pkg::VopRoundBf16);
+  localparam logic [3:0] VImax   = 4'(tpu_isa_pkg::VopImax);
 
   // Rule 1 on an operand.
   function automatic logic [31:0] ftz(input logic [31:0] x);
@@ -93,7 +95,7 @@ module tpu_vpu #(
 
   function automatic logic reads_b(input logic [3:0] op);
     reads_b = (op == VAdd) || (op == VSub) || (op == VMul) || (op == VAxpy) ||
-              (op == VMax) || (op == VSelect);
+              (op == VMax) || (op == VSelect) || (op == VImax);
   endfunction
 
   // ---------------------------------------------------------------------------------------------
@@ -224,6 +226,7 @@ module tpu_vpu #(
           VMax, VMaxs:                r = mx;
           VSelect:                    r = vselect(a, b);
           VRound:                     r = {tpu_fp_pkg::fp32_to_bf16(a), 16'd0};
+          VImax:                      r = ($signed(a) > $signed(b)) ? a : b;
           default:                    r = 32'h7FC0_0000;
         endcase
         o_data_q[32*j +: 32] <= r;
@@ -240,6 +243,6 @@ module tpu_vpu #(
 
   `TPU_ASSERT(VpuRows_A, !go_i || rows_i != '0, clk_i, !rst_ni)
   `TPU_ASSERT(VpuGoIdle_A, !go_i || !run_q, clk_i, !rst_ni)
-  `TPU_ASSERT(VpuOp_A, !go_i || op_i <= VRound, clk_i, !rst_ni)
+  `TPU_ASSERT(VpuOp_A, !go_i || op_i <= VImax, clk_i, !rst_ni)
 
 endmodule

@@ -71,7 +71,8 @@ package tpu_isa_pkg;
     VopMaxs = 4'd6,
     VopSelect = 4'd7,
     VopColsum = 4'd8,
-    VopRoundBf16 = 4'd9
+    VopRoundBf16 = 4'd9,
+    VopImax = 4'd10
   } vop_e;
 
   localparam int unsigned TOKEN_MAX = 127;  // tokens a counter may hold, in program order

@@ -2,7 +2,7 @@
 package tpu_reg_pkg;
 
   localparam logic [31:0] DEVICE_ID = 32'h54505557;
-  localparam logic [31:0] DEVICE_VERSION = 32'h00010002;
+  localparam logic [31:0] DEVICE_VERSION = 32'h00010003;
   localparam int unsigned REG_WINDOW_BYTES = 4096;
 
   localparam logic [11:0] REG_ID = 12'h000;  // ro: 0x54505557, ASCII TPUW

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tpuw/activate.h"
+#include "tpuw/numerics.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::difftest {
@@ -145,10 +146,9 @@ class Generator {
 
   isa::Instr vector11() {
     isa::Instr in = isa::make_instr(Opcode::kVector);
-    const auto op = static_cast<spec::VecOp>(uniform(rng_, 0, 9));
+    const auto op = static_cast<spec::VecOp>(uniform(rng_, 0, static_cast<uint64_t>(spec::VecOp::kImax)));
     const bool colsum = op == spec::VecOp::kColsum;
-    const bool reads_b = op == spec::VecOp::kAdd || op == spec::VecOp::kSub || op == spec::VecOp::kMul ||
-                         op == spec::VecOp::kAxpy || op == spec::VecOp::kMax || op == spec::VecOp::kSelect;
+    const bool reads_b = num::vecop_reads_b(op);
     const uint64_t rows = uniform(rng_, 1, 16);
     const uint64_t a = uniform(rng_, 0, kAccWindow - rows);
     // b: inside the window when read; otherwise anywhere (not range-checked).
@@ -341,7 +341,7 @@ std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, std::mt
     }
     case 5: {  // undefined VECTOR op
       isa::Instr in = isa::make_instr(Opcode::kVector);
-      in.set("op", uniform(rng, 10, 15));
+      in.set("op", uniform(rng, static_cast<uint64_t>(spec::VecOp::kImax) + 1, 15));
       in.set("rows", 1);
       return isa::encode(in);
     }
@@ -357,7 +357,7 @@ std::optional<isa::Word> random_illegal11(const RandomProgramSpec& spec, std::mt
     }
     case 7: {  // VECTOR rows = 0
       isa::Instr in = isa::make_instr(Opcode::kVector);
-      in.set("op", uniform(rng, 0, 9));
+      in.set("op", uniform(rng, 0, static_cast<uint64_t>(spec::VecOp::kImax)));
       return isa::encode(in);
     }
     case 9: {  // LUT ACTIVATE whose table rows run past the end of ACC

@@ -378,7 +378,7 @@ TEST(AuxUnits, TransposeTwiceIsIdentityAndCost) {
 
 TEST(AuxUnits, EveryVectorOpOnSpecialOperands) {
   std::mt19937 rng(21);
-  for (uint32_t opv = 0; opv <= static_cast<uint32_t>(sp::VecOp::kRoundBf16); ++opv) {
+  for (uint32_t opv = 0; opv <= static_cast<uint32_t>(sp::VecOp::kImax); ++opv) {
     for (int rep = 0; rep < 4; ++rep) {
       DpTb tb;
       Model md;

@@ -130,7 +130,7 @@ std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
 TEST(SystemRegs, IdentityConfigAndAccessTypes) {
   Dev d(4);
   EXPECT_EQ(d.rd(reg::kId), 0x54505557u);
-  EXPECT_EQ(d.rd(reg::kVersion), 0x00010002u);  // ISA 1.2
+  EXPECT_EQ(d.rd(reg::kVersion), 0x00010003u);  // ISA 1.3
   EXPECT_EQ(d.rd(reg::kArrayN), 4u);
   EXPECT_EQ(d.rd(reg::kDmaDataW), d.dev.params().dma_data_w);
   EXPECT_EQ(d.rd(reg::kQueueDepth), d.dev.params().queue_depth);
@@ -603,7 +603,7 @@ TEST(SystemFault, TransposeAndVectorFieldRules) {
       {transpose_w({}, 0, 2045, 1, false), spec::Fault::kLocalRange, 2048},
       {transpose_w({}, 0, 2042, 1, true), spec::Fault::kLocalRange, 2048},
       {transpose_w({.pop_prev = true, .push_next = true}, 0, 2045, 1, false), spec::Fault::kLocalRange, 2048},
-      {vector_w({}, 10, 0, 8, 16, 4, 0), spec::Fault::kIllegalField, 12},
+      {vector_w({}, 11, 0, 8, 16, 4, 0), spec::Fault::kIllegalField, 12},  // 10 is IMAX since ISA 1.3
       {vector_w({}, 15, 0, 8, 16, 4, 0), spec::Fault::kIllegalField, 12},
       {vector_w({}, kAdd, 0, 8, 16, 0, 0), spec::Fault::kIllegalField, 76},
       {vector_w({}, kAdd, 9, 8, 100, 4, 0), spec::Fault::kIllegalField, 16},

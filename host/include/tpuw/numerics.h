@@ -142,6 +142,11 @@ inline uint32_t select(uint32_t a, uint32_t b) {
   return canon(b);
 }
 
+/// IMAX (ISA 1.3): the larger of a and b as signed 32-bit integers (int8 MaxPool on int32 ACC words).
+inline uint32_t imax(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a) > static_cast<int32_t>(b) ? a : b;
+}
+
 /// One COLSUM step: running + a (the running sum starts at +0, rows in order).
 inline uint32_t colsum_step(uint32_t running, uint32_t a) { return add(running, a); }
 
@@ -158,15 +163,16 @@ inline uint32_t vector_lane(spec::VecOp op, uint32_t a, uint32_t b, uint32_t s) 
     case spec::VecOp::kMaxs: return vmaxs(a, s);
     case spec::VecOp::kSelect: return select(a, b);
     case spec::VecOp::kRoundBf16: return round_bf16(a);
+    case spec::VecOp::kImax: return imax(a, b);
     case spec::VecOp::kColsum: break;
   }
   return kF32Nan;
 }
 
-/// Whether a VECTOR op value is defined (0 .. 9).
-inline constexpr bool vecop_defined(uint32_t op) { return op <= static_cast<uint32_t>(spec::VecOp::kRoundBf16); }
+/// Whether a VECTOR op value is defined (0 .. 10; IMAX since ISA 1.3).
+inline constexpr bool vecop_defined(uint32_t op) { return op <= static_cast<uint32_t>(spec::VecOp::kImax); }
 
-/// Whether a VECTOR op reads operand b (ADD, SUB, MUL, AXPY, MAX, SELECT).
+/// Whether a VECTOR op reads operand b (ADD, SUB, MUL, AXPY, MAX, SELECT, IMAX).
 inline constexpr bool vecop_reads_b(spec::VecOp op) {
   switch (op) {
     case spec::VecOp::kAdd:
@@ -174,7 +180,8 @@ inline constexpr bool vecop_reads_b(spec::VecOp op) {
     case spec::VecOp::kMul:
     case spec::VecOp::kAxpy:
     case spec::VecOp::kMax:
-    case spec::VecOp::kSelect: return true;
+    case spec::VecOp::kSelect:
+    case spec::VecOp::kImax: return true;
     default: return false;
   }
 }

@@ -9,7 +9,7 @@ namespace tpuw::spec {
 
 inline constexpr uint32_t kDeviceId = 0x54505557;
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 2;
+inline constexpr uint32_t kVersionMinor = 3;
 inline constexpr unsigned kInstrBits = 128;
 inline constexpr unsigned kInstrBytes = 16;
 inline constexpr uint32_t kRegWindowBytes = 4096;
@@ -145,6 +145,7 @@ enum class VecOp : uint8_t {
   kSelect = 0x07,
   kColsum = 0x08,
   kRoundBf16 = 0x09,
+  kImax = 0x0A,
 };
 
 constexpr std::string_view to_string(VecOp v) {
@@ -159,6 +160,7 @@ constexpr std::string_view to_string(VecOp v) {
     case VecOp::kSelect: return "SELECT";
     case VecOp::kColsum: return "COLSUM";
     case VecOp::kRoundBf16: return "ROUND_BF16";
+    case VecOp::kImax: return "IMAX";
   }
   return "?";
 }
@@ -175,10 +177,11 @@ constexpr std::string_view vec_op_doc(VecOp v) {
     case VecOp::kSelect: return "d = +0 if a <= 0 else b (a NaN selects b): the ReLU derivative, a = pre-activation, b = incoming gradient";
     case VecOp::kColsum: return "one row: d = (((+0 + a[0]) + a[1]) + ...) + a[rows-1] per lane, in row order (bias gradients) (b not read)";
     case VecOp::kRoundBf16: return "d = a rounded to bf16 precision (round-to-nearest-even; the low 16 bits become 0): fp32 -> bf16 -> fp32 (b not read)";
+    case VecOp::kImax: return "ISA 1.3: d = a if a > b else b, a and b as signed 32-bit integers (the int32 ACC words of int8 MATMULs: int8 MaxPool)";
   }
   return "?";
 }
-inline constexpr unsigned kNumVecOps = 10;
+inline constexpr unsigned kNumVecOps = 11;
 
 constexpr std::string_view fault_doc(Fault f) {
   switch (f) {
@@ -451,7 +454,7 @@ struct RegInfo {
 };
 inline constexpr std::array<RegInfo, 42> kRegs{{
     {"ID", 0x000, "ro", "0x54505557, ASCII TPUW", Access::kRo, 0xFFFFFFFFu, 0x54505557u, true},
-    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010002u, true},
+    {"VERSION", 0x004, "ro", "major << 16 | minor", Access::kRo, 0xFFFFFFFFu, 0x00010003u, true},
     {"ARRAY_N", 0x008, "ro", "MXU size N (N x N processing elements)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"UB_DEPTH", 0x00C, "ro", "unified buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},
     {"WB_DEPTH", 0x010, "ro", "weight buffer rows (ArrayN bytes each)", Access::kRo, 0xFFFFFFFFu, 0x00000000u, true},

@@ -33,9 +33,9 @@ constexpr bool is_f32_field(const spec::InstrInfo& inf, std::string_view name) {
   return inf.opcode == spec::Opcode::kVector && name == "scalar";
 }
 
-/// The vector ops in value order (spec::VecOp 0 .. 9).
-inline constexpr std::array<spec::VecOp, 10> kVecOps{
+/// The vector ops in value order (spec::VecOp 0 .. 10).
+inline constexpr std::array<spec::VecOp, 11> kVecOps{
     spec::VecOp::kAdd,  spec::VecOp::kSub,  spec::VecOp::kMul,    spec::VecOp::kAxpy,   spec::VecOp::kScale,
-    spec::VecOp::kMax,  spec::VecOp::kMaxs, spec::VecOp::kSelect, spec::VecOp::kColsum, spec::VecOp::kRoundBf16};
+    spec::VecOp::kMax,  spec::VecOp::kMaxs, spec::VecOp::kSelect, spec::VecOp::kColsum, spec::VecOp::kRoundBf16, spec::VecOp::kImax};
 
 }  // namespace tpuw::isa::detail

@@ -851,7 +851,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     if (n.op == Op::kRelu && is_layer_value(n.inputs[0]) && layer_of[static_cast<size_t>(n.inputs[0])] >= 0) {
       Layer& l = layers[static_cast<size_t>(layer_of[static_cast<size_t>(n.inputs[0])])];
       const ValueId v = n.inputs[0];
-      // After a MaxPool the Relu moves to the layer before the pool (max commutes with ReLU).
+      // After a MaxPool the Relu moves to the layer before the pool (max commutes with ReLU), or,
+      // when that layer cannot take it, into the pool's own ACTIVATE.
       Layer* host = &l;
       if (l.node->op == Op::kMaxPool && l.src[0] >= 0) {
         Layer& p = layers[static_cast<size_t>(l.src[0])];
@@ -859,7 +860,7 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
           host = &p;
         }
       }
-      if (l.value != v || host->relu || !host->act.none() || attr_int(g, *host->node, "relu", 0) != 0 || host->node->op == Op::kMaxPool ||
+      if (l.value != v || host->relu || !host->act.none() || attr_int(g, *host->node, "relu", 0) != 0 ||
           readers[static_cast<size_t>(v)].size() != 1 || g.is_graph_output(v)) {
         g.fail(ErrorKind::kUnsupported, n, "a Relu in a CNN must be the only reader of a Conv, pool, Add or Concat output");
       }

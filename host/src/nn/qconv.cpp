@@ -56,9 +56,9 @@ void QConv2d::check() const {
   const std::string where = fmt::format("conv '{}'", name);
   geom.check(where);
   if (max_pool) {
-    if (geom.in_c != geom.out_c || !w_q.empty() || !bias_q.empty() || !mult.empty() || !shift.empty() || relu) {
+    if (geom.in_c != geom.out_c || !w_q.empty() || !bias_q.empty() || !mult.empty() || !shift.empty()) {
       throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{}: a max pool has in_c == out_c ({} / {}), no weights, bias, mult, shift or relu", where,
+                  fmt::format("{}: a max pool has in_c == out_c ({} / {}), no weights, bias, mult or shift", where,
                               geom.in_c, geom.out_c));
     }
     return;
@@ -123,7 +123,7 @@ std::vector<int8_t> conv2d_int(const QConv2d& l, std::span<const int8_t> x, uint
               if (ix >= 0 && ix < static_cast<int64_t>(W)) m = std::max(m, img[static_cast<uint64_t>(iy) * W + static_cast<uint64_t>(ix)]);
             }
           }
-          y[(bc * Ho + oy) * Wo + ox] = m;
+          y[(bc * Ho + oy) * Wo + ox] = l.relu ? std::max<int8_t>(m, 0) : m;
         }
       }
     }

@@ -26,6 +26,7 @@
 #include "tpuw/checked.h"
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
+#include "tpuw/runtime/maxpool.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -174,7 +175,7 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t b
   return p;
 }
 
-std::vector<int8_t> pack_conv_input(const ConvPlan& p, std::span<const int8_t> x) {
+std::vector<int8_t> pack_conv_input(const ConvPlan& p, std::span<const int8_t> x, int8_t pad) {
   const ConvGeometry& g = p.geom;
   const uint64_t an = p.array_n;
   const uint64_t hw = uint64_t{g.in_h} * g.in_w;
@@ -183,7 +184,7 @@ std::vector<int8_t> pack_conv_input(const ConvPlan& p, std::span<const int8_t> x
                                                          x.size(), p.batch * g.in_c * hw));
   }
   // Host image: [c_block][batch][img_rows][N], the padded, phase-split image of each block.
-  std::vector<int8_t> out(p.in_bytes(), 0);
+  std::vector<int8_t> out(p.in_bytes(), pad);
   for (uint64_t b = 0; b < p.batch; ++b) {
     for (uint64_t c = 0; c < g.in_c; ++c) {
       int8_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
@@ -430,7 +431,8 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
     // Its input in host memory: the previous map, or its sources' maps side by side (a residual
     // Add or a Concat reads the channel concatenation).
     a = nn::cnn_layer_input(net, li, x_q, out, batch);
-    if (l.max_pool) {
+    if (l.max_pool && !max_pool_on_device(device.info())) {
+      // No VECTOR unit (FEATURES.BF16): the max pool runs on the host, exact.
       ConvRunResult h;
       h.host = true;
       h.plan.geom = l.geom;
@@ -441,10 +443,10 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
       r.convs.push_back(std::move(h));
       continue;
     }
-    r.convs.push_back(run_conv2d(device, l, a, batch));
+    r.convs.push_back(l.max_pool ? run_max_pool(device, l, a, batch) : run_conv2d(device, l, a, batch));
     const ConvRunResult& c = r.convs.back();
     r.cycles += c.cycles;
-    r.macs += c.plan.macs();
+    r.macs += l.max_pool ? 0 : c.plan.macs();  // a max pool multiplies nothing of its own
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }

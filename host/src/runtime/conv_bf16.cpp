@@ -27,6 +27,7 @@
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 #include "tpuw/runtime/vector_functions.h"
 
 namespace tpuw::runtime {
@@ -125,7 +126,7 @@ uint64_t conv_bf16_min_bytes(const ConvPlan& p) {
   return 2 * in + 2 * w + 4 * uint64_t{g.out_c} + 2 * out;
 }
 
-std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x) {
+std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x, uint16_t pad) {
   const ConvGeometry& g = p.geom;
   const uint64_t an = p.array_n;
   const uint64_t hw = uint64_t{g.in_h} * g.in_w;
@@ -134,7 +135,7 @@ std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const fl
                                                          x.size(), p.batch * g.in_c * hw));
   }
   // Host image: [c_block][batch][img_rows][N] bf16, the padded, phase-split image of each block.
-  std::vector<uint16_t> out(p.in_bytes(), 0);
+  std::vector<uint16_t> out(p.in_bytes(), pad);
   for (uint64_t b = 0; b < p.batch; ++b) {
     for (uint64_t c = 0; c < g.in_c; ++c) {
       uint16_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
@@ -461,7 +462,9 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
   std::vector<std::vector<float>> outs;  // every layer's output (a residual Add or Concat reads earlier ones)
   for (const Bf16ConvLayer& l : net.convs) {
     if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
-    r.convs.push_back(run_conv2d_bf16(device, l, a, batch));
+    // A max pool runs on the device (VECTOR MAX; run_cnn_bf16 already required FEATURES.BF16).
+    r.convs.push_back(l.kind == Bf16ConvLayer::Kind::kMaxPool ? run_max_pool_bf16(device, l, a, batch)
+                                                               : run_conv2d_bf16(device, l, a, batch));
     const ConvBf16RunResult& c = r.convs.back();
     a = c.y;
     if (!l.act.none()) {  // the function: one more program, VECTOR ops (vector_functions.h)
@@ -478,7 +481,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
     outs.push_back(a);
     if (c.host) continue;
     r.cycles += c.cycles;
-    r.macs += c.plan.macs();
+    r.macs += l.kind == Bf16ConvLayer::Kind::kMaxPool ? 0 : c.plan.macs();  // a max pool multiplies nothing
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }
@@ -505,7 +508,8 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
   std::vector<std::vector<float>> outs;
   for (const Bf16ConvLayer& l : net.convs) {
     if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
-    a = conv2d_bf16_host(l, a, batch, array_n);
+    a = l.kind == Bf16ConvLayer::Kind::kMaxPool ? max_pool_bf16_host(l, a, batch, array_n)
+                                                : conv2d_bf16_host(l, a, batch, array_n);
     if (!l.act.none()) a = vec_function_host(vec_function(l.act, false), a);
     outs.push_back(a);
   }

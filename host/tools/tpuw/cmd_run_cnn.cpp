@@ -37,6 +37,7 @@
 #include "tpuw/nn/float_network.h"
 #include "tpuw/nn/qconv.h"
 #include "tpuw/nn/quantize.h"
+#include "tpuw/runtime/maxpool.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
@@ -75,7 +76,11 @@ CnnInput input_shape(const Graph& g, const std::string& model) {
 uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_t rows) {
   uint64_t need = 0;
   for (const nn::QConv2d& l : q.convs) {
-    if (l.max_pool) continue;  // on the host
+    if (l.max_pool) {  // on the device: the input, one identity tile, 3 param rows, the output
+      const runtime::ConvPlan p = runtime::plan_max_pool(params, l.geom, rows);
+      need += p.in_bytes() + uint64_t{p.array_n} * p.array_n + 12 * uint64_t{p.array_n} + p.out_bytes() + 4 * 4096;
+      continue;
+    }
     const runtime::ConvPlan p = runtime::plan_conv(params, l.geom, rows, l.extra_groups(), !l.lut.empty());
     need += p.in_bytes() + p.w_bytes() + p.param_bytes() + p.out_bytes() + 4 * 4096;
   }
@@ -202,8 +207,9 @@ int run_cnn_model(const CnnRunOpts& o) {
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvRunResult& cr = r.convs[i];
       const nn::QConv2d& l = q.convs[i];
-      // A max pool on the host counts its plan's MACs (its PERF counters are 0).
-      tot.add_conv(i, l.name, l.geom, l.relu, cr.host, cr.plan.macs(), cr.perf, cr.min_bytes, cr.instructions);
+      // A max pool counts no MACs (on the host its PERF counters are 0 too).
+      tot.add_conv(i, l.name, l.geom, l.relu, cr.host, l.max_pool ? 0 : cr.plan.macs(), cr.perf, cr.min_bytes,
+                   cr.instructions, l.max_pool);
     }
     for (size_t i = 0; i < r.head.layers.size() && i < q.head.layers.size(); ++i) {
       tot.add_dense(i, r.head.layers[i], q.head.layers[i].name, q.head.layers[i].relu);

@@ -3,7 +3,7 @@
 //   1. import the ONNX graph and the input ([rows, C, H, W] or [rows, C*H*W]; float32, uint8, int8)
 //   2. compile_bf16_cnn: the int8 CNN path's chain, float weights (tpuw/compiler/conv_bf16.h)
 //   3. run_cnn_bf16 in batches of --batch rows: one bf16 device program per convolution / average
-//      pool (implicit GEMM), max pools on the host, the dense head in one more program
+//      pool (implicit GEMM), max pools (VECTOR MAX over the taps), the dense head in one more program
 //   4. the host operator (softmax), --output (float32 [rows, classes])
 //   5. the per-layer report of the int8 CNN path (cnn_report.h); --labels: accuracy of the device
 //      and of the float model; --check: the fp32 output (before the host op) against the CPU bf16 contract
@@ -28,6 +28,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 #include "tpuw/runtime/network_bf16.h"
 #include "tpuw/runtime/npy.h"
 
@@ -43,7 +44,12 @@ using compiler::Graph;
 uint64_t memory_bytes(const DeviceParams& params, const Bf16Cnn& net, uint64_t rows) {
   uint64_t need = 0;
   for (const Bf16ConvLayer& l : net.convs) {
-    if (l.kind == Bf16ConvLayer::Kind::kMaxPool) continue;
+    if (l.kind == Bf16ConvLayer::Kind::kMaxPool) {  // the input, one identity tile, the output
+      const runtime::ConvPlan p = runtime::plan_max_pool_bf16(params, l.geom, rows);
+      need += runtime::conv_bf16_in_bytes(p) + 2 * uint64_t{p.array_n} * p.array_n + runtime::conv_bf16_out_bytes(p) +
+              3 * 4096;
+      continue;
+    }
     const runtime::ConvPlan p = runtime::plan_conv_bf16(params, l.geom, rows);
     need += runtime::conv_bf16_in_bytes(p) + runtime::conv_bf16_w_bytes(p) + runtime::conv_bf16_param_bytes(p) +
             runtime::conv_bf16_out_bytes(p) + 4 * 4096;
@@ -96,7 +102,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvBf16RunResult& cr = r.convs[i];
       const Bf16ConvLayer& l = net.convs[i];
-      // A max pool on the host counts no MACs (and its PERF counters are 0). A function after the
+      // A max pool counts no MACs (on the host its PERF counters are 0 too). A function after the
       // layer (its own VECTOR program) is counted with it.
       PerfCounters perf = cr.perf;
       uint64_t min_bytes = cr.min_bytes, instructions = cr.instructions;
@@ -107,8 +113,9 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
         instructions += r.functions[i].instructions;
         name += " + " + l.act.node;
       }
-      tot.add_conv(i, name, l.geom, l.relu, l.kind == Bf16ConvLayer::Kind::kMaxPool, cr.host ? 0 : cr.plan.macs(), perf,
-                   min_bytes, instructions);
+      const bool pool = l.kind == Bf16ConvLayer::Kind::kMaxPool;
+      tot.add_conv(i, name, l.geom, l.relu, cr.host, cr.host || pool ? 0 : cr.plan.macs(), perf, min_bytes,
+                   instructions, pool);
     }
     for (size_t i = 0; i < r.head.layers.size() && i < net.head.layers.size(); ++i) {
       tot.add_dense(i, r.head.layers[i], net.head.layers[i].name, net.head.layers[i].relu);

@@ -103,10 +103,10 @@ CnnTotals::CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows_, ui
 
 void CnnTotals::add_conv(size_t i, const std::string& name, const nn::ConvGeometry& gm, bool relu, bool host,
                          uint64_t layer_macs, const PerfCounters& p, uint64_t layer_min_bytes,
-                         uint64_t layer_instructions) {
+                         uint64_t layer_instructions, bool max_pool) {
   LayerRow& t = layers[i];
   t.name = name;
-  t.kind = host ? "maxpool_host" : "conv";
+  t.kind = host ? "maxpool_host" : max_pool ? "maxpool" : "conv";
   t.shape = fmt::format("{}x{}x{}>{}x{}x{} k{}x{}/{}", gm.in_c, gm.in_h, gm.in_w, gm.out_c, gm.out_h(), gm.out_w(),
                         gm.kernel_h, gm.kernel_w, gm.stride_h);
   t.relu = relu;

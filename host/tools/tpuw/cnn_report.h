@@ -49,7 +49,8 @@ uint64_t cnn_memory_size(uint64_t need, uint64_t rows);
 
 /// One row of the per-layer report, summed over the batches.
 struct LayerRow : LayerCounters {
-  std::string name, kind;  // kind: conv (convolutions and average pools), maxpool_host or dense
+  std::string name, kind;  // kind: conv (convolutions and average pools), maxpool (on the device),
+                           // maxpool_host (a device without the VECTOR unit) or dense
   std::string shape;       // conv: CxHxW -> OxHoxWo, kernel; dense: m x k x n
   uint64_t macs = 0;
   bool relu = false;
@@ -66,9 +67,11 @@ struct CnnTotals {
 
   CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows, uint64_t batch);
 
-  /// One batch of convolution / pooling layer i (host: a max pool on the host) and what its program counted.
+  /// One batch of convolution / pooling layer i (host: a max pool on the host; max_pool: a max pool
+  /// on the device) and what its program counted.
   void add_conv(size_t i, const std::string& name, const nn::ConvGeometry& gm, bool relu, bool host,
-                uint64_t layer_macs, const PerfCounters& p, uint64_t layer_min_bytes, uint64_t layer_instructions);
+                uint64_t layer_macs, const PerfCounters& p, uint64_t layer_min_bytes, uint64_t layer_instructions,
+                bool max_pool = false);
   /// One batch of dense layer i of the head (`name`: the compiled layer's, when the report has none).
   void add_dense(size_t i, const runtime::LayerReport& lr, const std::string& name, bool relu);
   /// One batch of the head's program as a whole.

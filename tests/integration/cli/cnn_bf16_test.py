@@ -80,7 +80,8 @@ elif CASE == "cnn_bf16_fashion_ref":
     acc = j["accuracy"]
     expect(abs(acc["bf16"] - acc["float"]) <= 0.01 and acc["float"] > 0.85, acc)
     expect(j["check"]["cpu"] == "equal", j["check"])
-    expect([l["kind"] for l in j["layers"]] == ["conv", "maxpool_host", "conv", "maxpool_host", "dense"], j["layers"])
+    expect([l["kind"] for l in j["layers"]] == ["conv", "maxpool", "conv", "maxpool", "dense"], j["layers"])
+    expect(all(l["cycles"] > 0 and l["rd_bytes"] > 0 for l in j["layers"] if l["kind"] == "maxpool"), j["layers"])
 elif CASE == "cnn_bf16_bad_input":
     # Refused before the device opens, exit 2, naming the problem.
     bad = cli.save("bad.npy", np.zeros((3, 1, 7, 8), np.float32))

@@ -95,9 +95,11 @@ elif CASE == "cnn_fashion_rtl":
                               "--json"))
     acc = j["accuracy"]
     expect(abs(acc["int8"] - acc["float"]) <= 0.01 and acc["float"] > 0.85, acc)
-    expect([l["kind"] for l in j["layers"]] == ["conv", "maxpool_host", "conv", "maxpool_host", "dense"],
+    expect([l["kind"] for l in j["layers"]] == ["conv", "maxpool", "conv", "maxpool", "dense"],
            [l["kind"] for l in j["layers"]])
-    expect(all(l["cycles"] == 0 and l["rd_bytes"] == 0 for l in j["layers"] if l["kind"] == "maxpool_host"), "host")
+    # The max pools run on the device (VECTOR IMAX, ISA 1.3): cycles and bytes of their own.
+    expect(all(l["cycles"] > 0 and l["rd_bytes"] > 0 and l["wr_bytes"] > 0 and l["min_bytes"] > 0
+               for l in j["layers"] if l["kind"] == "maxpool"), j["layers"])
     if not rtl_built():
         sys.exit(77)
     xs = cli.save("xs.npy", x[:24])

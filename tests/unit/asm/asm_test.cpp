@@ -164,6 +164,7 @@ TEST(Asm, VectorOpNamesAndFloatScalars) {
       "vector op=axpy dst_addr=4 a_addr=0 b_addr=4 rows=8 scalar=-0.05 pop_prev\n"
       "vector op=Maxs dst_addr=1 a_addr=1 b_addr=0 rows=2 scalar=0\n"
       "vector op=9 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0x00000001\n"
+      "vector op=imax dst_addr=2 a_addr=2 b_addr=6 rows=4 scalar=0\n"
       "vector op=12 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e30\n"
       "transpose src_addr=0 dst_addr=16 rows=4 bf16\n"
       "loadw wb_addr=2 transpose bf16\n"
@@ -174,6 +175,7 @@ TEST(Asm, VectorOpNamesAndFloatScalars) {
             "vector op=AXPY dst_addr=4 a_addr=0 b_addr=4 rows=8 scalar=-0.05 pop_prev\n"
             "vector op=MAXS dst_addr=1 a_addr=1 b_addr=0 rows=2 scalar=0\n"
             "vector op=ROUND_BF16 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0x1\n"
+            "vector op=IMAX dst_addr=2 a_addr=2 b_addr=6 rows=4 scalar=0\n"
             "vector op=12 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e+30\n"
             "transpose bf16 src_addr=0 dst_addr=16 rows=4\n"
             "loadw transpose bf16 wb_addr=2\n"
@@ -183,7 +185,7 @@ TEST(Asm, VectorOpNamesAndFloatScalars) {
 
   expect_error("vector op=AXPZ dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0", 1, 11,
                "unknown vector op 'AXPZ' for vector op (expected one of: ADD, SUB, MUL, AXPY, SCALE, MAX, MAXS, "
-               "SELECT, COLSUM, ROUND_BF16; or a number)");
+               "SELECT, COLSUM, ROUND_BF16, IMAX; or a number)");
   expect_error("vector op=16 dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=0", 1, 11, "out of range for vector op");
   expect_error("vector op=ADD dst_addr=0 a_addr=0 b_addr=0 rows=1 scalar=1e39", 1, 58,
                "1e39 is out of the fp32 range for vector scalar");

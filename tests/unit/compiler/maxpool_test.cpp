@@ -1,5 +1,5 @@
 // MaxPool in CNNs (tpuw/compiler/conv.h, nn::QConv2d::max_pool): output sizes with pads, strides
-// and ceil_mode as PyTorch computes them, the int8 max on the host bit-exact with the integer pass,
+// and ceil_mode as PyTorch computes them, the int8 max on the device bit-exact with the integer pass,
 // the scale kept across the pool, refused cases, and the PyTorch-exported Fashion-MNIST CNN
 // (examples/fashion_mnist/train_cnn.py: conv-relu-maxpool x 2, x.view(x.size(0), -1), Linear).
 #include <gtest/gtest.h>
@@ -83,10 +83,43 @@ TEST(MaxPool, OutputSizesFollowPyTorch) {
     for (size_t i = 0; i < pf.size(); ++i) ASSERT_EQ(pooled[i], nn::quantize_value(pf[i], q.input_scale)) << i;
     Device dev = Device::open("ref", BackendConfig{});
     const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
-    EXPECT_TRUE(r.convs[0].host);
+    EXPECT_FALSE(r.convs[0].host);  // on the device (VECTOR IMAX), bit for bit the host max
+    EXPECT_GT(r.convs[0].cycles, 0u);
     EXPECT_EQ(r.convs[0].y, pooled);
     EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
   }
+}
+
+// x -> MaxPool -> Relu: no layer before the pool to take the Relu, so it is fused into the pool's
+// own ACTIVATE (on the device) / applied after the host max.
+TEST(MaxPool, ReluAfterAPoolOfTheInputFusesIntoThePool) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  auto& p = mb.node("MaxPool", {"x"}, {"p"}, "pool");
+  attr_ints(p, "kernel_shape", {2, 2});
+  attr_ints(p, "strides", {2, 2});
+  mb.node("Relu", {"p"}, {"r"}, "relu");
+  auto& f = mb.node("Flatten", {"r"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(f, "axis", 1);
+  mb.init("fc.w", {4, 18}, random_floats(72, -0.5f, 0.5f, 3));
+  mb.init("fc.b", {4}, random_floats(4, -0.1f, 0.1f, 4));
+  auto& gm = mb.node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, "fc");
+  ModelBuilder::attr_i(gm, "transB", 1);
+  mb.output("y");
+  const uint64_t batch = 4;
+  const std::vector<float> x = random_floats(batch * 72, -1.0f, 1.0f, 12);
+  const nn::QCnn q = compile_quantized_cnn(graph_of(mb), x, batch);
+  ASSERT_EQ(q.convs.size(), 1u);
+  EXPECT_TRUE(q.convs[0].max_pool && q.convs[0].relu);
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  const std::vector<int8_t> pooled = nn::conv2d_int(q.convs[0], xq, batch);
+  for (const int8_t v : pooled) ASSERT_GE(v, 0);
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+  EXPECT_FALSE(r.convs[0].host);
+  EXPECT_EQ(r.convs[0].y, pooled);
+  EXPECT_EQ(r.output_i32, nn::forward_cnn_int_raw(q, xq, batch));
 }
 
 TEST(MaxPool, UnsupportedCasesAreNamed) {

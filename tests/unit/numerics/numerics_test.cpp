@@ -210,8 +210,15 @@ TEST(Numerics, VectorLanes) {
   EXPECT_EQ(vector_lane(VecOp::kSelect, kOne, kSubMax | kF32SignBit, 0), kNegZero);
   EXPECT_EQ(vector_lane(VecOp::kRoundBf16, 0x3F818000u, 0, 0), 0x3F820000u);
   EXPECT_EQ(colsum_step(colsum_step(kPosZero, kOne), kTwo), three);
-  EXPECT_TRUE(vecop_defined(9));
-  EXPECT_FALSE(vecop_defined(10));
+  // IMAX (ISA 1.3): signed 32-bit integers, no flushing, no NaN rule.
+  EXPECT_EQ(vector_lane(VecOp::kImax, 0xFFFFFF80u, 5u, 0), 5u);           // -128 < 5
+  EXPECT_EQ(vector_lane(VecOp::kImax, 0xFFFFFF80u, 0xFFFFFF81u, 0), 0xFFFFFF81u);
+  EXPECT_EQ(vector_lane(VecOp::kImax, 0x80000000u, 0x7FFFFFFFu, 0), 0x7FFFFFFFu);
+  EXPECT_EQ(vector_lane(VecOp::kImax, 0x7FC00001u, 1u, 0), 0x7FC00001u);  // a NaN pattern is an int
+  EXPECT_EQ(vector_lane(VecOp::kImax, 3u, 0x00000001u, 0), 3u);            // no flush-to-zero
+  EXPECT_TRUE(vecop_reads_b(VecOp::kImax));
+  EXPECT_TRUE(vecop_defined(10));
+  EXPECT_FALSE(vecop_defined(11));
   EXPECT_TRUE(vecop_reads_b(VecOp::kSelect));
   EXPECT_FALSE(vecop_reads_b(VecOp::kColsum));
 }

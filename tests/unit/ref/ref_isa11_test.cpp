@@ -126,7 +126,7 @@ TEST(RefIsa11Validation, NewRulesInTheContractsOrder) {
       {"transpose bf16 dst pairs", tr(0, 2042, 1, true), Fault::kLocalRange, 2048},
       {"transpose overlap is fine", tr(0, 2, 4, true), Fault::kNone, 0},
       // VECTOR
-      {"vector op 10", vec_raw_op(10, 1), Fault::kIllegalField, 12},
+      {"vector op 11", vec_raw_op(11, 1), Fault::kIllegalField, 12},  // 10 is IMAX since ISA 1.3
       {"vector op 15", vec_raw_op(15, 1), Fault::kIllegalField, 12},
       {"vector op before rows", vec_raw_op(12, 0), Fault::kIllegalField, 12},
       {"vector rows=0", vec(VecOp::kAdd, 0, 0, 0, 0), Fault::kIllegalField, 76},

@@ -88,9 +88,9 @@ nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float>
 /// interpret_float: per-tensor activation scales max|x| / 127 (symmetric_scale), every Conv through
 /// quantize_conv, the head through the quantize pass (its input scale is the last conv's output
 /// scale); AveragePool / GlobalAveragePool run as convolutions with identity weights; a MaxPool
-/// becomes a max-pool layer (nn::QConv2d::max_pool, int8 max on the host) whose input takes its
-/// output's scale, so the layer before it is quantized straight to that scale and the int8 max is
-/// exact. The model may also end in the last conv/pool layer (or a Flatten/Reshape of it) with no
+/// becomes a max-pool layer (nn::QConv2d::max_pool, the int8 max on the device: runtime::run_max_pool)
+/// whose input takes its output's scale, so the layer before it is quantized straight to that scale
+/// and the int8 max is exact. The model may also end in the last conv/pool layer (or a Flatten/Reshape of it) with no
 /// dense head: the QCnn then has no head and its output is that layer's int8 map (its scale
 /// calibrated on its float output). A layer may read the input or any earlier layer's output (a
 /// branch); a residual Add of two layer outputs and a Concat of layer outputs along the channels

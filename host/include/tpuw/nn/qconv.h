@@ -49,9 +49,10 @@ struct QConv2d {
   bool relu = false;
   float out_scale = 1.0f;       // scale of the int8 output tensor (real = q * out_scale)
   /// A max pool (ONNX MaxPool) instead of a convolution: y = the max of the window's int8 inputs
-  /// inside the image (pads are skipped; a window with none gives -128), in_c == out_c, the input's
-  /// scale kept, w_q/bias_q/mult/shift empty and relu false. Runs on the host between the device
-  /// programs (runtime::run_cnn), exact because requantization is monotonic.
+  /// inside the image (pads are skipped; a window with none gives -128), then max(y, 0) if relu;
+  /// in_c == out_c, the input's scale kept, w_q/bias_q/mult/shift empty. A device program
+  /// (runtime::run_max_pool; on the host on a device without the VECTOR unit), exact because
+  /// requantization is monotonic.
   bool max_pool = false;
   /// The layers whose int8 outputs this one reads, concatenated along the channels in this order
   /// (-1: the network's input); empty: the previous layer's output (the input for the first). A

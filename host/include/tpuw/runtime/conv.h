@@ -110,7 +110,8 @@ struct ActivateRun {
 std::vector<ActivateRun> activate_runs(const ConvPlan& plan, uint64_t images);
 
 /// The host images (x is NCHW int8 [batch][in_c][in_h][in_w]; y likewise [batch][out_c][ho][wo]).
-std::vector<int8_t> pack_conv_input(const ConvPlan& plan, std::span<const int8_t> x);
+/// `pad` fills every position that is not an input pixel (0; a max pool's -128).
+std::vector<int8_t> pack_conv_input(const ConvPlan& plan, std::span<const int8_t> x, int8_t pad = 0);
 std::vector<int8_t> pack_conv_weights(const ConvPlan& plan, std::span<const int8_t> w_q);
 /// Fills plan.zero_tile from the packed weights.
 void mark_zero_tiles(ConvPlan& plan, std::span<const int8_t> packed_weights);
@@ -149,8 +150,9 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
 /// A whole quantized CNN (nn::QCnn, from compiler::compile_quantized_cnn): every convolution is
 /// one device program (run_conv2d), the dense head one more (run_network); the int8 activations
 /// pass through host memory between them (NCHW, flattened in that order for the head). A max pool
-/// (QConv2d::max_pool) runs on the host on those int8 activations (ConvRunResult::host): exact, no
-/// device bytes; a device max pool is not built yet (docs/network_compiler.md).
+/// (QConv2d::max_pool) is a device program too (run_max_pool, tpuw/runtime/maxpool.h); on a device
+/// without the VECTOR unit (FEATURES.BF16) it runs on the host on those int8 activations
+/// (ConvRunResult::host): exact, no device bytes.
 /// Without a head (QCnn::has_head() false) the output is the last layer's int8 map (NCHW) widened
 /// to int32, and `head` stays empty.
 struct CnnRunResult {

@@ -20,9 +20,12 @@
 //     acc = s(first tile); acc = acc + s(next tile) ...           (fp32, in the order above)
 //   y = bf16(relu(acc + bias[o]))   (one fp32 addition, ReLU: +0 unless > 0 or NaN, RNE to bf16)
 // An average pool is the same with the weight bf16(1/(KH*KW)) on the channel diagonal (count_include_pad=1;
-// not exact when KH*KW is not a power of two: 1/9 becomes 0.111328125, +0.2%); a max pool is the
-// max of the window's bf16 inputs inside the image, on the host (exact: no rounding; NaN if any
-// input of the window is NaN, -inf for a window of pads only).
+// not exact when KH*KW is not a power of two: 1/9 becomes 0.111328125, +0.2%); a max pool in
+// conv2d_bf16_host / run_conv2d_bf16 is the max of the window's bf16 inputs inside the image, on the
+// host (exact: no rounding; NaN if any input of the window is NaN, -inf for a window of pads only).
+// run_cnn_bf16 runs max pools on the device instead (run_max_pool_bf16, tpuw/runtime/maxpool.h; its
+// contract max_pool_bf16_host is what forward_cnn_bf16_host uses), the same values for finite
+// inputs that are neither -0 nor subnormal.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +57,8 @@ uint64_t conv_bf16_out_bytes(const ConvPlan& p);
 uint64_t conv_bf16_min_bytes(const ConvPlan& p);
 
 /// The host images: x NCHW float [batch][in_c][in_h][in_w] rounded to bf16; w [O][C][KH][KW].
-std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& plan, std::span<const float> x);
+/// `pad` (bf16 bits) fills every position that is not an input pixel (+0; a max pool's lowest bf16).
+std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& plan, std::span<const float> x, uint16_t pad = 0);
 std::vector<uint16_t> pack_conv_bf16_weights(const ConvPlan& plan, std::span<const float> w);
 /// Fills plan.zero_tile: a tile is zero when every weight is +0 or -0 (bf16 bits & 0x7FFF == 0).
 void mark_zero_tiles_bf16(ConvPlan& plan, std::span<const uint16_t> packed_weights);
@@ -79,7 +83,8 @@ struct ConvBf16RunResult {
   bool host = false;            // a max pool on the host: no device program, counters 0
 };
 
-/// Runs one layer (a max pool on the host). Throws Error(kUnsupported) when the device has no bf16
+/// Runs one layer (a max pool: run_max_pool_bf16, tpuw/runtime/maxpool.h; on the host for a device
+/// without FEATURES.BF16). Throws Error(kUnsupported) when the device has no bf16
 /// mode, Error(kInvalidArgument) for a bad layer or an input of the wrong size, and whatever
 /// plan_conv_bf16 and the driver throw.
 ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, std::span<const float> x, uint64_t batch);
@@ -103,11 +108,12 @@ struct CnnBf16RunResult {
 };
 
 /// Runs `net`: x is [batch][in_c][in_h][in_w] float (rounded to bf16 on the way in); one device
-/// program per convolution / average pool, max pools on the host, the dense head in one more
+/// program per convolution / average pool / max pool (run_max_pool_bf16), the dense head in one more
 /// program (run_network_bf16) on the flattened bf16 activations.
 CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<const float> x, uint64_t batch);
 
-/// The whole contract on the CPU (conv2d_bf16_host per layer, forward_bf16_host for the head).
+/// The whole contract on the CPU (conv2d_bf16_host per layer, max_pool_bf16_host for a max pool,
+/// forward_bf16_host for the head).
 std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
                                          uint32_t array_n);
 
