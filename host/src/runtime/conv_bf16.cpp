@@ -293,12 +293,7 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
   }
   detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
   ConvProgram prog;
-  prog.code = std::move(merged.code);
-  prog.fold_index = std::move(merged.fold_index);
-  prog.loads = merged.loads;
-  prog.loadws = merged.loadws;
-  prog.matmuls = merged.matmuls;
-  prog.stores = merged.stores;
+  detail::take_merged(std::move(merged), prog);
   return prog;
 }
 

@@ -194,12 +194,7 @@ GemmProgram compile_gemm(const GemmPlan& plan, uint64_t a_addr, uint64_t b_addr,
   detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
   GemmProgram prog;
   prog.plan = plan;
-  prog.code = std::move(merged.code);
-  prog.fold_index = std::move(merged.fold_index);
-  prog.loads = merged.loads;
-  prog.loadws = merged.loadws;
-  prog.matmuls = merged.matmuls;
-  prog.stores = merged.stores;
+  detail::take_merged(std::move(merged), prog);
   return prog;
 }
 

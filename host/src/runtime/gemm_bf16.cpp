@@ -552,12 +552,7 @@ GemmProgram compile_gemm_bf16(const Bf16GemmPlan& plan, const Bf16GemmAddrs& add
   detail::emit_gemm_bf16(sb, plan, addrs);
   detail::MergedProgram merged = sb.finish();
   GemmProgram prog;
-  prog.code = std::move(merged.code);
-  prog.fold_index = std::move(merged.fold_index);
-  prog.loads = merged.loads;
-  prog.loadws = merged.loadws;
-  prog.matmuls = merged.matmuls;
-  prog.stores = merged.stores;
+  detail::take_merged(std::move(merged), prog);
   return prog;
 }
 

@@ -79,6 +79,18 @@ struct MergedProgram {
 /// Assigns tokens (step 2) and merges (step 3). Throws Error(kInternal) if an invariant fails.
 MergedProgram merge_program(Builder& builder, uint64_t lookahead, int64_t free_slack);
 
+/// Moves a merged program's code, MATMUL fold index and instruction counts into a compiled-program
+/// struct (GemmProgram, ConvProgram, ...: any with those fields).
+template <class Program>
+void take_merged(MergedProgram&& merged, Program& prog) {
+  prog.code = std::move(merged.code);
+  prog.fold_index = std::move(merged.fold_index);
+  prog.loads = merged.loads;
+  prog.loadws = merged.loadws;
+  prog.matmuls = merged.matmuls;
+  prog.stores = merged.stores;
+}
+
 /// One DMA transfer of `bytes` contiguous host bytes into/out of consecutive local rows, split into
 /// as few LOAD/STORE instructions as the field widths allow, host rows of at most 4 KiB.
 struct Transfer {
