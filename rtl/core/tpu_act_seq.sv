@@ -192,12 +192,8 @@ module tpu_act_seq #(
   // The table register: written only by a LUT ACTIVATE's table rows (behind their read kind).
   if (EnableLut) begin : g_lut
     logic [2047:0] lut_q;
-    // One write enable per table row (constant part-selects): a variable part-select here
-    // becomes a 2048-bit shifter in synthesis.
     always_ff @(posedge clk_i) begin
-      for (int unsigned r = 0; r < LutRows; r++) begin
-        if (ak_q == KLut && ak_lut_q == LutIdxW'(r)) lut_q[LutRowW*r +: LutRowW] <= acc_rd_data_i[LutRowW-1:0];
-      end
+      if (ak_q == KLut) lut_q[LutRowW*ak_lut_q +: LutRowW] <= acc_rd_data_i[LutRowW-1:0];
     end
     assign lut_table = lut_q;
   end else begin : g_no_lut

@@ -109,8 +109,6 @@ module tpu_act_unit #(
       logic signed [63:0] t;
       logic        [5:0]  s;
       logic        [7:0]  r;
-      logic        [7:0]  idx, lr;
-      logic        [255:0] col;
       p = $signed(prod1_q[64*j +: 64]);
       t = p;
       s = s1_shift[6*j +: 6];
@@ -122,15 +120,8 @@ module tpu_act_unit #(
       if (p > 64'sd127)       r = 8'h7f;
       else if (p < -64'sd128) r = 8'h80;
       else                    r = p[7:0];
-      // Table entry r + 128 (the int8 bits with the sign bit flipped), one 256:1 mux per result
-      // bit over that bit of every entry: a variable byte part-select of the 2048-bit table would
-      // synthesize as a wide shifter.
-      idx = {~r[7], r[6:0]};
-      for (int unsigned b = 0; b < 8; b++) begin
-        for (int unsigned e = 0; e < 256; e++) col[e] = lut_table_i[8*e + b];
-        lr[b] = col[idx];
-      end
-      if (EnableLut && lut_en_i) r = lr;
+      // Table entry r + 128: the int8 bits with the sign bit flipped.
+      if (EnableLut && lut_en_i) r = lut_table_i[{~r[7], r[6:0], 3'b000} +: 8];
       s1_res[8*j +: 8] = r;
     end
   end
