@@ -15,6 +15,7 @@
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 #include "owning_trainer.h"
 #include "train_programs.h"
 
@@ -74,11 +75,15 @@ struct CnnTrainer::Impl {
   }
   bool cached = true;  // false for logits(): evaluation batches of any size are not kept
 
+  // A Conv / AveragePool: the bf16 convolution program; a MaxPool: the inference max-pool program
+  // (identity-weight taps + VECTOR MAX; contract max_pool_bf16_host, which multiplies nothing).
   std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
-    if (device == nullptr) return conv2d_bf16_host(l, a, rows, array_n);
-    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows) : run_conv2d_bf16(*device, l, a, rows);
+    const bool pool = l.kind == Kind::kMaxPool;
+    if (device == nullptr) return pool ? max_pool_bf16_host(l, a, rows, array_n) : conv2d_bf16_host(l, a, rows, array_n);
+    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows)
+                                 : (pool ? run_max_pool_bf16(*device, l, a, rows) : run_conv2d_bf16(*device, l, a, rows));
     cycles += r.cycles;
-    if (!r.host) macs += r.plan.macs();
+    if (!pool) macs += r.plan.macs();
     return std::move(r.y);
   }
 

@@ -7,9 +7,13 @@
 
 #include "program_builder.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/maxpool.h"
 
 namespace tpuw::runtime::detail {
 namespace {
+
+constexpr uint16_t kLowestBf16 = 0xFF7F;  // the max pool's pads (maxpool.h: never win a max)
+constexpr uint16_t kOneBf16 = 0x3F80;     // 1.0, the identity tile's diagonal
 
 double utilization(uint64_t macs, uint32_t an, uint64_t cycles) {
   const double peak = static_cast<double>(an) * static_cast<double>(an);
@@ -54,7 +58,7 @@ PerfCounters TrainProgramCache::run(const Entry& e) {
 
 ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
                                           uint64_t batch) {
-  if (l.kind == Bf16ConvLayer::Kind::kMaxPool) return run_conv2d_bf16(*device_, l, x, batch);
+  if (l.kind == Bf16ConvLayer::Kind::kMaxPool) return max_pool(slot, l, x, batch);
   l.check();
   if ((device_->info().features & spec::reg::kFeaturesBf16) == 0) {
     throw Error(ErrorKind::kUnsupported, "bf16 convolution: the device has no bf16 mode (FEATURES.BF16 is 0)");
@@ -93,6 +97,46 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
   r.min_bytes = conv_bf16_min_bytes(r.plan);
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
+  return r;
+}
+
+ConvBf16RunResult TrainProgramCache::max_pool(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                                              uint64_t batch) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kMaxPool) {
+    throw Error(ErrorKind::kInternal, fmt::format("train program cache: layer '{}' is not a max pool", l.name));
+  }
+  if (!max_pool_on_device(device_->info())) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("bf16 max pool '{}': the device has no bf16 mode / VECTOR unit (FEATURES.BF16)", l.name));
+  }
+  ConvPlan plan = plan_max_pool_bf16(device_->info().params, l.geom, batch);
+  const uint64_t an = plan.array_n;
+  Entry* e = find(slot, batch);
+  if (e == nullptr || !same_geom(e->conv_plan.geom, l.geom) || e->relu != l.relu) {
+    e = &make(slot, batch);
+    e->conv_plan = plan;
+    e->relu = l.relu;
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(plan)));
+    e->bufs.push_back(alloc(an * an * 2));
+    e->bufs.push_back(alloc(conv_bf16_out_bytes(plan)));
+    std::vector<uint16_t> w(an * an, 0);
+    for (uint64_t k = 0; k < an; ++k) w[k * an + k] = kOneBf16;
+    device_->write(e->bufs[1], 0, w.data(), w.size() * 2);
+    e->code = compile_max_pool_bf16(plan, l.relu, e->bufs[0].addr(), e->bufs[1].addr(), e->bufs[2].addr()).code;
+  }
+  const std::vector<uint16_t> xin = pack_conv_bf16_input(plan, x, kLowestBf16);
+  device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+  ConvBf16RunResult r;
+  r.plan = std::move(plan);
+  r.perf = run(*e);
+  std::vector<uint16_t> packed(r.plan.out_bytes());
+  device_->read(e->bufs[2], 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(r.plan, packed);
+  r.cycles = r.perf.cycles;
+  r.instructions = e->code.size() + 1;
+  r.min_bytes = max_pool_bf16_min_bytes(r.plan);
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   return r;
 }
 

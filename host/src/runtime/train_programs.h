@@ -67,8 +67,11 @@ class TrainProgramCache {
   explicit TrainProgramCache(Device& device) : device_(&device) {}
 
   /// run_conv2d_bf16's result (y, plan, perf, cycles, utilization, moved bytes); a max pool goes to
-  /// run_conv2d_bf16 itself.
+  /// max_pool().
   ConvBf16RunResult conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch);
+  /// run_max_pool_bf16's result (the inference emitter, tpuw/runtime/maxpool.h: identity-weight taps
+  /// + VECTOR MAX, contract max_pool_bf16_host), its program and identity tile kept per (slot, rows).
+  ConvBf16RunResult max_pool(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch);
   /// gemm_bf16's result (c, plan, perf, cycles, utilization) for a spec without accumulate / z_out / sgd.
   Bf16GemmResult gemm(uint64_t slot, const Bf16GemmSpec& s, std::span<const float> a, std::span<const float> b,
                       std::span<const float> bias = {});

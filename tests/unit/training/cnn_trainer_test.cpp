@@ -154,6 +154,36 @@ TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
   }
 }
 
+TEST(CnnTrainer, MaxPoolForwardIsTheDeviceProgram) {
+  // poolnet's MaxPool runs forward as the inference max-pool program (identity taps + VECTOR MAX):
+  // its contract max_pool_bf16_host is what the null-device trainer uses, so logits() (a program
+  // compiled per call) and two cached steps equal the contract bit for bit.
+  const std::string model = "poolnet";
+  auto make = [&](Device* dev) {
+    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
+                      8, SgdConfig{0.05f, 0.9f, 0.0f});
+  };
+  Device dev = Device::open("ref", BackendConfig{});
+  CnnTrainer d = make(&dev);
+  CnnTrainer h = make(nullptr);
+  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
+  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  for (int s = 0; s < 2; ++s) {
+    const auto xs = std::span<const float>(x).subspan(s * 8 * per, 8 * per);
+    const std::vector<float> ld = d.logits(xs, 8), lh = h.logits(xs, 8);
+    ASSERT_EQ(ld.size(), lh.size());
+    for (size_t i = 0; i < ld.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(ld[i]), std::bit_cast<uint32_t>(lh[i])) << "step " << s << " logit " << i;
+    }
+    const TrainStepReport a = d.step(xs, y.subspan(s * 8, 8), 8);
+    const TrainStepReport b = h.step(xs, y.subspan(s * 8, 8), 8);
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
+    EXPECT_GT(a.forward_cycles, 0u);
+  }
+}
+
 TEST(CnnTrainer, ResidualAddIsABlock) {
   // resnet: conv1-relu (layer 0), conv2-relu (1), conv3 (2) + the input of layer 1, Add, Relu, MaxPool.
   const compiler::CnnTrainModel m =

@@ -1,7 +1,8 @@
 // Training CNNs in bf16 (issue 13; docs/training.md "Training CNNs"): runtime::CnnTrainer over the
 // CNN training pass (tpuw/compiler/cnn_training.h). One step on `rows` images:
 //   forward   per layer: a Conv / AveragePool the bf16 convolution program (runtime/conv_bf16.h,
-//             fused bias + ReLU, bf16 out), a MaxPool on the host, a residual Add (CnnResidual) a
+//             fused bias + ReLU, bf16 out), a MaxPool the inference max-pool program
+//             (runtime/maxpool.h: identity-weight taps + VECTOR MAX), a residual Add (CnnResidual) a
 //             VECTOR program (add_bf16); per dense layer one bf16 GEMM (bias preset, ReLU and bf16
 //             rounding by ACTIVATE, the last layer's fp32 logits).
 //   (host)    softmax cross-entropy at the logits: dZ = (softmax - onehot) / rows (fp32).
@@ -19,7 +20,7 @@
 // Every device program of a step is compiled once per row count, with its host buffers, and reused
 // in later steps (a partial last batch gets its own set; logits() compiles per call). With `device`
 // null the trainer runs the CPU contract of every program instead (conv2d_bf16_host,
-// gemm_bf16_host, ..., the update in num::axpy): bit for bit the device's numbers, which is how the
+// max_pool_bf16_host, gemm_bf16_host, ..., the update in num::axpy): bit for bit the device's numbers, which is how the
 // tests check a whole step.
 #pragma once
 
