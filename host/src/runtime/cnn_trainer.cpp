@@ -127,9 +127,18 @@ struct CnnTrainer::Impl {
   ConvParamGradResult conv_dw(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
                               std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
-    const std::vector<float> a = conv_im2col(l, x, rows);
     const std::vector<float> d = conv_grad_rows(l, dy, rows);
     ConvParamGradResult r;
+    // The im2col on the device (one-hot convolutions over the forward's uploaded input), where the
+    // layout allows; else laid out here.
+    uint64_t mc = 0;
+    if (cache->conv_param_grads(slot, slot - kDw + kFwd, l, x, d, rows, r, mc)) {
+      cycles += r.gemm.cycles;
+      macs += mc;
+      host_bytes += r.host_bytes;
+      return r;
+    }
+    const std::vector<float> a = conv_im2col(l, x, rows);
     r.gemm = cache->gemm(slot, detail::conv_param_grad_spec(l, rows), a, d);
     detail::split_conv_param_grads(l, r.gemm.c, r);
     cycles += r.gemm.cycles;

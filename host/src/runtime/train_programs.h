@@ -81,6 +81,20 @@ class TrainProgramCache {
   MaxPoolRouteResult max_pool_route(uint64_t slot, std::span<const float> m, std::span<const float> dy,
                                     std::span<const float> taps);
 
+  /// dW and db of the conv layer `l` with the im2col on the device (docs/training.md "Convolutions
+  /// and pools"): per block j of N columns of [im2col(x) | 1] a bf16 convolution of x with one-hot
+  /// weights (column c*KH*KW + tap takes channel c at that tap; the all-ones column is its bias 1.0)
+  /// writes the block as pixel rows [B*Ho*Wo][N] in device memory, and a bf16 GEMM (A transposed on
+  /// the device, fp32 out) reads it there: [im2col | 1]^T . d for its N rows. x is the forward
+  /// convolution's input, d the output gradient as pixel rows (conv_grad_rows). When the forward
+  /// program `fwd_slot` has the same input layout its uploaded input is read in place. The values
+  /// are conv_param_grads_bf16_host's (the same GEMM sums in the same order) for finite inputs that
+  /// are not -0 (the identity MATMUL gives +0). Returns false (and does nothing) where the layout
+  /// does not apply (output rows padded for the DMA: wo_stored != wo); the caller then lays out
+  /// the im2col on the host.
+  bool conv_param_grads(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, std::span<const float> x,
+                        std::span<const float> d, uint64_t batch, ConvParamGradResult& r, uint64_t& macs);
+
   /// Programs compiled so far (a figure for tests and benchmarks).
   uint64_t compiled() const { return compiled_; }
 
@@ -91,6 +105,11 @@ class TrainProgramCache {
     ConvPlan conv_plan;
     bool relu = false;
     Bf16GemmPlan gemm_plan;
+    // conv_param_grads: the input buffer the im2col programs read, and per block of columns the
+    // im2col convolution's and the GEMM's code and the GEMM's plan.
+    uint64_t in_addr = 0;
+    std::vector<std::vector<isa::Word>> codes;
+    std::vector<Bf16GemmPlan> gemm_plans;
   };
   Entry* find(uint64_t slot, uint64_t rows);
   ReluBackwardResult elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,

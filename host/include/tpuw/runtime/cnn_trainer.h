@@ -9,7 +9,8 @@
 //   backward  per dense layer from the last: dZ = relu_backward_bf16(Y, dX) (VECTOR SELECT) when ReLU; [dW | db] =
 //             [X | 1]^T . dZ (GEMM, A transposed on the device, fp32 out); dX = dZ . W^T (GEMM,
 //             LOADW transpose); then per conv-part layer from the last: a residual's ReLU mask and
-//             the fan-out of its gradient, the ReLU mask (SELECT), dW/db (conv_param_grads_bf16) and
+//             the fan-out of its gradient, the ReLU mask (SELECT), dW/db (conv_param_grads_bf16's GEMM,
+//             its im2col made on the device by one-hot convolutions of the forward's input) and
 //             dX (conv_input_grad_bf16: the transposed convolution; an average pool the same; a max
 //             pool max_pool_backward_bf16's VECTOR routing and scatter), and at a residual's skip
 //             input the two paths summed (add_bf16); runtime/conv_train_bf16.h.

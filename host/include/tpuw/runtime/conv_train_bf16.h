@@ -22,8 +22,9 @@
 //   dW[o][c][ky][kx] = G[c*KH*KW + ky*KW + kx][o],   db[o] = G[C*KH*KW][o] (the all-ones column:
 //   the bias gradient is a MATMUL with ones). The reduction runs over the batch and the output
 // pixels together: ArrayN-pixel blocks in increasing pixel order, each block a column sum from +0,
-// the blocks added in fp32 in that order (gemm_bf16_host's contract). im2col is a host layout
-// (KH*KW copies of x in bf16; counted in host_bytes).
+// the blocks added in fp32 in that order (gemm_bf16_host's contract). conv_param_grads_bf16 lays
+// im2col out on the host (KH*KW copies of x in bf16; counted in host_bytes); the CNN trainer makes
+// it on the device instead (one-hot convolutions, train_programs.h), with the same values.
 //
 // The ReLU mask is VECTOR SELECT on the device (relu_backward_bf16: d = +0 if y <= 0 else dy, y the
 // layer's bf16 output, both LOADed as fp32 rows into the ACC); relu_backward_host is its contract.
