@@ -130,8 +130,7 @@ TEST(ConvTrainBf16Rtl, CnnTrainerStepMatchesRef) {
   if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
   // poolnet of tests/unit/training (scripts/gen_cnn_step.py): Conv-Relu-MaxPool-Conv-Relu-AvgPool-
   // Linear-Relu-Linear, one step of 8 rows.
-  const std::filesystem::path dir =
-      std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "unit" / "training" / "data" / "cnn_step";
+  const std::filesystem::path dir = TPUW_CNN_STEP_DIR;
   const npy::Array xa = npy::load((dir / "poolnet_x.npy").string());
   const npy::Array ya = npy::load((dir / "poolnet_y.npy").string());
   const std::span<const float> xv = xa.view<float>();
