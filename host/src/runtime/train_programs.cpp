@@ -362,11 +362,18 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
       device_->write(e->bufs[at], 0, wp.data(), wp.size() * 2);
       device_->write(e->bufs[at + 1], 0, bias.data(), bias.size() * 4);
       // The GEMM reads kp >= K rows: the rows the convolution does not write stay zero.
-      const std::vector<uint16_t> zero(a_bytes / 2, 0);
+      std::vector<uint16_t> zero(a_bytes / 2, 0);
+      if (j * an >= CT) {
+        // Only the all-ones column: a constant block, written once (what its convolution, all
+        // weight tiles zero and bias 1.0, would write every step).
+        for (uint64_t k = 0; k < K; ++k) zero[k * an] = kOneBf16;
+        e->codes.emplace_back();
+      } else {
+        e->codes.push_back(compile_conv_bf16(pj, false, e->in_addr, e->bufs[at].addr(), e->bufs[at + 1].addr(),
+                                             e->bufs[at + 2].addr())
+                               .code);
+      }
       device_->write(e->bufs[at + 2], 0, zero.data(), zero.size() * 2);
-      e->codes.push_back(compile_conv_bf16(pj, false, e->in_addr, e->bufs[at].addr(), e->bufs[at + 1].addr(),
-                                           e->bufs[at + 2].addr())
-                             .code);
       e->codes.push_back(compile_gemm_bf16(gp, {e->bufs[at + 2].addr(), e->bufs[1].addr(), e->bufs[at + 3].addr(),
                                                 e->bufs[at + 4].addr(), e->bufs[at + 5].addr()})
                              .code);
@@ -389,6 +396,7 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
   macs = 0;
   for (uint64_t j = 0; j < blocks; ++j) {
     for (int k = 0; k < 2; ++k) {
+      if (e->codes[2 * j + static_cast<uint64_t>(k)].empty()) continue;
       device_->clear_perf();
       device_->wait(device_->submit(e->codes[2 * j + static_cast<uint64_t>(k)]));
       r.gemm.cycles += device_->perf().cycles;

@@ -83,7 +83,8 @@ class TrainProgramCache {
 
   /// dW and db of the conv layer `l` with the im2col on the device (docs/training.md "Convolutions
   /// and pools"): per block j of N columns of [im2col(x) | 1] a bf16 convolution of x with one-hot
-  /// weights (column c*KH*KW + tap takes channel c at that tap; the all-ones column is its bias 1.0)
+  /// weights (column tap*C + c takes channel c at that tap; the all-ones column is its bias 1.0, and a
+  /// block of that column alone is a constant written once)
   /// writes the block as pixel rows [B*Ho*Wo][N] in device memory, and a bf16 GEMM (A transposed on
   /// the device, fp32 out) reads it there: [im2col | 1]^T . d for its N rows. x is the forward
   /// convolution's input, d the output gradient as pixel rows (conv_grad_rows). When the forward
