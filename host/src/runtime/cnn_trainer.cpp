@@ -98,13 +98,12 @@ struct CnnTrainer::Impl {
 
   std::vector<float> conv_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
-    const Bf16ConvLayer t = conv_input_grad_layer(l);
-    const std::vector<float> z = insert_grad_zeros(l, dy, rows);
-    ConvBf16RunResult r = cache->conv(slot, t, z, rows);
-    cycles += r.cycles;
-    macs += r.plan.macs();
-    host_bytes += 2 * (z.size() + t.w.size());
-    return std::move(r.y);
+    uint64_t mc = 0;
+    ConvInputGradResult r = detail::conv_input_grad_cached(*cache, slot, l, dy, rows, &mc);
+    cycles += r.run.cycles;
+    macs += mc;
+    host_bytes += r.host_bytes;
+    return std::move(r.dx);
   }
 
   std::vector<float> max_pool_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,

@@ -22,6 +22,24 @@ Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch);
 /// Splits the GEMM's fp32 [C*KH*KW + 1, O] result into dw and db.
 void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r);
 
+/// dX of a strided Conv / AveragePool as stride_h * stride_w phase sub-convolutions (no MATMUL row
+/// multiplies an inserted zero): output phase (py, px) — the dX pixels iy = py + s_h*j, ix = px +
+/// s_w*i — is a stride-1 convolution of dy itself with the taps of the transposed layer
+/// (conv_input_grad_layer) that land on dy pixels there, in their order (so the same fp32 sums:
+/// the zero-insertion convolution only adds +0 for the others). A phase without such taps is +0.
+struct InputGradPhase {
+  uint32_t py = 0, px = 0;
+  uint64_t rows = 0, cols = 0;  // dX pixels of the phase (ceil((H - py) / s_h) x ...)
+  bool empty = false;           // no tap lands on dy: the phase is +0
+  Bf16ConvLayer layer;          // in_c = out_c of the forward, input dy [ho][wo]; output >= rows x cols
+};
+/// The phases; empty when the layer has stride 1 or a phase would read dy from a positive offset
+/// (a forward pad near the dilated kernel extent): then the zeros are inserted (insert_grad_zeros).
+std::vector<InputGradPhase> conv_input_grad_phases(const Bf16ConvLayer& fwd);
+/// Places one phase's convolution output (NCHW, its own geometry) into dx (NCHW [batch][C][H][W]).
+void place_input_grad_phase(const Bf16ConvLayer& fwd, const InputGradPhase& ph, std::span<const float> y,
+                            uint64_t batch, std::span<float> dx);
+
 /// One VECTOR step of an element-wise program: the first reads a and b, the later ones the result.
 struct VecStep {
   spec::VecOp op;
@@ -123,6 +141,12 @@ class TrainProgramCache {
   std::map<std::pair<uint64_t, uint64_t>, Entry> entries_;
   uint64_t compiled_ = 0;
 };
+
+/// conv_input_grad_bf16 with the cache's programs: the stride phases (conv_input_grad_phases) in
+/// slots slot + (i + 1) << 40, else the zero-insertion convolution in `slot`. `macs` (may be null)
+/// gets the programs' multiply-accumulates; run.cycles is their sum (run's other figures: the last).
+ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
+                                           std::span<const float> dy, uint64_t batch, uint64_t* macs);
 
 /// max_pool_backward_bf16 with the cache's programs: the routing in `slot`, the scatter
 /// convolution of overlapping windows in `slot` + 1.
