@@ -57,8 +57,9 @@ class CnnTrainer final : public Trainer {
   int64_t classes() const override;
   std::string name() const override;
 
-  /// Bytes of the layouts the host prepared in the last step (zero insertion, flipped weights,
-  /// im2col, gradient rows; docs/training.md) and of the max-pool tap planes and scatter.
+  /// Bytes of the layouts the host prepared in the last step (zero insertion or dy per stride phase
+  /// and the phases' dX, flipped weights, gradient rows; an im2col only where the device cannot make
+  /// it; docs/training.md) and of the max-pool tap planes and scatter.
   uint64_t last_host_bytes() const;
   /// Device programs compiled so far: every program of a step is compiled in the first step of a
   /// row count (a partial last batch gets its own set) and reused after (0 without a device).
