@@ -3,7 +3,7 @@
 // Sequential meaning of a layer's program (the int8 convolution's, runtime/conv.cpp, with bf16
 // row pairs; program_builder.h derives the tokens). Rows below count pixels; UB and WB addresses
 // are twice that (a bf16 pixel or weight row is a row pair):
-//   LOAD ACC bias <- one fp32 row per output block, once
+//   LOAD ACC bias <- one fp32 row per output block (and pixel group), once
 //   for tile t (images_per_tile images; UB input buffer t%2):
 //     for channel block cb: LOAD UB input buffer <- the tile's images of block cb
 //     for output block ob (strip s; ACC buffer s%2, UB staging s%2):
@@ -12,7 +12,10 @@
 //         LOADW bf16 slot
 //         for image i: MATMUL bf16 UB pixels (image i, cb) + tap_offset[tap] -> ACC rows of image i,
 //                      swap = (i == 0), accumulate = not the first executed tile
-//       ACTIVATE bf16 ACC buffer -> UB staging (fp32 bias, ReLU, round to bf16)
+//       [pixel groups: VECTOR SCALE in place per run of ACC rows that share a group (activate_runs),
+//        by the group's fp32 scale unless it is 1]
+//       ACTIVATE bf16 ACC buffer -> UB staging (fp32 bias, ReLU, round to bf16); with groups whose
+//       bias rows differ (a Pad's constant border) one ACTIVATE per run with its group's row
 //       for image i, for output row oy: STORE staging pixels oy*wq .. + wo_stored -> host
 #include "tpuw/runtime/conv_bf16.h"
 
@@ -279,10 +282,10 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
         }
       }
       // Pixel groups: the runs of ACC rows that share a group, each scaled in place (VECTOR SCALE).
-      const std::vector<ActivateRun> runs =
-          grouped ? activate_runs(p, nimg) : std::vector<ActivateRun>{ActivateRun{0, nimg * p.acc_rows, 0}};
-      for (const ActivateRun& run : grouped ? runs : std::vector<ActivateRun>{}) {
-        const float s = group_scale[run.group];
+      const std::vector<ActivateRun> strip_run{ActivateRun{0, nimg * p.acc_rows, 0}};
+      const std::vector<ActivateRun> runs = grouped ? activate_runs(p, nimg) : strip_run;
+      for (const ActivateRun& run : runs) {
+        const float s = grouped ? group_scale[run.group] : 1.0f;
         if (num::to_bits(s) == num::to_bits(1.0f)) continue;
         isa::Instr v = isa::make_instr(spec::Opcode::kVector);
         v.set("op", static_cast<uint64_t>(spec::VecOp::kScale));
@@ -293,7 +296,7 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
         v.set("scalar", num::to_bits(s));
         b.emit(kC, std::move(v), {r_acc + sb}, {r_acc + sb});
       }
-      for (const ActivateRun& run : group_bias ? runs : std::vector<ActivateRun>{ActivateRun{0, nimg * p.acc_rows, 0}}) {
+      for (const ActivateRun& run : group_bias ? runs : strip_run) {
         isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
         act.set("bf16", 1);
         act.set("relu", relu ? 1 : 0);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "compiler_testlib.h"
+#include "tpuw/compiler/cnn_training.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
@@ -134,6 +135,17 @@ TEST(CnnHeadBf16, SecondFunctionOnOneDenseLayerIsRefused) {
   }
   expect_error([&] { (void)compile_bf16_cnn(graph_of(m2)); }, ErrorKind::kUnsupported,
                {"node 'tanh' (Tanh)", "follows another function (sig", "dense layer"});
+}
+
+}  // namespace
+}  // namespace tpuw::compiler
+
+namespace tpuw::compiler {
+namespace {
+
+TEST(CnnHeadBf16, TrainingRefusesAHeadFunction) {
+  testing::expect_error([] { (void)build_cnn_training_model(testing::graph_of(head_model("Sigmoid", false, "", false))); },
+                        ErrorKind::kUnsupported, {"cannot be trained", "act1"});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "compiler_testlib.h"
+#include "tpuw/compiler/cnn_training.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
@@ -236,6 +237,35 @@ TEST(PoolGroupsBf16, BadGroupArraysAreRefused) {
   p.h = p.w = 4;
   expect_error([&] { (void)compile_bf16_cnn(graph_of(pool_model(p))); }, ErrorKind::kUnsupported,
                {"node 'pool' (AveragePool)", "entirely in the padding"});
+}
+
+}  // namespace
+}  // namespace tpuw::compiler
+
+namespace tpuw::compiler {
+namespace {
+
+TEST(PoolGroupsBf16, TrainingRefusesPixelGroupsNamingTheLayer) {
+  // bf16 inference runs the pool; the CNN trainer's backward has no pixel groups.
+  testing::ModelBuilder mb;
+  mb.input("x", {-1, 2, 6, 6});
+  mb.init("c.w", {4, 2, 3, 3}, std::vector<float>(72, 0.1f));
+  mb.init("c.b", {4}, std::vector<float>(4, 0.0f));
+  auto& c = mb.node("Conv", {"x", "c.w", "c.b"}, {"c"}, "conv");
+  attr_ints(c, "pads", {1, 1, 1, 1});
+  auto& p = mb.node("AveragePool", {"c"}, {"p"}, "pool");
+  attr_ints(p, "kernel_shape", {3, 3});
+  attr_ints(p, "strides", {2, 2});
+  attr_ints(p, "pads", {1, 1, 1, 1});
+  mb.node("Flatten", {"p"}, {"f"}, "flatten");
+  mb.init("fc.w", {36, 3}, std::vector<float>(108, 0.01f));
+  mb.init("fc.b", {3}, std::vector<float>(3, 0.0f));
+  mb.node("MatMul", {"f", "fc.w"}, {"mm"}, "fc");
+  mb.node("Add", {"mm", "fc.b"}, {"y"}, "fc_bias");
+  mb.output("y");
+  EXPECT_EQ(compile_bf16_cnn(testing::graph_of(mb)).convs[1].groups(), 3u);  // 9, 6, 4
+  testing::expect_error([&] { (void)build_cnn_training_model(testing::graph_of(mb)); }, ErrorKind::kUnsupported,
+                        {"layer 'pool", "cannot be trained", "divisor varies by pixel"});
 }
 
 }  // namespace
