@@ -6,7 +6,8 @@
 //
 //   input [batch, C, H, W] -> Conv (+Relu) / AveragePool / GlobalAveragePool / MaxPool (Pad folded)
 //   (each optionally followed by one activation function: Sigmoid, Tanh, Clip, LeakyRelu, ...)
-//   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] ... [Softmax]
+//   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] [+function] ... [Softmax]
+//   (an AveragePool whose divisor varies by pixel and a Pad with a constant: pixel groups, below)
 #pragma once
 
 #include <cstdint>
