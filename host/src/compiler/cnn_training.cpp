@@ -174,6 +174,19 @@ CnnTrainModel build_cnn_training_model(Graph g) {
                               "Adds around Convs (no Concat, other branch or activation function)",
                               m.net.head.source, l.name));
     }
+    if (!l.pixel_group.empty()) {  // bf16 inference runs them (pixel groups); the backward does not
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: layer '{}' cannot be trained: an average whose divisor varies by pixel "
+                              "(count_include_pad=0 with pads, auto_pad SAME, ceil_mode) or a Pad with a constant",
+                              m.net.head.source, l.name));
+    }
+  }
+  for (const nn::DenseLayer& l : m.net.head.layers) {
+    if (!l.act.none()) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: dense layer '{}' cannot be trained: an activation function after it ({})",
+                              m.net.head.source, l.name, l.act.node));
+    }
   }
   // Pools carry no names; the Convs come in graph order.
   std::vector<std::string> w, b;

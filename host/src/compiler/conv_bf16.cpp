@@ -38,20 +38,46 @@ Bf16ConvLayer lower_layer(const Graph& g, const Node& n) {
   }
   l.bias.assign(O, 0.0f);
   if (n.op != Op::kConv) {
-    // An average pool (count_include_pad=1 semantics, as conv_geometry accepts it): 1/taps on the
-    // channel diagonal of every tap.
+    // An average pool: 1/taps on the channel diagonal of every tap when every pixel divides by the
+    // full window. Otherwise (count_include_pad=0 with pads, auto_pad SAME, ceil_mode's partial
+    // windows, a Pad's constant border) the weight is 1 (the window's exact sum in fp32) and every
+    // pixel belongs to a group by its divisor d (scale fp32(1/d)) and, for a Pad's constant c,
+    // whether it lies in the border (bias c: its sum is +0, it reads the zero padding).
     l.kind = Bf16ConvLayer::Kind::kAvgPool;
-    if (!detail::avgpool_counts(g, n, l.geom).uniform(T) || detail::pool_pad_value(g, n) != 0.0f) {
-      g.fail(ErrorKind::kUnsupported, n,
-             detail::pool_pad_value(g, n) != 0.0f
-                 ? "a Pad with a constant other than 0 is not supported in bf16 yet (int8 runs it)"
-                 : "an average whose divisor varies by pixel (count_include_pad=0 with pads, or ceil_mode's partial "
-                   "windows) is not supported in bf16 yet (int8 runs it)");
-    }
+    const detail::PoolCounts cnt = detail::avgpool_counts(g, n, l.geom);
+    const float pv = detail::pool_pad_value(g, n);
     l.w.assign(O * C * T, 0.0f);
-    const float inv = static_cast<float>(1.0 / static_cast<double>(T));
+    if (cnt.uniform(T) && pv == 0.0f) {
+      const float inv = static_cast<float>(1.0 / static_cast<double>(T));
+      for (uint64_t o = 0; o < O; ++o) {
+        for (uint64_t t = 0; t < T; ++t) l.w[(o * C + o) * T + t] = inv;
+      }
+      return l;
+    }
     for (uint64_t o = 0; o < O; ++o) {
-      for (uint64_t t = 0; t < T; ++t) l.w[(o * C + o) * T + t] = inv;
+      for (uint64_t t = 0; t < T; ++t) l.w[(o * C + o) * T + t] = 1.0f;
+    }
+    const nn::ConvGeometry& geo = l.geom;
+    if (pv != 0.0f && (T != 1 || geo.stride_h != 1 || geo.stride_w != 1)) {
+      g.fail(ErrorKind::kInternal, n, "a pad_value pool must be 1x1 with stride 1");
+    }
+    const uint64_t ho = geo.out_h(), wo = geo.out_w();
+    std::map<std::pair<uint64_t, bool>, uint16_t> group_of;  // (divisor, in a constant border) -> group
+    l.pixel_group.assign(ho * wo, 0);
+    for (uint64_t oy = 0; oy < ho; ++oy) {
+      for (uint64_t ox = 0; ox < wo; ++ox) {
+        const uint64_t d = uint64_t{cnt.rows[oy]} * cnt.cols[ox];
+        const bool border = pv != 0.0f && !(oy >= geo.pad_top && oy < geo.pad_top + uint64_t{geo.in_h} &&
+                                            ox >= geo.pad_left && ox < geo.pad_left + uint64_t{geo.in_w});
+        auto it = group_of.find({d, border});
+        if (it == group_of.end()) {
+          if (group_of.size() >= 0xFFFF) g.fail(ErrorKind::kUnsupported, n, "more than 65535 pixel groups");
+          it = group_of.emplace(std::pair{d, border}, static_cast<uint16_t>(group_of.size())).first;
+          l.group_scale.push_back(static_cast<float>(1.0 / static_cast<double>(d)));
+          l.group_bias.insert(l.group_bias.end(), O, border ? pv : 0.0f);
+        }
+        l.pixel_group[oy * wo + ox] = it->second;
+      }
     }
     return l;
   }
@@ -139,6 +165,17 @@ void Bf16ConvLayer::check() const {
   }
   if (w.size() != geom.out_c * per) throw bad(fmt::format("w has {} values, expected O*C*KH*KW = {}", w.size(), geom.out_c * per));
   if (bias.size() != geom.out_c) throw bad(fmt::format("bias has {} values, expected {}", bias.size(), geom.out_c));
+  if (!pixel_group.empty() || !group_scale.empty() || !group_bias.empty()) {
+    const uint64_t px = uint64_t{geom.out_h()} * geom.out_w();
+    if (pixel_group.size() != px) throw bad(fmt::format("{} pixel groups for {} output pixels", pixel_group.size(), px));
+    if (group_scale.empty() || group_bias.size() != groups() * geom.out_c) {
+      throw bad(fmt::format("{} group scales and {} group biases, expected groups * out_c = {} * {}", group_scale.size(),
+                            group_bias.size(), groups(), geom.out_c));
+    }
+    for (size_t i = 0; i < pixel_group.size(); ++i) {
+      if (pixel_group[i] >= groups()) throw bad(fmt::format("pixel {} is in group {} of {}", i, pixel_group[i], groups()));
+    }
+  }
 }
 
 void Bf16Cnn::check() const {
@@ -274,10 +311,20 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
       l.b.assign(b.data->f.begin(), b.data->f.end());
       l.relu = attr_int(g, n, "relu", 0) != 0;
       head.layers.push_back(std::move(l));
+    } else if (is_activation_op(n.op) && !head.layers.empty() && head.layers.back().act.none()) {
+      // A function after a dense layer (after its fused Relu, if any): VECTOR ops on the layer's
+      // finished fp32 strips (run_network_bf16's GEMM finish hook), as in the dense path.
+      head.layers.back().act = activation_of(g, n);
+      head.layers.back().act.node = n.label();
+      head.layers.back().name += " + " + n.label();
     } else if (n.op == Op::kSoftmax && g.value(act).shape->size() == 2) {
       head.host_op = nn::HostOp::kSoftmax;
     } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
-      g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
+      g.fail(ErrorKind::kUnsupported, n,
+             head.layers.empty() || !is_activation_op(n.op)
+                 ? "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, one function after each, Softmax)"
+                 : fmt::format("follows another function ({}) on dense layer '{}'", head.layers.back().act.node,
+                               head.layers.back().name));
     }
     act = n.outputs[0];
   }

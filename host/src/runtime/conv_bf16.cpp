@@ -3,7 +3,7 @@
 // Sequential meaning of a layer's program (the int8 convolution's, runtime/conv.cpp, with bf16
 // row pairs; program_builder.h derives the tokens). Rows below count pixels; UB and WB addresses
 // are twice that (a bf16 pixel or weight row is a row pair):
-//   LOAD ACC bias <- one fp32 row per output block, once
+//   LOAD ACC bias <- one fp32 row per output block (and pixel group), once
 //   for tile t (images_per_tile images; UB input buffer t%2):
 //     for channel block cb: LOAD UB input buffer <- the tile's images of block cb
 //     for output block ob (strip s; ACC buffer s%2, UB staging s%2):
@@ -12,7 +12,10 @@
 //         LOADW bf16 slot
 //         for image i: MATMUL bf16 UB pixels (image i, cb) + tap_offset[tap] -> ACC rows of image i,
 //                      swap = (i == 0), accumulate = not the first executed tile
-//       ACTIVATE bf16 ACC buffer -> UB staging (fp32 bias, ReLU, round to bf16)
+//       [pixel groups: VECTOR SCALE in place per run of ACC rows that share a group (activate_runs),
+//        by the group's fp32 scale unless it is 1]
+//       ACTIVATE bf16 ACC buffer -> UB staging (fp32 bias, ReLU, round to bf16); with groups whose
+//       bias rows differ (a Pad's constant border) one ACTIVATE per run with its group's row
 //       for image i, for output row oy: STORE staging pixels oy*wq .. + wo_stored -> host
 #include "tpuw/runtime/conv_bf16.h"
 
@@ -94,7 +97,7 @@ std::vector<float> bf16_values(std::span<const float> x) {
 
 }  // namespace
 
-ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch) {
+ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch, uint64_t groups) {
   // In pixels: the UB and WB hold half as many bf16 rows; a DMA unit of lcm(2N, beat) bytes is
   // lcm(N, beat/2)/N pixels, which plan_conv computes from a beat of half the width.
   DeviceParams half = params;
@@ -105,7 +108,8 @@ ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, ui
   }
   half.dma_data_w = params.dma_data_w / 2;
   try {
-    return plan_conv(half, geom, batch);
+    // plan_conv reserves 3 rows (int8: bias, mult, shift) per block and group; bf16 uses one.
+    return plan_conv(half, geom, batch, groups > 1 ? groups - 1 : 0);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kUnsupported) throw;
     throw Error(ErrorKind::kUnsupported, fmt::format("bf16 {} (rows counted in bf16 pixels, a UB row pair each: half "
@@ -116,7 +120,7 @@ ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, ui
 
 uint64_t conv_bf16_in_bytes(const ConvPlan& p) { return 2 * p.in_bytes(); }
 uint64_t conv_bf16_w_bytes(const ConvPlan& p) { return 2 * p.w_bytes(); }
-uint64_t conv_bf16_param_bytes(const ConvPlan& p) { return p.o_blocks * 4 * uint64_t{p.array_n}; }
+uint64_t conv_bf16_param_bytes(const ConvPlan& p) { return (1 + p.extra_groups) * p.o_blocks * 4 * uint64_t{p.array_n}; }
 uint64_t conv_bf16_out_bytes(const ConvPlan& p) { return 2 * p.out_bytes(); }
 uint64_t conv_bf16_min_bytes(const ConvPlan& p) {
   const ConvGeometry& g = p.geom;
@@ -204,8 +208,14 @@ std::vector<float> unpack_conv_bf16_output(const ConvPlan& p, std::span<const ui
 }
 
 ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
-                              uint64_t out_addr) {
+                              uint64_t out_addr, std::span<const float> group_scale, bool group_bias) {
   const uint64_t an = p.array_n, beat = 2 * uint64_t{p.beat}, kimg = p.images_per_tile;
+  const bool grouped = !p.pixel_group.empty();
+  if (grouped ? group_scale.size() != p.extra_groups + 1 : (!group_scale.empty() || group_bias)) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("compile_conv_bf16: {} group scales for a plan with {} pixel groups", group_scale.size(),
+                            grouped ? p.extra_groups + 1 : 0));
+  }
   for (uint64_t addr : {in_addr, w_addr, bias_addr, out_addr}) {
     if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
       throw Error(ErrorKind::kInvalidArgument,
@@ -220,7 +230,7 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
   const size_t r_w = 0, r_in = p.w_slots, r_stage = r_in + 2, r_acc = r_stage + 2, r_par = r_acc + 2;
   Builder b(r_par + 1);
 
-  for (const Transfer& t : split_transfer(bias_row, bias_addr, p.o_blocks * 4 * an, 4 * an, beat)) {
+  for (const Transfer& t : split_transfer(bias_row, bias_addr, conv_bf16_param_bytes(p), 4 * an, beat)) {
     b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
   }
   std::vector<int64_t> slot_holds(p.w_slots, -1);
@@ -271,15 +281,32 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
           first = false;
         }
       }
-      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-      act.set("bf16", 1);
-      act.set("relu", relu ? 1 : 0);
-      act.set("bias", 1);
-      act.set("acc_addr", acc_base);
-      act.set("ub_addr", 2 * stage_base);
-      act.set("rows", nimg * p.acc_rows);
-      act.set("bias_addr", bias_row + ob);
-      b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      // Pixel groups: the runs of ACC rows that share a group, each scaled in place (VECTOR SCALE).
+      const std::vector<ActivateRun> strip_run{ActivateRun{0, nimg * p.acc_rows, 0}};
+      const std::vector<ActivateRun> runs = grouped ? activate_runs(p, nimg) : strip_run;
+      for (const ActivateRun& run : runs) {
+        const float s = grouped ? group_scale[run.group] : 1.0f;
+        if (num::to_bits(s) == num::to_bits(1.0f)) continue;
+        isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+        v.set("op", static_cast<uint64_t>(spec::VecOp::kScale));
+        v.set("dst_addr", acc_base + run.row);
+        v.set("a_addr", acc_base + run.row);
+        v.set("b_addr", acc_base + run.row);
+        v.set("rows", run.rows);
+        v.set("scalar", num::to_bits(s));
+        b.emit(kC, std::move(v), {r_acc + sb}, {r_acc + sb});
+      }
+      for (const ActivateRun& run : group_bias ? runs : strip_run) {
+        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+        act.set("bf16", 1);
+        act.set("relu", relu ? 1 : 0);
+        act.set("bias", 1);
+        act.set("acc_addr", acc_base + run.row);
+        act.set("ub_addr", 2 * (stage_base + run.row));
+        act.set("rows", run.rows);
+        act.set("bias_addr", bias_row + run.group * p.o_blocks + ob);
+        b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      }
       for (uint64_t i = 0; i < nimg; ++i) {
         const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
         for (uint64_t oy = 0; oy < p.ho; ++oy) {
@@ -311,12 +338,23 @@ ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, st
     return r;
   }
   require_bf16(device, "bf16 convolution");
-  r.plan = plan_conv_bf16(device.info().params, layer.geom, batch);
+  r.plan = plan_conv_bf16(device.info().params, layer.geom, batch, layer.groups());
+  r.plan.pixel_group = layer.pixel_group;
   const ConvPlan& p = r.plan;
   const std::vector<uint16_t> xin = pack_conv_bf16_input(p, x);
   const std::vector<uint16_t> wp = pack_conv_bf16_weights(p, layer.w);
-  std::vector<float> bias(p.o_blocks * p.array_n, 0.0f);
-  std::copy(layer.bias.begin(), layer.bias.end(), bias.begin());
+  // One bias row per output block, per group with pixel groups (group g, block ob: row g * o_blocks + ob).
+  const uint64_t O = layer.geom.out_c, groups = std::max<uint64_t>(layer.groups(), 1);
+  std::vector<float> bias(groups * p.o_blocks * p.array_n, 0.0f);
+  for (uint64_t g = 0; g < groups; ++g) {
+    const float* src = layer.pixel_group.empty() ? layer.bias.data() : layer.group_bias.data() + g * O;
+    std::copy(src, src + O, bias.begin() + static_cast<ptrdiff_t>(g * p.o_blocks * p.array_n));
+  }
+  // A run-wise ACTIVATE only when the groups' bias rows differ (a Pad's constant border).
+  bool group_bias = false;
+  for (uint64_t i = 0; i < (groups - 1) * O && !layer.pixel_group.empty(); ++i) {
+    group_bias = group_bias || num::to_bits(layer.group_bias[O + i]) != num::to_bits(layer.group_bias[i % O]);
+  }
   HostBuffer ibuf = device.alloc(conv_bf16_in_bytes(p), 4096);
   HostBuffer wbuf = device.alloc(conv_bf16_w_bytes(p), 4096);
   HostBuffer pbuf = device.alloc(conv_bf16_param_bytes(p), 4096);
@@ -325,7 +363,8 @@ ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, st
   device.write(wbuf, 0, wp.data(), wp.size() * 2);
   device.write(pbuf, 0, bias.data(), bias.size() * 4);
   mark_zero_tiles_bf16(r.plan, wp);
-  const ConvProgram prog = compile_conv_bf16(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
+  const ConvProgram prog = compile_conv_bf16(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr(),
+                                             layer.group_scale, group_bias);
   r.instructions = prog.code.size() + 1;
 
   device.clear_perf();
@@ -418,8 +457,13 @@ std::vector<float> conv2d_bf16_host(const Bf16ConvLayer& layer, std::span<const 
             }
           }
         }
+        // Pixel groups: one fp32 multiply by the group's scale (none when it is 1), its bias.
+        const size_t grp = layer.pixel_group.empty() ? 0 : layer.pixel_group[oy * Wo + ox];
+        const float* bias = layer.pixel_group.empty() ? layer.bias.data() : layer.group_bias.data() + grp * O;
+        const uint32_t scale = layer.pixel_group.empty() ? num::to_bits(1.0f) : num::to_bits(layer.group_scale[grp]);
         for (uint64_t o = 0; o < O; ++o) {
-          const uint16_t v = num::activate_bf16(acc[o], num::to_bits(layer.bias[o]), true, layer.relu);
+          if (scale != num::to_bits(1.0f)) acc[o] = num::scale(acc[o], scale);
+          const uint16_t v = num::activate_bf16(acc[o], num::to_bits(bias[o]), true, layer.relu);
           y[((bi * O + o) * Ho + oy) * Wo + ox] = num::bf16_to_float(v);
         }
       }

@@ -1,7 +1,7 @@
 // Average pools whose divisor varies by output pixel (count_include_pad=0 with pads, ceil_mode's
 // partial last windows, auto_pad SAME) and Pads with a constant other than 0: the float reference
 // against a direct PyTorch-semantics average, int8 on the device (ref) bit-exact with the integer
-// model and within int8 tolerance of float, the split ACTIVATE (activate_runs), and bf16's refusal.
+// model and within int8 tolerance of float, the split ACTIVATE (activate_runs). bf16: pool_groups_bf16_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -235,15 +235,6 @@ TEST(PoolGroups, ConstantPadWritesTheQuantizedConstant) {
     worst = std::max(worst, std::fabs(r.output_i32[i] * static_cast<double>(q.map_scale()) - yf[i]));
   }
   EXPECT_LE(worst, 0.03 * ymax);
-}
-
-TEST(PoolGroups, Bf16RefusesVaryingDivisorsNamingTheNode) {
-  PoolSpec p;
-  p.pads = {1, 1, 1, 1};
-  expect_error([&] { (void)compile_bf16_cnn(graph_of(pool_model(p))); }, ErrorKind::kUnsupported,
-               {"node 'pool' (AveragePool)", "divisor varies by pixel", "bf16"});
-  p.cip = 1;
-  EXPECT_NO_THROW((void)compile_bf16_cnn(graph_of(pool_model(p))));
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //
 //   input [batch, C, H, W] -> Conv (+Relu) / AveragePool / GlobalAveragePool / MaxPool (Pad folded)
 //   (each optionally followed by one activation function: Sigmoid, Tanh, Clip, LeakyRelu, ...)
-//   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] ... [Softmax]
+//   ... -> Flatten / Reshape to [batch, features] -> Gemm/MatMul [+Add] [+Relu] [+function] ... [Softmax]
+//   (an AveragePool whose divisor varies by pixel and a Pad with a constant: pixel groups, below)
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct Bf16ConvLayer {
   nn::ConvGeometry geom;
   /// kConv: the dense weights [out_c][in_c][kernel_h][kernel_w] (a grouped / depthwise Conv has
   /// zeros outside its groups). kAvgPool: 1/(kernel_h*kernel_w) on the channel diagonal of every
-  /// tap, zeros elsewhere. kMaxPool: empty. float32 as in the model (the runtime rounds to bf16).
+  /// tap (1.0 when the divisor varies by pixel: pixel_group), zeros elsewhere. kMaxPool: empty. float32 as in the model (the runtime rounds to bf16).
   std::vector<float> w;
   std::vector<float> bias;  // [out_c] fp32 (zeros for a Conv without bias and for pools); empty for kMaxPool
   bool relu = false;        // a fused Relu (kConv only)
@@ -37,6 +38,15 @@ struct Bf16ConvLayer {
   std::vector<int32_t> sources;
   nn::Activation act;       // a function after the layer (Sigmoid, Tanh, Clip, ...): a VECTOR pass
                             // on the device (tpuw/runtime/vector_functions.h), after bias and ReLU
+  /// Per-pixel groups (an average pool whose divisor varies by pixel, a Pad's constant border;
+  /// docs/numerics.md "Convolutions and pools in bf16"): empty = none. Otherwise the output pixel
+  /// (oy, ox) belongs to group pixel_group[oy * out_w + ox]; its fp32 sum is multiplied by
+  /// group_scale[group] (one fp32 multiply, a VECTOR SCALE on the device; none when the scale is 1)
+  /// and ACTIVATE adds group_bias[group * out_c + o] in place of bias[o].
+  std::vector<uint16_t> pixel_group;
+  std::vector<float> group_scale;  // [groups]
+  std::vector<float> group_bias;   // [groups * out_c]
+  size_t groups() const { return group_scale.size(); }
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;

@@ -20,7 +20,10 @@
 //     acc = s(first tile); acc = acc + s(next tile) ...           (fp32, in the order above)
 //   y = bf16(relu(acc + bias[o]))   (one fp32 addition, ReLU: +0 unless > 0 or NaN, RNE to bf16)
 // An average pool is the same with the weight bf16(1/(KH*KW)) on the channel diagonal (count_include_pad=1;
-// not exact when KH*KW is not a power of two: 1/9 becomes 0.111328125, +0.2%); a max pool in
+// not exact when KH*KW is not a power of two: 1/9 becomes 0.111328125, +0.2%). A layer with pixel
+// groups (an average whose divisor d varies by pixel: weight 1, scale fp32(1/d); a Pad's constant
+// border: bias c) computes y = bf16(relu(scale[g] * acc + group_bias[g][o])) for the pixel's group g
+// (the product one fp32 RNE multiply, skipped when the scale is 1; then ACTIVATE as above); a max pool in
 // conv2d_bf16_host / run_conv2d_bf16 is the max of the window's bf16 inputs inside the image, on the
 // host (exact: no rounding; NaN if any input of the window is NaN, -inf for a window of pads only).
 // run_cnn_bf16 runs max pools on the device instead (run_max_pool_bf16, tpuw/runtime/maxpool.h; its
@@ -46,12 +49,14 @@ using compiler::Bf16ConvLayer;
 /// The layout of a bf16 convolution: plan_conv's, for a UB and WB of half the rows (a bf16 pixel
 /// is a UB row pair, a bf16 weight tile 2N WB rows) and a DMA unit of pixels. Every row index of
 /// the plan counts pixels; the program doubles the UB and WB addresses. Throws as plan_conv.
-ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch);
+/// `groups`: the layer's pixel groups (Bf16ConvLayer::groups(); 0 or 1: none), whose bias rows the
+/// ACC holds after the layer's.
+ConvPlan plan_conv_bf16(const DeviceParams& params, const ConvGeometry& geom, uint64_t batch, uint64_t groups = 0);
 
 /// Host bytes of the bf16 layout (2-byte elements; the bias one fp32 row per output block).
 uint64_t conv_bf16_in_bytes(const ConvPlan& p);
 uint64_t conv_bf16_w_bytes(const ConvPlan& p);
-uint64_t conv_bf16_param_bytes(const ConvPlan& p);
+uint64_t conv_bf16_param_bytes(const ConvPlan& p);  // one fp32 bias row per output block and group
 uint64_t conv_bf16_out_bytes(const ConvPlan& p);
 /// Input, weights and output once in bf16, the bias in fp32: the least any device can move.
 uint64_t conv_bf16_min_bytes(const ConvPlan& p);
@@ -65,9 +70,12 @@ void mark_zero_tiles_bf16(ConvPlan& plan, std::span<const uint16_t> packed_weigh
 /// y NCHW [batch][out_c][ho][wo] (bf16 values widened to float) from the packed output.
 std::vector<float> unpack_conv_bf16_output(const ConvPlan& plan, std::span<const uint16_t> packed);
 
-/// The program (without the FENCE).
+/// The program (without the FENCE). With pixel groups (plan.pixel_group set, plan.extra_groups + 1
+/// scales in `group_scale`): per strip, one VECTOR SCALE per run of ACC rows that share a group
+/// (activate_runs) whose scale is not 1, then one ACTIVATE per strip, or with `group_bias` one per
+/// run reading its group's bias row (group g, block ob: bias row g * o_blocks + ob).
 ConvProgram compile_conv_bf16(const ConvPlan& plan, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
-                              uint64_t out_addr);
+                              uint64_t out_addr, std::span<const float> group_scale = {}, bool group_bias = false);
 
 struct ConvBf16RunResult {
   std::vector<float> y;         // NCHW [batch][out_c][ho][wo], bf16 values
