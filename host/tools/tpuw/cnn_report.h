@@ -81,9 +81,14 @@ struct CnnTotals {
 /// How far the device's output is from the float model's (--check).
 struct FloatAgreement {
   double max_diff = 0, max_abs = 0, argmax = 0;  // max |y - yf|, max |yf|, rows whose argmax agree
-  nlohmann::ordered_json check_json() const;     // the --json "check" object
+  bool class_scores = true;                      // false: a feature map, no argmax (argmax stays 0)
+  nlohmann::ordered_json check_json() const;     // the --json "check" object (argmax null: no classes)
+  /// ", argmax agrees on X% of the rows" for class scores; empty for a feature map.
+  std::string argmax_phrase() const;
 };
-FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes);
+/// `class_scores` false (a model without a classification head): no argmax agreement.
+FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes,
+                                  bool class_scores = true);
 
 /// The --json report up to "host_op"; `precision` is "int8" or "bf16".
 nlohmann::ordered_json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
