@@ -177,6 +177,11 @@ void Bf16Cnn::check() const {
 
 Bf16Cnn compile_bf16_cnn(Graph graph) {
   const Graph g = optimize(std::move(graph));
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue && g.is_graph_output(n.outputs[1])) {
+      g.fail(ErrorKind::kUnsupported, n, "its Indices output runs in int8 only (not yet in bf16)");
+    }
+  }
   if (g.inputs.size() != 1 || g.outputs.size() != 1) {
     g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
                                                 g.outputs.size()));

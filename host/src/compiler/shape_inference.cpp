@@ -130,6 +130,9 @@ class Inference {
         if (!e || *e > std::numeric_limits<uint32_t>::max()) {
           fail(ErrorKind::kUnsupported, "the output has more than 2^32 elements per row");
         }
+        if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
+          set(n.outputs[1], DType::kInt64, out);  // Indices
+        }
         set(n.outputs[0], g_.value(x).dtype, std::move(out));
         return;
       }

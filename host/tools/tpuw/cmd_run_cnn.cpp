@@ -38,6 +38,7 @@
 #include "tpuw/nn/qconv.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
@@ -165,6 +166,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   }
   // Hidden layers' maps that are graph outputs too (several outputs), int8 as the device wrote them.
   std::vector<std::vector<int8_t>> maps(q.outputs.size());
+  std::vector<std::vector<int64_t>> pool_indices(q.outputs.size());  // a max pool's Indices outputs
   std::vector<int64_t> labels;
   if (!o.labels.empty()) {
     if (!q.has_head()) {
@@ -201,6 +203,14 @@ int run_cnn_model(const CnnRunOpts& o) {
     raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
     for (size_t k = 0; k < q.outputs.size(); ++k) {
       if (q.outputs[k].layer < 0) continue;
+      if (q.outputs[k].indices) {
+        // Indices of this chunk's images: the device counts from image 0 of the chunk.
+        const runtime::ConvRunResult& cr = r.convs.at(static_cast<size_t>(q.outputs[k].layer));
+        const nn::ConvGeometry& gg = cr.plan.geom;
+        const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
+        for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(r0) * chw);
+        continue;
+      }
       const std::vector<int8_t>& m = r.convs.at(static_cast<size_t>(q.outputs[k].layer)).y;
       maps[k].insert(maps[k].end(), m.begin(), m.end());
     }
@@ -243,6 +253,21 @@ int run_cnn_model(const CnnRunOpts& o) {
         q.outputs.empty() ? std::vector<std::vector<int8_t>>{} : nn::forward_cnn_int_maps(q, x_q, in.rows);
     for (size_t k = 0; k < q.outputs.size(); ++k) {
       if (q.outputs[k].layer < 0) continue;
+      if (q.outputs[k].indices) {
+        const auto li = static_cast<size_t>(q.outputs[k].layer);
+        const std::vector<int8_t> a = nn::cnn_layer_input(
+            q, li, x_q, [&](size_t j) -> const std::vector<int8_t>& { return golden_maps.at(j); }, in.rows);
+        const nn::QConv2d& l = q.convs[li];
+        const std::vector<int64_t> want = runtime::max_pool_indices_host<int8_t>(l.geom, a, in.rows, l.indices_column_major);
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (i >= pool_indices[k].size() || pool_indices[k][i] != want[i]) {
+            throw Error(ErrorKind::kMismatch,
+                        fmt::format("mismatch: output '{}' (Indices) element {}: {} = {}, cpu = {}", q.outputs[k].name, i,
+                                    o.backend, i < pool_indices[k].size() ? pool_indices[k][i] : -1, want[i]));
+          }
+        }
+        continue;
+      }
       const std::vector<int8_t>& want = golden_maps.at(static_cast<size_t>(q.outputs[k].layer));
       for (size_t i = 0; i < want.size(); ++i) {
         if (i >= maps[k].size() || maps[k][i] != want[i]) {
@@ -267,13 +292,18 @@ int run_cnn_model(const CnnRunOpts& o) {
     const int32_t layer = q.outputs.empty() ? -1 : q.outputs[k].layer;
     std::vector<uint64_t> shp = out_shape;
     std::vector<float> v;
+    const bool indices = !q.outputs.empty() && q.outputs[k].indices;
     if (layer >= 0) {
       const nn::QConv2d& l = q.convs[static_cast<size_t>(layer)];
       shp = {in.rows, l.geom.out_c, l.geom.out_h(), l.geom.out_w()};
       v.resize(maps[k].size());
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(maps[k][i]) * l.out_scale;
     }
-    if (!file.empty()) npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+    if (!file.empty() && indices) {
+      npy::save(file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));  // ONNX's int64
+    } else if (!file.empty()) {
+      npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+    }
     if (!q.outputs.empty()) {
       uint64_t feats = 1;
       for (size_t d = 1; d < shp.size(); ++d) feats *= shp[d];
@@ -282,7 +312,8 @@ int run_cnn_model(const CnnRunOpts& o) {
                               {"features", feats},
                               {"file", file}});
       output_lines.push_back(fmt::format("output '{}' ({}, [{}]){}", q.outputs[k].name,
-                                         layer >= 0 ? "layer " + q.convs[static_cast<size_t>(layer)].name : "the network's",
+                                         layer < 0 ? "the network's"
+                                         : (indices ? "Indices of layer " : "layer ") + q.convs[static_cast<size_t>(layer)].name,
                                          fmt::join(shp, ", "), file.empty() ? "" : " -> " + file));
     }
   }
