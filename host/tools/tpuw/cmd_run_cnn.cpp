@@ -96,15 +96,7 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
 // letters, digits, '_', '-' and '.' become '_'); one output goes to --output itself.
 std::string cnn_output_file(const std::string& output, const nn::QCnn& q, size_t i) {
   if (output.empty() || q.outputs.empty()) return output;
-  std::string name = q.outputs.at(i).name;
-  for (char& c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
-    if (!ok) c = '_';
-  }
-  const std::filesystem::path p(output);
-  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
-  return (p.parent_path() / fmt::format("{}.{}.npy", stem, name)).string();
+  return named_output_file(output, q.outputs.at(i).name);
 }
 
 }  // namespace

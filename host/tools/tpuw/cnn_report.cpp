@@ -140,6 +140,19 @@ json FloatAgreement::check_json() const {
               {"float_argmax_agreement", class_scores ? json(argmax) : json(nullptr)}};
 }
 
+std::string named_output_file(const std::string& output, const std::string& name) {
+  if (output.empty()) return output;
+  std::string n = name;
+  for (char& c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) c = '_';
+  }
+  const std::filesystem::path p(output);
+  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / fmt::format("{}.{}.npy", stem, n)).string();
+}
+
 std::string FloatAgreement::argmax_phrase() const {
   return class_scores ? fmt::format(", argmax agrees on {:.2f}% of the rows", 100.0 * argmax) : std::string();
 }

@@ -78,6 +78,10 @@ struct CnnTotals {
   void add_head(const PerfCounters& p, uint64_t head_min_bytes, uint64_t head_instructions);
 };
 
+/// With several graph outputs each goes to OUT.NAME.npy (characters other than letters, digits,
+/// '_', '-' and '.' in NAME become '_'); `output` empty: none.
+std::string named_output_file(const std::string& output, const std::string& name);
+
 /// How far the device's output is from the float model's (--check).
 struct FloatAgreement {
   double max_diff = 0, max_abs = 0, argmax = 0;  // max |y - yf|, max |yf|, rows whose argmax agree

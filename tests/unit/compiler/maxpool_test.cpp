@@ -10,12 +10,15 @@
 
 #include "compiler_testlib.h"
 #include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
+#include "tpuw/numerics.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/npy.h"
 
@@ -169,6 +172,32 @@ TEST(MaxPool, IndicesOutputRunsOnTheDevice) {
     EXPECT_EQ(r.convs[0].y, nn::conv2d_int(q.convs[0], xq, batch));
     EXPECT_EQ(r.convs[0].indices, runtime::max_pool_indices_host<int8_t>(q.convs[0].geom, xq, batch, order == 1));
   }
+}
+
+// bf16: the same Indices output (Bf16Cnn::indices_outputs) from run_cnn_bf16.
+TEST(MaxPool, Bf16IndicesOutputRunsOnTheDevice) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 7, 6});
+  auto& p = mb.node("MaxPool", {"x"}, {"p", "idx"}, "pool");
+  attr_ints(p, "kernel_shape", {3, 3});
+  attr_ints(p, "strides", {2, 2});
+  attr_ints(p, "pads", {1, 1, 1, 1});
+  mb.output("idx");
+  mb.output("p");
+  const uint64_t batch = 3;
+  std::vector<float> x = random_floats(batch * 126, -1.0f, 1.0f, 22);
+  for (size_t i = 0; i < x.size(); i += 5) x[i] = -1.0f;  // ties
+  const Bf16Cnn net = compile_bf16_cnn(graph_of(mb));
+  ASSERT_EQ(net.convs.size(), 1u);
+  EXPECT_TRUE(net.convs[0].indices);
+  ASSERT_EQ(net.indices_outputs.size(), 1u);
+  EXPECT_EQ(net.indices_outputs[0].name, "idx");
+  EXPECT_EQ(net.head.output_name, "p");
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnBf16RunResult r = runtime::run_cnn_bf16(dev, net, x, batch);
+  std::vector<float> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = num::bf16_to_float(num::bf16_from_float(x[i]));
+  EXPECT_EQ(r.convs[0].indices, runtime::max_pool_indices_host<float>(net.convs[0].geom, xb, batch, false));
 }
 
 // The PyTorch-exported Fashion-MNIST CNN: the float interpreter reproduces PyTorch's logits, int8 on
