@@ -115,6 +115,12 @@ class Lowering {
     net_.input_name = v.name;
     net_.input_shape = in.declared;
     net_.input_features = static_cast<uint32_t>(*checked_elements(features(*v.shape)));
+    std::vector<std::string> part_names;
+    for (const Graph::InputPart& p : g_.input_parts) {
+      net_.input_parts.push_back(nn::InputPart{p.name, p.declared, static_cast<uint32_t>(p.features)});
+      part_names.push_back(p.name);
+    }
+    if (!part_names.empty()) net_.input_name = fmt::format("{}", fmt::join(part_names, "+"));
     act_ = in.value;
     taps_[act_] = Tap{};
   }

@@ -36,7 +36,9 @@ Graph optimize(Graph g) {
 
 nn::FloatNetwork compile_float(Graph g) {
   g.batch_may_be_fixed = true;  // lower_to_float_network records it, tpuw run checks the rows
-  return lower_to_float_network(optimize(std::move(g)));
+  Graph o = optimize(std::move(g));
+  merge_graph_inputs(o);  // several inputs: one input row (the dense path only; CNNs and training refuse them)
+  return lower_to_float_network(o);
 }
 
 }  // namespace tpuw::compiler

@@ -152,9 +152,25 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
 
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() + 2);
-  const ValueId xq = activation_like(g, input, ".q", DType::kInt8,
-                                     {activation_scale(g, calib, fmt::format("input '{}'", g.value(input).name),
-                                                       features_in)});
+  // Several graph inputs (merge_graph_inputs): one scale per part of the row, each calibrated on
+  // its own columns; the Quantize's output then carries one scale per part (not per column).
+  std::vector<float> in_scales;
+  if (g.input_parts.size() > 1) {
+    uint64_t off = 0;
+    for (const Graph::InputPart& p : g.input_parts) {
+      const auto f = static_cast<uint64_t>(p.features);
+      std::vector<float> part(rows * f);
+      for (uint64_t r = 0; r < rows; ++r) {
+        std::copy_n(calib.begin() + static_cast<std::ptrdiff_t>(r * features_in + off), f, part.begin() + static_cast<std::ptrdiff_t>(r * f));
+      }
+      in_scales.push_back(activation_scale(g, part, fmt::format("input '{}'", p.name), f));
+      off += f;
+    }
+    if (off != features_in) g.fail(ErrorKind::kInternal, "the input parts do not cover the input row");
+  } else {
+    in_scales = {activation_scale(g, calib, fmt::format("input '{}'", g.value(input).name), features_in)};
+  }
+  const ValueId xq = activation_like(g, input, ".q", DType::kInt8, in_scales);
   nodes.push_back(make_node(Op::kQuantize, "quantize", {input}, {xq}));
   g.replace_uses(input, xq);
 
@@ -175,10 +191,15 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     }
     const bool last = ++dense_seen == dense_count;
     const std::string name = layer_name(n);
-    if (g.value(n.inputs[0]).dtype != DType::kInt8 || g.value(n.inputs[0]).scale.size() != 1) {
+    const std::vector<float>& in_sc = g.value(n.inputs[0]).scale;
+    const bool parts = dense_seen == 1 && in_sc.size() > 1 && in_sc.size() == g.input_parts.size();
+    if (g.value(n.inputs[0]).dtype != DType::kInt8 || (in_sc.size() != 1 && !parts)) {
       g.fail(ErrorKind::kInternal, n, "Dense input is not a quantized int8 tensor");
     }
-    const float in_scale = g.value(n.inputs[0]).scale[0];
+    const float in_scale = in_sc[0];
+    // Several inputs: the scale of every weight row (its part's input scale).
+    std::vector<float> row_scale;
+    for (size_t p = 0; parts && p < in_sc.size(); ++p) row_scale.insert(row_scale.end(), static_cast<size_t>(g.input_parts[p].features), in_sc[p]);
     // Copies: add_constant below may move the values these would point into.
     const Value& wv = g.value(n.inputs[1]);
     const Value& bv = g.value(n.inputs[2]);
@@ -198,7 +219,25 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     require_finite(g, b, fmt::format("layer '{}' bias '{}'", name, b_name), cols, ErrorKind::kBadFile);
     std::vector<int64_t> w_q(size_t{k} * cols), bias_q(cols);
     std::vector<float> w_scale(cols);
-    for (uint32_t j = 0; j < cols; ++j) {
+    // acc_scale[j]: the scale of column j's int32 sums (input scale x weight scale).
+    std::vector<double> acc_scale(cols);
+    if (parts && row_scale.size() != k) g.fail(ErrorKind::kInternal, n, "the input parts do not match the weight rows");
+    for (uint32_t j = 0; parts && j < cols; ++j) {
+      // Several input scales s_r meet in one column: the product scale p = max_r |W[r, j]| s_r / 127,
+      // each row block quantized to it (w_q = round(W s_r / p)); the input with the largest
+      // contribution gets the full int8 range, the others proportionally fewer levels.
+      double m = 0;
+      for (uint32_t r = 0; r < k; ++r) m = std::max(m, std::fabs(static_cast<double>(w[size_t{r} * cols + j])) * row_scale[r]);
+      const double p = m > 0 ? m / 127.0 : static_cast<double>(row_scale[0]);
+      for (uint32_t r = 0; r < k; ++r) {
+        const double v = std::round(static_cast<double>(w[size_t{r} * cols + j]) * row_scale[r] / p);
+        w_q[size_t{r} * cols + j] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
+      }
+      acc_scale[j] = p;
+      w_scale[j] = static_cast<float>(p / static_cast<double>(in_scale));  // so that in_scale * w_scale ~= p
+      bias_q[j] = sat32(std::round(static_cast<double>(b[j]) / p));
+    }
+    for (uint32_t j = 0; !parts && j < cols; ++j) {
       float m = 0;
       for (uint32_t r = 0; r < k; ++r) m = std::max(m, std::fabs(w[size_t{r} * cols + j]));
       w_scale[j] = m > 0 ? m / 127.0f : 1.0f;
@@ -212,8 +251,8 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
         const double v = std::round(static_cast<double>(w[size_t{r} * cols + j]) / static_cast<double>(w_scale[j]));
         w_q[size_t{r} * cols + j] = static_cast<int8_t>(std::clamp(v, -127.0, 127.0));
       }
-      const double acc_scale = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]);
-      const double bq = std::round(static_cast<double>(b[j]) / acc_scale);
+      acc_scale[j] = static_cast<double>(in_scale) * static_cast<double>(w_scale[j]);
+      const double bq = std::round(static_cast<double>(b[j]) / acc_scale[j]);
       bias_q[j] = sat32(bq);
     }
     const bool relu = attr_int(g, n, "relu", 0) != 0;
@@ -231,7 +270,7 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     if (last) {
       // int32 acc + bias_q with per-column scales; the Dequantize defines the original fp32 value.
       std::vector<float> out_scale(cols);
-      for (uint32_t j = 0; j < cols; ++j) out_scale[j] = in_scale * w_scale[j];
+      for (uint32_t j = 0; j < cols; ++j) out_scale[j] = parts ? static_cast<float>(acc_scale[j]) : in_scale * w_scale[j];
       const ValueId acc = activation_like(g, out, ".acc", DType::kInt32, std::move(out_scale));
       q.outputs = {acc};
       nodes.push_back(std::move(q));
@@ -247,8 +286,8 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     const float req_scale = act.none() ? out_scale : pre_scale[ni];
     std::vector<int64_t> mult(cols), shift(cols);
     for (uint32_t j = 0; j < cols; ++j) {
-      const double real =
-          static_cast<double>(in_scale) * static_cast<double>(w_scale[j]) / static_cast<double>(req_scale);
+      const double real = (parts ? acc_scale[j] : static_cast<double>(in_scale) * static_cast<double>(w_scale[j])) /
+                          static_cast<double>(req_scale);
       try {
         const nn::Requant r = nn::quantize_multiplier(real);
         mult[j] = r.mult;
@@ -293,6 +332,10 @@ nn::QNetwork lower_to_qnetwork(const Graph& g) {
     switch (n.op) {
       case Op::kQuantize:
         q.input_scale = g.value(act).scale.at(0);
+        if (g.input_parts.size() > 1) {
+          for (const Graph::InputPart& p : g.input_parts) q.input_part_features.push_back(static_cast<uint32_t>(p.features));
+          q.input_part_scales = g.value(act).scale;
+        }
         quantized = true;
         break;
       case Op::kQDense: {
@@ -351,6 +394,7 @@ Graph graph_of_float_network(const nn::FloatNetwork& net) {
   gi.declared = {-1, int64_t{net.input_features}};
   gi.dim_params = {"batch", ""};
   g.inputs.push_back(gi);
+  for (const nn::InputPart& p : net.input_parts) g.input_parts.push_back({p.name, p.shape, int64_t{p.features}});
   ValueId act = gi.value;
   for (size_t li = 0; li < net.layers.size(); ++li) {
     const nn::DenseLayer& l = net.layers[li];

@@ -67,6 +67,18 @@ int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool r
 
 std::vector<int8_t> quantize_input(const QNetwork& net, std::span<const float> x) {
   std::vector<int8_t> q(x.size());
+  if (net.input_part_scales.size() > 1) {
+    // Several graph inputs side by side in each row: every part with its own scale.
+    std::vector<float> scale;
+    for (size_t p = 0; p < net.input_part_scales.size(); ++p) {
+      scale.insert(scale.end(), net.input_part_features.at(p), net.input_part_scales[p]);
+    }
+    if (scale.size() != net.input_features) {
+      throw Error(ErrorKind::kInternal, "the input parts do not cover the network's input features");
+    }
+    for (size_t i = 0; i < x.size(); ++i) q[i] = quantize_value(x[i], scale[i % scale.size()]);
+    return q;
+  }
   for (size_t i = 0; i < x.size(); ++i) q[i] = quantize_value(x[i], net.input_scale);
   return q;
 }

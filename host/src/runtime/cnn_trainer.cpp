@@ -15,6 +15,7 @@
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/gemm_bf16.h"
+#include "tpuw/runtime/maxpool.h"
 #include "owning_trainer.h"
 #include "train_programs.h"
 
@@ -74,11 +75,15 @@ struct CnnTrainer::Impl {
   }
   bool cached = true;  // false for logits(): evaluation batches of any size are not kept
 
+  // A Conv / AveragePool: the bf16 convolution program; a MaxPool: the inference max-pool program
+  // (identity-weight taps + VECTOR MAX; contract max_pool_bf16_host, which multiplies nothing).
   std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
-    if (device == nullptr) return conv2d_bf16_host(l, a, rows, array_n);
-    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows) : run_conv2d_bf16(*device, l, a, rows);
+    const bool pool = l.kind == Kind::kMaxPool;
+    if (device == nullptr) return pool ? max_pool_bf16_host(l, a, rows, array_n) : conv2d_bf16_host(l, a, rows, array_n);
+    ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows)
+                                 : (pool ? run_max_pool_bf16(*device, l, a, rows) : run_conv2d_bf16(*device, l, a, rows));
     cycles += r.cycles;
-    if (!r.host) macs += r.plan.macs();
+    if (!pool) macs += r.plan.macs();
     return std::move(r.y);
   }
 
@@ -93,13 +98,12 @@ struct CnnTrainer::Impl {
 
   std::vector<float> conv_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
-    const Bf16ConvLayer t = conv_input_grad_layer(l);
-    const std::vector<float> z = insert_grad_zeros(l, dy, rows);
-    ConvBf16RunResult r = cache->conv(slot, t, z, rows);
-    cycles += r.cycles;
-    macs += r.plan.macs();
-    host_bytes += 2 * (z.size() + t.w.size());
-    return std::move(r.y);
+    uint64_t mc = 0;
+    ConvInputGradResult r = detail::conv_input_grad_cached(*cache, slot, l, dy, rows, &mc);
+    cycles += r.run.cycles;
+    macs += mc;
+    host_bytes += r.host_bytes;
+    return std::move(r.dx);
   }
 
   std::vector<float> max_pool_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
@@ -122,9 +126,18 @@ struct CnnTrainer::Impl {
   ConvParamGradResult conv_dw(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
                               std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_param_grads_bf16_host(l, x, dy, rows, array_n);
-    const std::vector<float> a = conv_im2col(l, x, rows);
     const std::vector<float> d = conv_grad_rows(l, dy, rows);
     ConvParamGradResult r;
+    // The im2col on the device (one-hot convolutions over the forward's uploaded input), where the
+    // layout allows; else laid out here.
+    uint64_t mc = 0;
+    if (cache->conv_param_grads(slot, slot - kDw + kFwd, l, x, d, rows, r, mc)) {
+      cycles += r.gemm.cycles;
+      macs += mc;
+      host_bytes += r.host_bytes;
+      return r;
+    }
+    const std::vector<float> a = conv_im2col(l, x, rows);
     r.gemm = cache->gemm(slot, detail::conv_param_grad_spec(l, rows), a, d);
     detail::split_conv_param_grads(l, r.gemm.c, r);
     cycles += r.gemm.cycles;

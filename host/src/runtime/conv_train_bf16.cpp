@@ -38,9 +38,118 @@ void require_conv(const Bf16ConvLayer& l, const char* what) {
   }
 }
 
+// One dimension of the phase decomposition: the taps k of the transposed kernel (size K, dilation
+// d, pad pt, stride s) that land on dy for output phase p, as (first, step) with the dy offset of
+// the first (`base`, <= 0 needed) and the count.
+struct PhaseDim {
+  uint64_t first = 0, count = 0, dil = 1;
+  int64_t base = 0;
+};
+PhaseDim phase_dim(uint64_t p, uint64_t s, uint64_t d, uint64_t K, int64_t pt) {
+  PhaseDim r;
+  int64_t prev = -1;
+  for (uint64_t k = 0; k < K; ++k) {
+    const int64_t a = static_cast<int64_t>(p) - pt + static_cast<int64_t>(k * d);
+    if (((a % static_cast<int64_t>(s)) + static_cast<int64_t>(s)) % static_cast<int64_t>(s) != 0) continue;
+    if (r.count == 0) {
+      r.first = k;
+      r.base = (a - (((a % static_cast<int64_t>(s)) + static_cast<int64_t>(s)) % static_cast<int64_t>(s))) /
+               static_cast<int64_t>(s);
+    } else if (r.count == 1) {
+      r.dil = (k - static_cast<uint64_t>(prev)) * d / s;
+    }
+    prev = static_cast<int64_t>(k);
+    ++r.count;
+  }
+  return r;
+}
+
 }  // namespace
 
 namespace detail {
+
+std::vector<InputGradPhase> conv_input_grad_phases(const Bf16ConvLayer& fwd) {
+  const nn::ConvGeometry& g = fwd.geom;
+  if (g.stride_h == 1 && g.stride_w == 1) return {};
+  const Bf16ConvLayer t = conv_input_grad_layer(fwd);
+  const nn::ConvGeometry& tg = t.geom;
+  const uint64_t ho = g.out_h(), wo = g.out_w(), C = g.in_c, O = g.out_c, KH = g.kernel_h, KW = g.kernel_w;
+  std::vector<InputGradPhase> out;
+  for (uint32_t py = 0; py < g.stride_h; ++py) {
+    for (uint32_t px = 0; px < g.stride_w; ++px) {
+      InputGradPhase ph;
+      ph.py = py;
+      ph.px = px;
+      ph.rows = (g.in_h - py + g.stride_h - 1) / g.stride_h;
+      ph.cols = (g.in_w - px + g.stride_w - 1) / g.stride_w;
+      const PhaseDim dh = phase_dim(py, g.stride_h, g.dilation_h, KH, tg.pad_top);
+      const PhaseDim dw = phase_dim(px, g.stride_w, g.dilation_w, KW, tg.pad_left);
+      if (ph.rows == 0 || ph.cols == 0 || dh.count == 0 || dw.count == 0) {
+        ph.empty = true;
+        out.push_back(std::move(ph));
+        continue;
+      }
+      if (dh.base > 0 || dw.base > 0) return {};
+      Bf16ConvLayer& l = ph.layer;
+      l.name = fmt::format("{}.phase{}{}", t.name, py, px);
+      l.kind = Bf16ConvLayer::Kind::kConv;
+      nn::ConvGeometry& pg = l.geom;
+      pg.in_c = static_cast<uint32_t>(O);
+      pg.out_c = static_cast<uint32_t>(C);
+      pg.in_h = static_cast<uint32_t>(ho);
+      pg.in_w = static_cast<uint32_t>(wo);
+      pg.kernel_h = static_cast<uint32_t>(dh.count);
+      pg.kernel_w = static_cast<uint32_t>(dw.count);
+      pg.dilation_h = static_cast<uint32_t>(dh.dil);
+      pg.dilation_w = static_cast<uint32_t>(dw.dil);
+      pg.stride_h = pg.stride_w = 1;
+      pg.pad_top = static_cast<uint32_t>(-dh.base);
+      pg.pad_left = static_cast<uint32_t>(-dw.base);
+      // Enough output rows / columns (extra ones are dropped), and a padded input the kernel fits.
+      const int64_t eh = static_cast<int64_t>(ho) - dh.base - static_cast<int64_t>(dh.dil * (dh.count - 1));
+      const int64_t ew = static_cast<int64_t>(wo) - dw.base - static_cast<int64_t>(dw.dil * (dw.count - 1));
+      pg.pad_bottom = static_cast<uint32_t>(std::max<int64_t>(0, static_cast<int64_t>(ph.rows) - eh));
+      pg.pad_right = static_cast<uint32_t>(std::max<int64_t>(0, static_cast<int64_t>(ph.cols) - ew));
+      l.w.assign(C * O * dh.count * dw.count, 0.0f);
+      for (uint64_t co = 0; co < C * O; ++co) {
+        for (uint64_t a = 0; a < dh.count; ++a) {
+          for (uint64_t b = 0; b < dw.count; ++b) {
+            const uint64_t ky = dh.first + a * dh.dil * g.stride_h / g.dilation_h;
+            const uint64_t kx = dw.first + b * dw.dil * g.stride_w / g.dilation_w;
+            l.w[(co * dh.count + a) * dw.count + b] = t.w[(co * KH + ky) * KW + kx];
+          }
+        }
+      }
+      l.bias.assign(C, 0.0f);
+      l.relu = false;
+      l.check();
+      out.push_back(std::move(ph));
+    }
+  }
+  return out;
+}
+
+void place_input_grad_phase(const Bf16ConvLayer& fwd, const InputGradPhase& ph, std::span<const float> y,
+                            uint64_t batch, std::span<float> dx) {
+  const nn::ConvGeometry& g = fwd.geom;
+  const uint64_t C = g.in_c, H = g.in_h, W = g.in_w;
+  if (ph.empty) {
+    for (uint64_t bc = 0; bc < batch * C; ++bc) {
+      for (uint64_t j = 0; j < ph.rows; ++j) {
+        for (uint64_t i = 0; i < ph.cols; ++i) dx[(bc * H + ph.py + j * g.stride_h) * W + ph.px + i * g.stride_w] = 0.0f;
+      }
+    }
+    return;
+  }
+  const uint64_t yh = ph.layer.geom.out_h(), yw = ph.layer.geom.out_w();
+  for (uint64_t bc = 0; bc < batch * C; ++bc) {
+    for (uint64_t j = 0; j < ph.rows; ++j) {
+      for (uint64_t i = 0; i < ph.cols; ++i) {
+        dx[(bc * H + ph.py + j * g.stride_h) * W + ph.px + i * g.stride_w] = y[(bc * yh + j) * yw + i];
+      }
+    }
+  }
+}
 
 Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch) {
   const nn::ConvGeometry& g = l.geom;
@@ -129,15 +238,47 @@ std::vector<float> insert_grad_zeros(const Bf16ConvLayer& fwd, std::span<const f
   return z;
 }
 
-ConvInputGradResult conv_input_grad_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> dy,
-                                         uint64_t batch) {
+namespace detail {
+
+ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
+                                           std::span<const float> dy, uint64_t batch, uint64_t* macs) {
+  ConvInputGradResult r;
+  if (const std::vector<InputGradPhase> phases = conv_input_grad_phases(fwd); !phases.empty()) {
+    check_size(dy, batch * fwd.geom.out_c * fwd.geom.out_h() * fwd.geom.out_w(), fwd, "the output gradient");
+    r.dx.assign(batch * fwd.geom.in_c * fwd.geom.in_h * fwd.geom.in_w, 0.0f);
+    uint64_t cycles = 0, m = 0;
+    for (size_t i = 0; i < phases.size(); ++i) {
+      const InputGradPhase& ph = phases[i];
+      if (!ph.empty) {
+        r.run = cache.conv(slot + ((uint64_t{i} + 1) << 40), ph.layer, dy, batch);
+        cycles += r.run.cycles;
+        m += r.run.plan.macs();
+        r.host_bytes += 2 * (dy.size() + ph.layer.w.size());
+        place_input_grad_phase(fwd, ph, r.run.y, batch, r.dx);
+      } else {
+        place_input_grad_phase(fwd, ph, {}, batch, r.dx);
+      }
+    }
+    r.host_bytes += 2 * r.dx.size();
+    r.run.cycles = cycles;
+    if (macs != nullptr) *macs = m;
+    return r;
+  }
   const Bf16ConvLayer t = conv_input_grad_layer(fwd);
   const std::vector<float> z = insert_grad_zeros(fwd, dy, batch);
-  ConvInputGradResult r;
-  r.run = run_conv2d_bf16(device, t, z, batch);
+  r.run = cache.conv(slot, t, z, batch);
   r.dx = r.run.y;
   r.host_bytes = 2 * (z.size() + t.w.size());
+  if (macs != nullptr) *macs = r.run.plan.macs();
   return r;
+}
+
+}  // namespace detail
+
+ConvInputGradResult conv_input_grad_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> dy,
+                                         uint64_t batch) {
+  detail::TrainProgramCache cache(device);
+  return detail::conv_input_grad_cached(cache, 0, fwd, dy, batch, nullptr);
 }
 
 std::vector<float> conv_input_grad_bf16_host(const Bf16ConvLayer& fwd, std::span<const float> dy, uint64_t batch,

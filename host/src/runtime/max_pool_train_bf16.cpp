@@ -261,14 +261,12 @@ MaxPoolBackwardResult max_pool_backward_cached(TrainProgramCache& cache, uint64_
     r.dx = max_pool_scatter_layout(fwd, route.g, batch);
     r.host_bytes += 4 * r.dx.size();
   } else {
-    const Bf16ConvLayer t = conv_input_grad_layer(max_pool_one_hot_layer(fwd));
-    const std::vector<float> z =
-        insert_grad_zeros(max_pool_one_hot_layer(fwd), max_pool_taps_as_channels(fwd, route.g, batch), batch);
-    ConvBf16RunResult s = cache.conv(slot + 1, t, z, batch);
-    r.cycles += s.cycles;
-    r.macs = s.plan.macs();
-    r.host_bytes += 2 * (z.size() + t.w.size());
-    r.dx = std::move(s.y);
+    // The transposed one-hot convolution, by stride phases where it applies (no inserted zeros).
+    ConvInputGradResult s = conv_input_grad_cached(cache, slot + 1, max_pool_one_hot_layer(fwd),
+                                                   max_pool_taps_as_channels(fwd, route.g, batch), batch, &r.macs);
+    r.cycles += s.run.cycles;
+    r.host_bytes += s.host_bytes;
+    r.dx = std::move(s.dx);
   }
   return r;
 }

@@ -7,9 +7,13 @@
 
 #include "program_builder.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/maxpool.h"
 
 namespace tpuw::runtime::detail {
 namespace {
+
+constexpr uint16_t kLowestBf16 = 0xFF7F;  // the max pool's pads (maxpool.h: never win a max)
+constexpr uint16_t kOneBf16 = 0x3F80;     // 1.0, the identity tile's diagonal
 
 double utilization(uint64_t macs, uint32_t an, uint64_t cycles) {
   const double peak = static_cast<double>(an) * static_cast<double>(an);
@@ -54,7 +58,7 @@ PerfCounters TrainProgramCache::run(const Entry& e) {
 
 ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
                                           uint64_t batch) {
-  if (l.kind == Bf16ConvLayer::Kind::kMaxPool) return run_conv2d_bf16(*device_, l, x, batch);
+  if (l.kind == Bf16ConvLayer::Kind::kMaxPool) return max_pool(slot, l, x, batch);
   l.check();
   if ((device_->info().features & spec::reg::kFeaturesBf16) == 0) {
     throw Error(ErrorKind::kUnsupported, "bf16 convolution: the device has no bf16 mode (FEATURES.BF16 is 0)");
@@ -93,6 +97,46 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
   r.min_bytes = conv_bf16_min_bytes(r.plan);
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
+  return r;
+}
+
+ConvBf16RunResult TrainProgramCache::max_pool(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
+                                              uint64_t batch) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kMaxPool) {
+    throw Error(ErrorKind::kInternal, fmt::format("train program cache: layer '{}' is not a max pool", l.name));
+  }
+  if (!max_pool_on_device(device_->info())) {
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("bf16 max pool '{}': the device has no bf16 mode / VECTOR unit (FEATURES.BF16)", l.name));
+  }
+  ConvPlan plan = plan_max_pool_bf16(device_->info().params, l.geom, batch);
+  const uint64_t an = plan.array_n;
+  Entry* e = find(slot, batch);
+  if (e == nullptr || !same_geom(e->conv_plan.geom, l.geom) || e->relu != l.relu) {
+    e = &make(slot, batch);
+    e->conv_plan = plan;
+    e->relu = l.relu;
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(plan)));
+    e->bufs.push_back(alloc(an * an * 2));
+    e->bufs.push_back(alloc(conv_bf16_out_bytes(plan)));
+    std::vector<uint16_t> w(an * an, 0);
+    for (uint64_t k = 0; k < an; ++k) w[k * an + k] = kOneBf16;
+    device_->write(e->bufs[1], 0, w.data(), w.size() * 2);
+    e->code = compile_max_pool_bf16(plan, l.relu, e->bufs[0].addr(), e->bufs[1].addr(), e->bufs[2].addr()).code;
+  }
+  const std::vector<uint16_t> xin = pack_conv_bf16_input(plan, x, kLowestBf16);
+  device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+  ConvBf16RunResult r;
+  r.plan = std::move(plan);
+  r.perf = run(*e);
+  std::vector<uint16_t> packed(r.plan.out_bytes());
+  device_->read(e->bufs[2], 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(r.plan, packed);
+  r.cycles = r.perf.cycles;
+  r.instructions = e->code.size() + 1;
+  r.min_bytes = max_pool_bf16_min_bytes(r.plan);
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   return r;
 }
 
@@ -228,6 +272,150 @@ MaxPoolRouteResult TrainProgramCache::max_pool_route(uint64_t slot, std::span<co
   }
   r.host_bytes = 4 * (img.size() + o.size());
   return r;
+}
+
+bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l,
+                                         std::span<const float> x, std::span<const float> d, uint64_t batch,
+                                         ConvParamGradResult& r, uint64_t& macs) {
+  l.check();
+  if (l.kind != Bf16ConvLayer::Kind::kConv) {
+    throw Error(ErrorKind::kInternal, fmt::format("train program cache: dW of '{}', which is not a Conv", l.name));
+  }
+  const ConvGeometry& g = l.geom;
+  const DeviceParams& dp = device_->info().params;
+  const uint64_t an = dp.array_n, C = g.in_c, T = uint64_t{g.kernel_h} * g.kernel_w, CT = C * T, M = CT + 1;
+  const uint64_t O = g.out_c, K = batch * g.out_h() * g.out_w(), blocks = (M + an - 1) / an;
+  if (x.size() != batch * C * g.in_h * g.in_w || d.size() != K * O) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv backward '{}': input {} values, gradient rows {} "
+                                                         "(expected {} and {})",
+                                                         l.name, x.size(), d.size(), batch * C * g.in_h * g.in_w,
+                                                         K * O));
+  }
+  // Block j: the one-hot convolution whose output channels are the columns j*N .. j*N + M_j - 1.
+  auto block_layer = [&](uint64_t j) {
+    const uint64_t mj = std::min<uint64_t>(an, M - j * an);
+    Bf16ConvLayer b;
+    b.name = fmt::format("{}.im2col{}", l.name, j);
+    b.geom = g;
+    b.geom.out_c = static_cast<uint32_t>(mj);
+    b.w.assign(mj * CT, 0.0f);
+    b.bias.assign(mj, 0.0f);
+    for (uint64_t i = 0; i < mj; ++i) {
+      const uint64_t col = j * an + i;  // tap-major: col = t * C + c (a block spans few taps)
+      if (col < CT) {
+        b.w[i * CT + (col % C) * T + col / C] = 1.0f;
+      } else {
+        b.bias[i] = 1.0f;  // the all-ones column (db)
+      }
+    }
+    return b;
+  };
+  const ConvPlan p0 = plan_conv_bf16(dp, block_layer(0).geom, batch);
+  if (p0.wo_stored != p0.wo) return false;
+  // The forward program's uploaded input, when its layout is this one's.
+  uint64_t in_addr = 0;
+  bool own_input = true;
+  if (const Entry* f = find(fwd_slot, batch); f != nullptr && !f->bufs.empty()) {
+    const ConvPlan& q = f->conv_plan;
+    if (same_geom([&] {
+          ConvGeometry h = q.geom;
+          h.out_c = g.out_c;
+          return h;
+        }(),
+                  g) &&
+        q.batch == batch && q.c_blocks == p0.c_blocks && q.img_rows == p0.img_rows && q.hq == p0.hq &&
+        q.wq == p0.wq && q.phases == p0.phases && conv_bf16_in_bytes(q) == conv_bf16_in_bytes(p0)) {
+      in_addr = f->bufs[0].addr();
+      own_input = false;
+    }
+  }
+  Entry* e = find(slot, batch);
+  if (e == nullptr || !same_geom(e->conv_plan.geom, p0.geom) || e->codes.size() != 2 * blocks ||
+      (!own_input && e->in_addr != in_addr) || (own_input && e->in_addr != e->bufs[0].addr())) {
+    e = &make(slot, batch);
+    e->conv_plan = p0;
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(p0)));  // [0] the input, when the forward's is not usable
+    e->in_addr = own_input ? e->bufs[0].addr() : in_addr;
+    Bf16GemmSpec s0;
+    s0.shape = {std::min<uint64_t>(an, M), K, O};
+    s0.trans_a = true;
+    e->bufs.push_back(alloc(plan_gemm_bf16(dp, s0).b_bytes()));  // [1] the gradient rows, shared
+    for (uint64_t j = 0; j < blocks; ++j) {
+      const Bf16ConvLayer b = block_layer(j);
+      ConvPlan pj = plan_conv_bf16(dp, b.geom, batch);
+      const std::vector<uint16_t> wp = pack_conv_bf16_weights(pj, b.w);
+      mark_zero_tiles_bf16(pj, wp);
+      Bf16GemmSpec s;
+      s.shape = {b.geom.out_c, K, O};
+      s.trans_a = true;
+      const Bf16GemmPlan gp = plan_gemm_bf16(dp, s);
+      const uint64_t at = e->bufs.size();
+      e->bufs.push_back(alloc(conv_bf16_w_bytes(pj)));
+      e->bufs.push_back(alloc(conv_bf16_param_bytes(pj)));
+      const uint64_t a_bytes = std::max(conv_bf16_out_bytes(pj), gp.a_bytes());
+      e->bufs.push_back(alloc(a_bytes));
+      e->bufs.push_back(alloc(gp.c_bytes()));
+      e->bufs.push_back(alloc(gp.bias_bytes()));
+      e->bufs.push_back(alloc(64));
+      std::vector<float> bias(pj.o_blocks * an, 0.0f);
+      std::copy(b.bias.begin(), b.bias.end(), bias.begin());
+      device_->write(e->bufs[at], 0, wp.data(), wp.size() * 2);
+      device_->write(e->bufs[at + 1], 0, bias.data(), bias.size() * 4);
+      // The GEMM reads kp >= K rows: the rows the convolution does not write stay zero.
+      std::vector<uint16_t> zero(a_bytes / 2, 0);
+      if (j * an >= CT) {
+        // Only the all-ones column: a constant block, written once (what its convolution, all
+        // weight tiles zero and bias 1.0, would write every step).
+        for (uint64_t k = 0; k < K; ++k) zero[k * an] = kOneBf16;
+        e->codes.emplace_back();
+      } else {
+        e->codes.push_back(compile_conv_bf16(pj, false, e->in_addr, e->bufs[at].addr(), e->bufs[at + 1].addr(),
+                                             e->bufs[at + 2].addr())
+                               .code);
+      }
+      device_->write(e->bufs[at + 2], 0, zero.data(), zero.size() * 2);
+      e->codes.push_back(compile_gemm_bf16(gp, {e->bufs[at + 2].addr(), e->bufs[1].addr(), e->bufs[at + 3].addr(),
+                                                e->bufs[at + 4].addr(), e->bufs[at + 5].addr()})
+                             .code);
+      e->gemm_plans.push_back(gp);
+    }
+  }
+  r.host_bytes = 0;
+  if (own_input) {
+    const std::vector<uint16_t> xin = pack_conv_bf16_input(p0, x);
+    device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+    r.host_bytes += 2 * xin.size();
+  }
+  {
+    const std::vector<uint16_t> bp = pad_bf16(d, K, O, static_cast<uint32_t>(an));
+    device_->write(e->bufs[1], 0, bp.data(), bp.size() * 2);
+    r.host_bytes += 2 * d.size();
+  }
+  std::vector<float> gm(M * O);
+  r.gemm = Bf16GemmResult{};
+  macs = 0;
+  for (uint64_t j = 0; j < blocks; ++j) {
+    for (int k = 0; k < 2; ++k) {
+      if (e->codes[2 * j + static_cast<uint64_t>(k)].empty()) continue;
+      device_->clear_perf();
+      device_->wait(device_->submit(e->codes[2 * j + static_cast<uint64_t>(k)]));
+      r.gemm.cycles += device_->perf().cycles;
+    }
+    const Bf16GemmPlan& gp = e->gemm_plans[j];
+    std::vector<float> cp(gp.c_bytes() / 4);
+    device_->read(e->bufs[2 + 6 * j + 3], 0, cp.data(), gp.c_bytes());
+    const uint64_t mj = gp.spec.shape.m;
+    const std::vector<float> c = unpad_f32(cp, mj, O, static_cast<uint32_t>(an));
+    for (uint64_t i = 0; i < mj; ++i) {
+      const uint64_t col = j * an + i, row = col < CT ? (col % C) * T + col / C : CT;  // the contract's row
+      std::copy_n(c.begin() + static_cast<ptrdiff_t>(i * O), O, gm.begin() + static_cast<ptrdiff_t>(row * O));
+    }
+    macs += gp.macs();
+  }
+  split_conv_param_grads(l, gm, r);
+  r.gemm.plan = e->gemm_plans.back();
+  r.gemm.utilization = utilization(macs, static_cast<uint32_t>(an), r.gemm.cycles);
+  return true;
 }
 
 }  // namespace tpuw::runtime::detail

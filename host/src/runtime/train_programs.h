@@ -22,6 +22,24 @@ Bf16GemmSpec conv_param_grad_spec(const Bf16ConvLayer& l, uint64_t batch);
 /// Splits the GEMM's fp32 [C*KH*KW + 1, O] result into dw and db.
 void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, ConvParamGradResult& r);
 
+/// dX of a strided Conv / AveragePool as stride_h * stride_w phase sub-convolutions (no MATMUL row
+/// multiplies an inserted zero): output phase (py, px) — the dX pixels iy = py + s_h*j, ix = px +
+/// s_w*i — is a stride-1 convolution of dy itself with the taps of the transposed layer
+/// (conv_input_grad_layer) that land on dy pixels there, in their order (so the same fp32 sums:
+/// the zero-insertion convolution only adds +0 for the others). A phase without such taps is +0.
+struct InputGradPhase {
+  uint32_t py = 0, px = 0;
+  uint64_t rows = 0, cols = 0;  // dX pixels of the phase (ceil((H - py) / s_h) x ...)
+  bool empty = false;           // no tap lands on dy: the phase is +0
+  Bf16ConvLayer layer;          // in_c = out_c of the forward, input dy [ho][wo]; output >= rows x cols
+};
+/// The phases; empty when the layer has stride 1 or a phase would read dy from a positive offset
+/// (a forward pad near the dilated kernel extent): then the zeros are inserted (insert_grad_zeros).
+std::vector<InputGradPhase> conv_input_grad_phases(const Bf16ConvLayer& fwd);
+/// Places one phase's convolution output (NCHW, its own geometry) into dx (NCHW [batch][C][H][W]).
+void place_input_grad_phase(const Bf16ConvLayer& fwd, const InputGradPhase& ph, std::span<const float> y,
+                            uint64_t batch, std::span<float> dx);
+
 /// One VECTOR step of an element-wise program: the first reads a and b, the later ones the result.
 struct VecStep {
   spec::VecOp op;
@@ -67,8 +85,11 @@ class TrainProgramCache {
   explicit TrainProgramCache(Device& device) : device_(&device) {}
 
   /// run_conv2d_bf16's result (y, plan, perf, cycles, utilization, moved bytes); a max pool goes to
-  /// run_conv2d_bf16 itself.
+  /// max_pool().
   ConvBf16RunResult conv(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch);
+  /// run_max_pool_bf16's result (the inference emitter, tpuw/runtime/maxpool.h: identity-weight taps
+  /// + VECTOR MAX, contract max_pool_bf16_host), its program and identity tile kept per (slot, rows).
+  ConvBf16RunResult max_pool(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch);
   /// gemm_bf16's result (c, plan, perf, cycles, utilization) for a spec without accumulate / z_out / sgd.
   Bf16GemmResult gemm(uint64_t slot, const Bf16GemmSpec& s, std::span<const float> a, std::span<const float> b,
                       std::span<const float> bias = {});
@@ -77,6 +98,21 @@ class TrainProgramCache {
   ReluBackwardResult add(uint64_t slot, std::span<const float> a, std::span<const float> b, bool relu);
   MaxPoolRouteResult max_pool_route(uint64_t slot, std::span<const float> m, std::span<const float> dy,
                                     std::span<const float> taps);
+
+  /// dW and db of the conv layer `l` with the im2col on the device (docs/training.md "Convolutions
+  /// and pools"): per block j of N columns of [im2col(x) | 1] a bf16 convolution of x with one-hot
+  /// weights (column tap*C + c takes channel c at that tap; the all-ones column is its bias 1.0, and a
+  /// block of that column alone is a constant written once)
+  /// writes the block as pixel rows [B*Ho*Wo][N] in device memory, and a bf16 GEMM (A transposed on
+  /// the device, fp32 out) reads it there: [im2col | 1]^T . d for its N rows. x is the forward
+  /// convolution's input, d the output gradient as pixel rows (conv_grad_rows). When the forward
+  /// program `fwd_slot` has the same input layout its uploaded input is read in place. The values
+  /// are conv_param_grads_bf16_host's (the same GEMM sums in the same order) for finite inputs that
+  /// are not -0 (the identity MATMUL gives +0). Returns false (and does nothing) where the layout
+  /// does not apply (output rows padded for the DMA: wo_stored != wo); the caller then lays out
+  /// the im2col on the host.
+  bool conv_param_grads(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, std::span<const float> x,
+                        std::span<const float> d, uint64_t batch, ConvParamGradResult& r, uint64_t& macs);
 
   /// Programs compiled so far (a figure for tests and benchmarks).
   uint64_t compiled() const { return compiled_; }
@@ -88,6 +124,11 @@ class TrainProgramCache {
     ConvPlan conv_plan;
     bool relu = false;
     Bf16GemmPlan gemm_plan;
+    // conv_param_grads: the input buffer the im2col programs read, and per block of columns the
+    // im2col convolution's and the GEMM's code and the GEMM's plan.
+    uint64_t in_addr = 0;
+    std::vector<std::vector<isa::Word>> codes;
+    std::vector<Bf16GemmPlan> gemm_plans;
   };
   Entry* find(uint64_t slot, uint64_t rows);
   ReluBackwardResult elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
@@ -100,6 +141,12 @@ class TrainProgramCache {
   std::map<std::pair<uint64_t, uint64_t>, Entry> entries_;
   uint64_t compiled_ = 0;
 };
+
+/// conv_input_grad_bf16 with the cache's programs: the stride phases (conv_input_grad_phases) in
+/// slots slot + (i + 1) << 40, else the zero-insertion convolution in `slot`. `macs` (may be null)
+/// gets the programs' multiply-accumulates; run.cycles is their sum (run's other figures: the last).
+ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
+                                           std::span<const float> dy, uint64_t batch, uint64_t* macs);
 
 /// max_pool_backward_bf16 with the cache's programs: the routing in `slot`, the scatter
 /// convolution of overlapping windows in `slot` + 1.

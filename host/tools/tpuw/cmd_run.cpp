@@ -52,7 +52,8 @@
 namespace tpuw::cli {
 
 struct RunOpts {
-  std::string model, input, output, labels, calibrate, trace;
+  std::string model, input, output, labels, calibrate, trace;  // input, calibrate: the files, joined for reports
+  std::vector<std::string> inputs, calibrates;  // as given: FILE or NAME=FILE (several graph inputs), repeatable
   std::string backend = "rtl";
   std::string precision = "int8";  // int8 (quantized, calibrated) or bf16 (no calibration)
   unsigned array_n = 16;
@@ -70,10 +71,18 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-// A float tensor [rows, features] read from .npy (float32, uint8 or int8).
+// One graph input and the file its rows came from (reports).
+struct InputFile {
+  std::string name, file;
+  uint64_t features = 0;
+};
+
+// A float tensor [rows, features] read from .npy (float32, uint8 or int8); with several graph
+// inputs their rows side by side (files: each input's file, in row order).
 struct Rows {
   std::vector<float> x;
   uint64_t rows = 0;
+  std::vector<InputFile> files;
 };
 
 std::string model_shape_string(const std::vector<int64_t>& s) {
@@ -82,11 +91,10 @@ std::string model_shape_string(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(parts, ", "));
 }
 
-Rows load_rows(const std::string& path, const nn::FloatNetwork& net, const char* what) {
+Rows load_rows(const std::string& path, uint64_t f, const std::vector<int64_t>& shape, const std::string& what) {
   const npy::Array a = npy::load(path);
   Rows r;
-  const uint64_t f = net.input_features;
-  const std::string want = fmt::format("[rows, {}] or the model input's shape {}", f, model_shape_string(net.input_shape));
+  const std::string want = fmt::format("[rows, {}] or the model input's shape {}", f, model_shape_string(shape));
   if (a.rank() == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: a scalar; {} needs {}", path, what, want));
   uint64_t feat = 1;
   for (size_t i = 1; i < a.rank(); ++i) feat *= a.shape[i];
@@ -99,9 +107,9 @@ Rows load_rows(const std::string& path, const nn::FloatNetwork& net, const char*
     // Any [rows, ...] whose row has the model's feature count (rows are flattened, like the
     // model's own Flatten); with the model input's rank, the dimensions must also match.
     bool ok = feat == f;
-    if (ok && a.rank() == net.input_shape.size()) {
+    if (ok && a.rank() == shape.size()) {
       for (size_t i = 1; i < a.rank(); ++i) {
-        ok = ok && (net.input_shape[i] < 0 || static_cast<uint64_t>(net.input_shape[i]) == a.shape[i]);
+        ok = ok && (shape[i] < 0 || static_cast<uint64_t>(shape[i]) == a.shape[i]);
       }
     }
     if (!ok) {
@@ -111,6 +119,91 @@ Rows load_rows(const std::string& path, const nn::FloatNetwork& net, const char*
   }
   if (r.rows == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {} has no rows", path, npy::shape_string(a.shape)));
   r.x = input_values(a, path);
+  return r;
+}
+
+// The rows of --input (or --calibrate) for the model: one FILE (or NAME=FILE with the input's
+// name) for a model with one input; for several graph inputs one NAME=FILE per input, each
+// checked against its input's shape, all with the same row count, then laid side by side in
+// each row (the device's input buffer; nothing is added or rescaled on the host).
+Rows load_inputs(const std::vector<std::string>& args, const nn::FloatNetwork& net, const char* flag) {
+  auto split = [](const std::string& a) -> std::pair<std::string, std::string> {
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos) return {"", a};
+    return {a.substr(0, eq), a.substr(eq + 1)};
+  };
+  if (net.input_parts.empty()) {
+    if (args.size() != 1) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} given {} times; the model has one input '{}'", flag,
+                                                           args.size(), net.input_name));
+    }
+    auto [name, path] = split(args[0]);
+    if (!name.empty() && name != net.input_name) {
+      std::error_code ec;
+      if (fs::exists(args[0], ec)) {
+        name.clear();
+        path = args[0];
+      } else {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: the model has no input '{}' (its input is '{}')",
+                                                             flag, args[0], name, net.input_name));
+      }
+    }
+    Rows r = load_rows(path, net.input_features, net.input_shape, flag);
+    r.files = {InputFile{net.input_name, path, net.input_features}};
+    return r;
+  }
+  std::vector<std::string> names;
+  for (const nn::InputPart& p : net.input_parts) names.push_back("'" + p.name + "'");
+  const std::string all = fmt::format("{}", fmt::join(names, ", "));
+  std::vector<std::string> path(net.input_parts.size());
+  for (const std::string& a : args) {
+    const auto [name, file] = split(a);
+    if (name.empty()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{} {}: the model has {} inputs ({}); give each as {} NAME=FILE.npy", flag, a,
+                              net.input_parts.size(), all, flag));
+    }
+    size_t k = 0;
+    while (k < net.input_parts.size() && net.input_parts[k].name != name) ++k;
+    if (k == net.input_parts.size()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: the model has no input '{}' (its inputs: {})", flag,
+                                                           a, name, all));
+    }
+    if (!path[k].empty()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: input '{}' is given twice (also {})", flag, a, name,
+                                                           path[k]));
+    }
+    path[k] = file;
+  }
+  for (size_t k = 0; k < path.size(); ++k) {
+    if (path[k].empty()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: input '{}' is missing (the model's inputs: {}; give "
+                                                           "each as {} NAME=FILE.npy)", flag, net.input_parts[k].name,
+                                                           all, flag));
+    }
+  }
+  std::vector<Rows> part(path.size());
+  for (size_t k = 0; k < path.size(); ++k) {
+    const nn::InputPart& p = net.input_parts[k];
+    part[k] = load_rows(path[k], p.features, p.shape, fmt::format("{} {}", flag, p.name));
+    if (part[k].rows != part[0].rows) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{} {}={}: {} rows, but input '{}' ({}) has {}; every input of the model shares the "
+                              "batch axis (the same row count)", flag, p.name, path[k], part[k].rows,
+                              net.input_parts[0].name, path[0], part[0].rows));
+    }
+  }
+  Rows r;
+  r.rows = part[0].rows;
+  r.x.reserve(r.rows * net.input_features);
+  for (uint64_t row = 0; row < r.rows; ++row) {
+    for (size_t k = 0; k < part.size(); ++k) {
+      const uint64_t f = net.input_parts[k].features;
+      r.x.insert(r.x.end(), part[k].x.begin() + static_cast<std::ptrdiff_t>(row * f),
+                 part[k].x.begin() + static_cast<std::ptrdiff_t>((row + 1) * f));
+    }
+  }
+  for (size_t k = 0; k < path.size(); ++k) r.files.push_back({net.input_parts[k].name, path[k], net.input_parts[k].features});
   return r;
 }
 
@@ -286,9 +379,26 @@ std::string outputs_string(const nn::FloatNetwork& net) {
 
 // The model lines both the one-device and the several-device reports start with.
 // q is null for bf16 (no quantization).
-void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& cal) {
+// The bytes of one input's rows in the device's input buffer (int8: 1 per value, bf16: 2).
+uint64_t input_bytes(const RunOpts& o, const InputFile& f, uint64_t rows) {
+  return rows * f.features * (o.precision == "bf16" ? 2 : 1);
+}
+
+void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const Rows& in,
+                        const Rows& cal) {
   const uint32_t classes = net.output_features();
   const std::string host = host_ops_string(net);
+  if (!net.input_parts.empty()) {
+    // Several graph inputs: each one's file and its bytes in the input buffer.
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < in.files.size(); ++k) {
+      const InputFile& f = in.files[k];
+      parts.push_back(fmt::format("'{}' {} from {} ({} bytes)", f.name, model_shape_string(net.input_parts[k].shape),
+                                  f.file, input_bytes(o, f, in.rows)));
+    }
+    fmt::print("{}: {} graph inputs, side by side in each row of the input buffer: {}\n", o.model,
+               net.input_parts.size(), fmt::join(parts, ", "));
+  }
   if (!net.outputs.empty()) {
     fmt::print("{}: input '{}' {} -> {} dense layer{} [batch, {}] -> {} outputs: {}\n", o.model, net.input_name,
                model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s", classes,
@@ -303,7 +413,15 @@ void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn:
                "activations between layers, fp32 outputs; no calibration\n");
     return;
   }
-  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q->input_scale,
+  std::string scales = fmt::format("input scale {:.6g}", q->input_scale);
+  if (!q->input_part_scales.empty()) {
+    std::vector<std::string> s;
+    for (size_t k = 0; k < q->input_part_scales.size() && k < net.input_parts.size(); ++k) {
+      s.push_back(fmt::format("'{}' {:.6g}", net.input_parts[k].name, q->input_part_scales[k]));
+    }
+    scales = fmt::format("input scales {}", fmt::join(s, ", "));
+  }
+  fmt::print("int8: {}, activation scales calibrated on {} ({} rows)\n", scales,
              o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
 }
 
@@ -314,6 +432,15 @@ json model_json(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwor
   json j;
   j["model"] = o.model;
   j["input"] = o.input;
+  // Every graph input: its name, file, features and bytes in the device's input buffer.
+  json ins = json::array();
+  for (size_t k = 0; k < in.files.size(); ++k) {
+    const InputFile& f = in.files[k];
+    json e = {{"name", f.name}, {"file", f.file}, {"features", f.features}, {"bytes", input_bytes(o, f, in.rows)}};
+    if (q != nullptr && k < q->input_part_scales.size()) e["scale"] = q->input_part_scales[k];
+    ins.push_back(std::move(e));
+  }
+  j["inputs"] = ins;
   j["tpuw_version"] = version_string();
   j["backend"] = o.backend;
   j["precision"] = o.precision;
@@ -442,7 +569,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  print_model_header(o, net, &q, cal);
+  print_model_header(o, net, &q, in, cal);
   fmt::print("{} rows on {} (N={}) x {} device{}, strategy {}: {} micro-batch{} of {} rows, wall {:.3f} s, {:.0f} "
              "rows/s, overlap {:.2f} (sum of busy time / (devices x wall))\n",
              in.rows, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s", rep.strategy, rep.micro_batches,
@@ -533,7 +660,7 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  print_model_header(o, net, q, cal);
+  print_model_header(o, net, q, in, cal);
   fmt::print("{} rows on {} (N={}) in {} batch{} of {}: {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M "
              "simulated cycles/s\n",
              in.rows, o.backend, array_n, s.chunks, s.chunks == 1 ? "" : "es", s.chunk, s.perf.cycles, utilization,
@@ -854,7 +981,7 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
     std::cout << j.dump(2) << "\n";
     return kOk;
   }
-  print_model_header(o, net, q, cal);
+  print_model_header(o, net, q, in, cal);
   fmt::print("{} rows on {} ranks x {} device{} ({}, N={}), rows split in contiguous blocks: wall {:.3f} s, {:.0f} "
              "rows/s\n",
              in.rows, P, k_dev, k_dev == 1 ? "" : "s", o.backend, o.array_n, job_wall, rows_per_s);
@@ -882,12 +1009,23 @@ int run_cnn_branch(const RunOpts& o) {
   if (!o.trace.empty()) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: --trace records dense-layer models only for now", o.model));
   }
+  // A CNN takes one input: FILE (or NAME=FILE).
+  auto one_file = [&](const std::vector<std::string>& args, const char* flag) -> std::string {
+    if (args.empty()) return "";
+    if (args.size() > 1) {
+      throw Error(ErrorKind::kUnsupported, fmt::format("{}: {} given {} times; a CNN takes one input for now", o.model,
+                                                       flag, args.size()));
+    }
+    std::error_code ec;
+    const size_t eq = args[0].find('=');
+    return eq == std::string::npos || fs::exists(args[0], ec) ? args[0] : args[0].substr(eq + 1);
+  };
   CnnRunOpts c;
   c.model = o.model;
-  c.input = o.input;
+  c.input = one_file(o.inputs, "--input");
   c.output = o.output;
   c.labels = o.labels;
-  c.calibrate = o.calibrate;
+  c.calibrate = one_file(o.calibrates, "--calibrate");
   c.backend = o.backend;
   c.array_n = o.array_n;
   c.batch = o.batch;
@@ -897,7 +1035,11 @@ int run_cnn_branch(const RunOpts& o) {
   return o.precision == "bf16" ? run_cnn_bf16_model(c) : run_cnn_model(c);
 }
 
-int run_command(const RunOpts& o) {
+int run_command(const RunOpts& opts) {
+  // The files as reports name them: FILE, or NAME=FILE joined by ", " for several inputs.
+  RunOpts o = opts;
+  o.input = fmt::format("{}", fmt::join(o.inputs, ", "));
+  o.calibrate = fmt::format("{}", fmt::join(o.calibrates, ", "));
   const bool bf16 = o.precision == "bf16";
   if (bf16 && !o.calibrate.empty()) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -918,7 +1060,7 @@ int run_command(const RunOpts& o) {
   if (net.layers.empty()) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: the model has no dense layer to run on the device", o.model));
   }
-  const Rows in = load_rows(o.input, net, "--input");
+  const Rows in = load_inputs(o.inputs, net, "--input");
   if (net.fixed_batch != 0 && in.rows != net.fixed_batch) {
     // The model is only defined for that many rows: another number would be reinterpreted.
     throw Error(ErrorKind::kUnsupported,
@@ -930,7 +1072,7 @@ int run_command(const RunOpts& o) {
   std::vector<int64_t> labels;
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, output_cols(net, 0));
   Rows calib;
-  if (!o.calibrate.empty()) calib = load_rows(o.calibrate, net, "--calibrate");
+  if (!o.calibrates.empty()) calib = load_inputs(o.calibrates, net, "--calibrate");
   const Rows& cal = o.calibrate.empty() ? in : calib;
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output}, {"--trace", o.trace}}) {
     if (path.empty()) continue;
@@ -1040,17 +1182,22 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
       "device in int8 or bf16; float32 in and out");
   sub_ = sub;
   sub->add_option("MODEL", o->model, "ONNX model (.onnx)")->required();
-  sub->add_option("-i,--input", o->input,
-                  "input rows as .npy: float32, uint8 or int8, [rows, features] or the model input's shape")
-      ->required();
+  sub->add_option("-i,--input", o->inputs,
+                  "input rows as .npy: float32, uint8 or int8, [rows, features] or the model input's shape; a model "
+                  "with several graph inputs takes one --input NAME=FILE.npy per input (NAME: the graph input's name; "
+                  "every input has the same rows, sharded alike over devices and ranks)")
+      ->required()
+      ->allow_extra_args(false);
   sub->add_option("-o,--output", o->output,
                   "write the model's output as .npy, float32 [rows, features]; a model with several outputs writes "
                   "one file per output, out.npy -> out.NAME.npy (NAME: the graph output's name)");
   sub->add_option("--labels", o->labels,
                   "class labels as .npy [rows] (uint8/int8/int32/int64): print the accuracy of the device (int8 or "
                   "bf16) and of the float model");
-  sub->add_option("--calibrate", o->calibrate,
-                  "rows that set the int8 activation scales (.npy like --input); default: the input itself");
+  sub->add_option("--calibrate", o->calibrates,
+                  "rows that set the int8 activation scales (.npy like --input; several graph inputs: one --calibrate "
+                  "NAME=FILE.npy per input, each input's scale calibrated on its own rows); default: the input itself")
+      ->allow_extra_args(false);
   sub->add_option("--batch", o->batch,
                   "rows per device run (0: all rows in one run; with --devices/--strategy: the micro-batch, 0 = "
                   "automatic)")

@@ -1,15 +1,24 @@
 // The backward pass of a bf16 convolution on the verilated device (runtime/conv_train_bf16.h):
 // dX (transposed convolution), dW/db (the im2col GEMM with TRANSPOSE) and the ReLU mask (VECTOR
 // SELECT) and the max-pool backward (VECTOR routing, layout or one-hot convolution scatter)
-// rtl == ref == the CPU contract bit for bit, with the same bytes moved and MXU rows.
+// rtl == ref == the CPU contract bit for bit, with the same bytes moved and MXU rows; and a whole
+// CnnTrainer step (the max-pool forward program, the dW im2col as one-hot convolutions read in
+// place by the GEMM) rtl == ref == the contract.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <random>
 
+#include <filesystem>
+#include <string>
+
+#include "tpuw/compiler/cnn_training.h"
+#include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/device.h"
+#include "tpuw/runtime/cnn_trainer.h"
 #include "tpuw/runtime/conv_train_bf16.h"
+#include "tpuw/runtime/npy.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -114,6 +123,38 @@ TEST(ConvTrainBf16Rtl, ResidualAddMatchesRef) {
     const ReluBackwardResult x = add_bf16(rtl, a, b, relu), y = add_bf16(ref, a, b, relu);
     EXPECT_EQ(bits(x.d), bits(add_bf16_host(a, b, relu)));
     EXPECT_EQ(bits(x.d), bits(y.d));
+  }
+}
+
+TEST(ConvTrainBf16Rtl, CnnTrainerStepMatchesRef) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  // poolnet of tests/unit/training (scripts/gen_cnn_step.py): Conv-Relu-MaxPool-Conv-Relu-AvgPool-
+  // Linear-Relu-Linear, one step of 8 rows.
+  const std::filesystem::path dir = TPUW_CNN_STEP_DIR;
+  const npy::Array xa = npy::load((dir / "poolnet_x.npy").string());
+  const npy::Array ya = npy::load((dir / "poolnet_y.npy").string());
+  const std::span<const float> xv = xa.view<float>();
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = xv.size() / 16;
+  auto step = [&](Device* dev) {
+    CnnTrainer t(dev, compiler::build_cnn_training_model(compiler::import_onnx_file((dir / "poolnet.onnx").string())), 8,
+                 SgdConfig{0.05f, 0.9f, 0.01f});
+    const TrainStepReport r = t.step(xv.subspan(0, 8 * per), y.subspan(0, 8), 8);
+    return std::make_pair(r, t.state());
+  };
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  const auto [ra, sa] = step(&rtl);
+  const auto [rb, sb] = step(&ref);
+  const auto [rc, sc] = step(nullptr);
+  EXPECT_EQ(std::bit_cast<uint64_t>(ra.loss), std::bit_cast<uint64_t>(rb.loss));
+  EXPECT_EQ(std::bit_cast<uint64_t>(ra.loss), std::bit_cast<uint64_t>(rc.loss));
+  EXPECT_EQ(ra.macs, rb.macs);
+  EXPECT_GT(ra.cycles, 0u);
+  ASSERT_EQ(sa.params.size(), sc.params.size());
+  for (const auto& [name, v] : sa.params) {
+    EXPECT_EQ(bits(v), bits(sb.params.at(name))) << name;
+    EXPECT_EQ(bits(v), bits(sc.params.at(name))) << name;
   }
 }
 

@@ -149,6 +149,12 @@ TEST(ConvTrainBf16, ConvGradientsMatchTheContractAndDouble) {
       {"5x5 s2 p2, N=4 weights streamed", 4, geom(12, 12, 12, 10, 5, 2, 1, 2), 2},
       {"1x1 s1 p0", 16, geom(17, 5, 5, 9, 1, 1, 1, 0), 4},
       {"2x2 s3 (pixels no tap reaches)", 4, geom(3, 10, 10, 5, 2, 3, 1, 0), 2},
+      // dX by stride phases with a dilated kernel: 3x3 d2 s2 (one tap row per phase or none),
+      // 4x4 d3 s2 (every other tap); and 3x3 s2 p2, where a phase would start inside dy (zeros
+      // inserted instead).
+      {"3x3 s2 d2 p2 (phases)", 4, geom(6, 11, 9, 5, 3, 2, 2, 2), 2},
+      {"4x4 s2 d3 p1 (phases)", 16, geom(7, 15, 14, 9, 4, 2, 3, 1), 2},
+      {"3x3 s2 p2 (zeros inserted)", 4, geom(4, 9, 9, 6, 3, 2, 1, 2), 2},
   };
   cases[1].g.pad_bottom = 0;
   cases[1].g.pad_right = 2;

@@ -154,6 +154,71 @@ TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
   }
 }
 
+TEST(CnnTrainer, MaxPoolForwardIsTheDeviceProgram) {
+  // poolnet's MaxPool runs forward as the inference max-pool program (identity taps + VECTOR MAX):
+  // its contract max_pool_bf16_host is what the null-device trainer uses, so logits() (a program
+  // compiled per call) and two cached steps equal the contract bit for bit.
+  const std::string model = "poolnet";
+  auto make = [&](Device* dev) {
+    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
+                      8, SgdConfig{0.05f, 0.9f, 0.0f});
+  };
+  Device dev = Device::open("ref", BackendConfig{});
+  CnnTrainer d = make(&dev);
+  CnnTrainer h = make(nullptr);
+  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
+  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  const size_t per = x.size() / 16;
+  for (int s = 0; s < 2; ++s) {
+    const auto xs = std::span<const float>(x).subspan(s * 8 * per, 8 * per);
+    const std::vector<float> ld = d.logits(xs, 8), lh = h.logits(xs, 8);
+    ASSERT_EQ(ld.size(), lh.size());
+    for (size_t i = 0; i < ld.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(ld[i]), std::bit_cast<uint32_t>(lh[i])) << "step " << s << " logit " << i;
+    }
+    const TrainStepReport a = d.step(xs, y.subspan(s * 8, 8), 8);
+    const TrainStepReport b = h.step(xs, y.subspan(s * 8, 8), 8);
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
+    EXPECT_GT(a.forward_cycles, 0u);
+  }
+}
+
+TEST(CnnTrainer, StepsAtArrayN4MatchTheContract) {
+  // N = 4: the dW im2col on the device (one-hot convolutions read by the GEMM in place) in many
+  // column blocks (poolnet's conv2: 4 * 9 + 1 = 37 columns, 10 blocks; the last one only the
+  // all-ones column), stride 2 (gapnet) and the residual block. Two steps == the contract.
+  for (const char* model : {"poolnet", "gapnet", "resnet"}) {
+    SCOPED_TRACE(model);
+    BackendConfig cfg;
+    cfg.array_n = 4;
+    Device dev = Device::open("ref", cfg);
+    auto make = [&](Device* d) {
+      return CnnTrainer(d, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
+                        8, SgdConfig{0.05f, 0.9f, 0.01f}, 4);
+    };
+    CnnTrainer d = make(&dev);
+    CnnTrainer h = make(nullptr);
+    const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
+    const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+    const std::span<const int64_t> y = ya.view<int64_t>();
+    const size_t per = x.size() / 16;
+    for (int s = 0; s < 2; ++s) {
+      const auto xs = std::span<const float>(x).subspan(s * 8 * per, 8 * per);
+      const TrainStepReport a = d.step(xs, y.subspan(s * 8, 8), 8);
+      const TrainStepReport b = h.step(xs, y.subspan(s * 8, 8), 8);
+      EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
+    }
+    const TrainState sd = d.state(), sh = h.state();
+    for (const auto& [name, v] : sd.params) {
+      const std::vector<float>& w = sh.params.at(name);
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
 TEST(CnnTrainer, ResidualAddIsABlock) {
   // resnet: conv1-relu (layer 0), conv2-relu (1), conv3 (2) + the input of layer 1, Add, Relu, MaxPool.
   const compiler::CnnTrainModel m =

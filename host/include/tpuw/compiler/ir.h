@@ -210,6 +210,14 @@ class Graph {
   /// consumer that records the row count and checks it at run time (compile_float:
   /// nn::FloatNetwork::fixed_batch); otherwise it refuses it (the CNN and training paths).
   bool batch_may_be_fixed = false;
+  /// Several graph inputs merged into the one input row (merge_graph_inputs): each input's name,
+  /// declared shape and features, in row order. Empty for a graph with its own one input.
+  struct InputPart {
+    std::string name;
+    std::vector<int64_t> declared;
+    int64_t features = 0;
+  };
+  std::vector<InputPart> input_parts;
 
   ValueId add_value(Value v);
   ValueId add_constant(std::string name, DType dtype, Dims dims, TensorData data);

@@ -49,6 +49,13 @@ void remove_dead_code(Graph& g);
 /// [batch, k].
 void fuse_dense(Graph& g);
 
+/// Several graph inputs (docs/network_compiler.md "Several graph inputs"): every input
+/// [batch, F_k] float32, joined by a Concat of all of them along the features or (two inputs) by
+/// an Add of a Dense of each (merged into one Dense over both, weights stacked, biases summed),
+/// becomes one graph input whose row is theirs side by side; Graph::input_parts records each in
+/// row order. False (nothing done) for one input; Error(kUnsupported) naming the inputs otherwise.
+bool merge_graph_inputs(Graph& g);
+
 /// Lowering to what the back end consumes today: the chain of dense layers (nn::FloatNetwork,
 /// the float reference and calibration source; nn::quantize turns it into the device's
 /// nn::QNetwork). Requires one float32 input, one output, and a chain from one to the other;

@@ -35,12 +35,23 @@ struct NetOutput {
   std::vector<HostStep> host_steps;  // in order, each over `cols` features
 };
 
+/// One graph input of a model with several (FloatNetwork::input_parts).
+struct InputPart {
+  std::string name;            // the graph input
+  std::vector<int64_t> shape;  // as declared; -1 for a symbolic (batch) dimension
+  uint32_t features = 0;       // product of its non-batch dimensions
+};
+
 struct FloatNetwork {
   std::string source;                // file (or name) the model was read from, for messages
   std::string input_name;            // the graph input
   std::vector<int64_t> input_shape;  // as declared; -1 for a symbolic (batch) dimension
   std::string output_name;           // the graph output
   uint32_t input_features = 0;       // product of the input's non-batch dimensions == layers[0].k
+  // A model with several graph inputs (compiler: merge_graph_inputs): the network's input row is
+  // their rows side by side in this order (input_features is the sum; input_name joins the names
+  // with '+'). Empty for one input.
+  std::vector<InputPart> input_parts;
   std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
   HostOp host_op = HostOp::kNone;    // applied on the host after the last layer (the CNN head's form)
   std::vector<HostStep> host_steps;  // then these host operators, in order (the MLP compiler's form)

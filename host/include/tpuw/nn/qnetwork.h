@@ -68,6 +68,12 @@ struct HostStep {
 struct QNetwork {
   uint32_t input_features = 0;   // k of the first layer
   float input_scale = 1.0f;      // float input x -> x_q = sat8(round(x / input_scale))
+  // Several graph inputs (FloatNetwork::input_parts): the input row is their features side by side,
+  // part p (input_part_features[p] features) quantized with its own input_part_scales[p]; the
+  // first layer's weight row blocks are quantized to one product scale per column (docs/
+  // network_compiler.md "Several graph inputs"). Empty for one input (input_scale).
+  std::vector<uint32_t> input_part_features;
+  std::vector<float> input_part_scales;
   std::vector<QLayer> layers;    // in order; layers[i].k == layers[i-1].n
   HostOp host_op = HostOp::kNone;      // a softmax over every output feature (the CNN head's form)
   std::vector<HostStep> host_steps;    // then these, in order (the MLP compiler's form)

@@ -22,8 +22,9 @@
 //   dW[o][c][ky][kx] = G[c*KH*KW + ky*KW + kx][o],   db[o] = G[C*KH*KW][o] (the all-ones column:
 //   the bias gradient is a MATMUL with ones). The reduction runs over the batch and the output
 // pixels together: ArrayN-pixel blocks in increasing pixel order, each block a column sum from +0,
-// the blocks added in fp32 in that order (gemm_bf16_host's contract). im2col is a host layout
-// (KH*KW copies of x in bf16; counted in host_bytes).
+// the blocks added in fp32 in that order (gemm_bf16_host's contract). conv_param_grads_bf16 lays
+// im2col out on the host (KH*KW copies of x in bf16; counted in host_bytes); the CNN trainer makes
+// it on the device instead (one-hot convolutions, train_programs.h), with the same values.
 //
 // The ReLU mask is VECTOR SELECT on the device (relu_backward_bf16: d = +0 if y <= 0 else dy, y the
 // layer's bf16 output, both LOADed as fp32 rows into the ACC); relu_backward_host is its contract.
@@ -67,11 +68,13 @@ std::vector<float> insert_grad_zeros(const Bf16ConvLayer& fwd, std::span<const f
 
 struct ConvInputGradResult {
   std::vector<float> dx;        // NCHW [batch][C][H][W], bf16 values
-  ConvBf16RunResult run;        // the device program's figures
-  uint64_t host_bytes = 0;      // bytes of the layouts the host prepared (Z, w') in bf16
+  ConvBf16RunResult run;        // the device program's figures (stride phases: cycles summed, the rest the last's)
+  uint64_t host_bytes = 0;      // bytes of the layouts the host prepared (Z or dy per phase, w', the phases' dX) in bf16
 };
 
-/// dX on the device. Throws as conv_input_grad_layer and run_conv2d_bf16.
+/// dX on the device: a stride > 1 as stride_h * stride_w phase sub-convolutions of dy (no inserted
+/// zeros; docs/training.md "Strided dX by phases"), else the transposed convolution of Z. The same
+/// values as conv_input_grad_bf16_host bit for bit. Throws as conv_input_grad_layer and run_conv2d_bf16.
 ConvInputGradResult conv_input_grad_bf16(Device& device, const Bf16ConvLayer& fwd, std::span<const float> dy,
                                          uint64_t batch);
 /// The contract on the CPU, bit for bit what conv_input_grad_bf16 returns on an array of array_n.
