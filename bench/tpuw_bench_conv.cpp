@@ -14,7 +14,9 @@
 //
 // --maxpool: a max pool of the input instead (kernel, stride, pad, dilation as given; ISA 1.3 VECTOR
 // IMAX in int8, MAX in bf16; tpuw/runtime/maxpool.h), checked against the host max pool; its goals
-// are the output and the bytes (it has no MACs of its own).
+// are the output and the bytes (it has no MACs of its own). --maxpool --indices: with ONNX's
+// Indices output too (tpuw/runtime/maxpool_indices.h), values and indices checked against the CPU;
+// its goal is the output only (the per-tap index constants are extra bytes, reported).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -32,11 +34,35 @@
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+         });
+}
+
+// The bf16 run's figures in the int8 result the report prints.
+void take_figures(const tpuw::runtime::ConvBf16RunResult& rb, tpuw::runtime::ConvRunResult& r) {
+  r.plan = rb.plan;
+  r.perf = rb.perf;
+  r.cycles = rb.cycles;
+  r.utilization = rb.utilization;
+  r.row_efficiency = rb.row_efficiency;
+  r.min_bytes = rb.min_bytes;
+  r.moved_bytes = rb.moved_bytes;
+  r.instructions = rb.instructions;
+  r.wall_s = rb.wall_s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Runs one int8 or bf16 convolution (implicit GEMM, on-chip patches) and reports cycles, MXU utilization and "
                "bytes moved against the minimum."};
-  bool json = false, enforce = false, depthwise = false, maxpool = false;
+  bool json = false, enforce = false, depthwise = false, maxpool = false, indices = false;
   uint64_t batch = 32;
   std::string backend = "rtl", dtype = "int8";
   unsigned array_n = 16;
@@ -44,6 +70,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object instead of the human line");
   app.add_flag("--depthwise", depthwise, "depthwise (group = channels): weights zero off the channel diagonal");
   app.add_flag("--maxpool", maxpool, "a max pool of the input (kernel, stride, pad, dilation) instead of a convolution");
+  app.add_flag("--indices", indices, "with --maxpool: ONNX's Indices output too (the argmax on the device)");
   app.add_flag("--enforce", enforce, "exit 1 if the output is wrong, utilization < 0.80 or bytes > 1.5x minimum");
   app.add_option("--batch", batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--backend", backend, "rtl or ref")->capture_default_str()->check(CLI::IsMember({"rtl", "ref"}));
@@ -113,20 +140,23 @@ int main(int argc, char** argv) {
       lb.geom = l.geom;
       std::vector<float> xf;
       for (const int8_t v : x) xf.push_back(static_cast<float>(v) / 64.0f);
-      const tpuw::runtime::ConvBf16RunResult rb = tpuw::runtime::run_max_pool_bf16(dev, lb, xf, batch);
       const std::vector<float> want = tpuw::runtime::max_pool_bf16_host(lb, xf, batch, array_n);
-      correct = rb.y.size() == want.size() &&
-                std::equal(rb.y.begin(), rb.y.end(), want.begin(), [](float a, float b) {
-                  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
-                });
-      r.plan = rb.plan;
-      r.perf = rb.perf;
-      r.cycles = rb.cycles;
-      r.row_efficiency = rb.row_efficiency;
-      r.min_bytes = rb.min_bytes;
-      r.moved_bytes = rb.moved_bytes;
-      r.instructions = rb.instructions;
-      r.wall_s = rb.wall_s;
+      if (indices) {
+        const tpuw::runtime::MaxPoolIndicesBf16Run ri =
+            tpuw::runtime::run_max_pool_bf16_indices(dev, lb, xf, batch, false);
+        correct = same_bits(ri.values.y, want) &&
+                  ri.indices == tpuw::runtime::max_pool_indices_host<float>(l.geom, xf, batch, false);
+        take_figures(ri.values, r);
+      } else {
+        const tpuw::runtime::ConvBf16RunResult rb = tpuw::runtime::run_max_pool_bf16(dev, lb, xf, batch);
+        correct = same_bits(rb.y, want);
+        take_figures(rb, r);
+      }
+    } else if (maxpool && indices) {
+      tpuw::runtime::MaxPoolIndicesRun ri = tpuw::runtime::run_max_pool_indices(dev, l, x, batch, false);
+      correct = ri.values.y == tpuw::nn::conv2d_int(l, x, batch) &&
+                ri.indices == tpuw::runtime::max_pool_indices_host<int8_t>(l.geom, x, batch, false);
+      r = std::move(ri.values);
     } else if (maxpool) {
       r = tpuw::runtime::run_max_pool(dev, l, x, batch);
       correct = r.y == tpuw::nn::conv2d_int(l, x, batch);
@@ -140,20 +170,8 @@ int main(int argc, char** argv) {
       std::vector<float> xf;
       for (const int8_t v : x) xf.push_back(static_cast<float>(v) / 64.0f);
       const tpuw::runtime::ConvBf16RunResult rb = tpuw::runtime::run_conv2d_bf16(dev, lb, xf, batch);
-      const std::vector<float> want = tpuw::runtime::conv2d_bf16_host(lb, xf, batch, array_n);
-      correct = rb.y.size() == want.size() &&
-                std::equal(rb.y.begin(), rb.y.end(), want.begin(), [](float a, float b) {
-                  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
-                });
-      r.plan = rb.plan;
-      r.perf = rb.perf;
-      r.cycles = rb.cycles;
-      r.utilization = rb.utilization;
-      r.row_efficiency = rb.row_efficiency;
-      r.min_bytes = rb.min_bytes;
-      r.moved_bytes = rb.moved_bytes;
-      r.instructions = rb.instructions;
-      r.wall_s = rb.wall_s;
+      correct = same_bits(rb.y, tpuw::runtime::conv2d_bf16_host(lb, xf, batch, array_n));
+      take_figures(rb, r);
     } else {
       r = tpuw::runtime::run_conv2d(dev, l, x, batch);
       correct = r.y == tpuw::nn::conv2d_int(l, x, batch);
@@ -161,7 +179,7 @@ int main(int argc, char** argv) {
     const double bytes_ratio = double(r.moved_bytes) / double(r.min_bytes);
     // Depthwise: the useful MACs are 1/in_c of a dense layer's (one input channel per output).
     const double util = depthwise ? r.utilization / in_c : r.utilization;
-    ok = correct && (maxpool || util >= kUtilGoal) && bytes_ratio <= kBytesGoal;
+    ok = correct && (maxpool || util >= kUtilGoal) && (indices || bytes_ratio <= kBytesGoal);
     const auto& p = r.perf;
     const auto& pl = r.plan;
     out["conv"] = {{"backend", backend},
@@ -179,6 +197,7 @@ int main(int argc, char** argv) {
                    {"cycles", r.cycles},
                    {"macs", maxpool ? 0 : pl.macs()},
                    {"maxpool", maxpool},
+                   {"indices", indices},
                    {"utilization", util},
                    {"depthwise", depthwise},
                    {"executed_weight_tiles", pl.executed_tiles()},
@@ -203,7 +222,7 @@ int main(int argc, char** argv) {
       fmt::print("{}{} {} {}x{} {}->{} on {}x{}, stride {}, pad {}, dilation {}, batch {}, {} N={}: {} cycles, utilization "
                  "{:.3f} (goal >= {:.2f}; row efficiency {:.3f}); {:.2f} MB moved, {:.3f}x the minimum {:.2f} MB (goal "
                  "<= {:.1f}x); MXU active {}, weight stall {}, DMA wait {}, act busy {}; output {}; {:.2f} s wall\n",
-                 depthwise ? "depthwise " : "", dtype, maxpool ? "maxpool" : "conv", kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
+                 depthwise ? "depthwise " : "", dtype, maxpool ? (indices ? "maxpool+indices" : "maxpool") : "conv", kernel, kernel, in_c, out_c, size, size, stride, pad, dilation, batch,
                  backend, array_n, r.cycles, util, kUtilGoal, r.row_efficiency, double(r.moved_bytes) / 1e6, bytes_ratio,
                  double(r.min_bytes) / 1e6, kBytesGoal, p.mxu_active, p.weight_stall, p.dma_wait, p.act_busy,
                  correct ? "bit-exact with the CPU model" : "WRONG", r.wall_s);

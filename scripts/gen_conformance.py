@@ -7,11 +7,13 @@ onnx.backend.test.case.node whose graph is one node of a listed operator, whose 
 first output are float32:
     cases/<name>/model.onnx    the node with its first input as the graph's only input and every
                                other input bound as an initializer (the test's own values); the
-                               graph's output is the node's first output
+                               graph's output is the node's first output (MaxPool: every output,
+                               its Indices too)
     cases/<name>/input.npy     the first input
     cases/<name>/expected.npy  the first output (ONNX's reference result)
+    cases/<name>/expected.NAME.npy  each further output NAME (MaxPool's Indices, int64)
 and cases/index.json: [{name, op, input_shape, output_shape, attributes, constants: [[input
-position, shape]]}]. The files are committed, so the
+position, shape]], outputs: [names] when there are several}]. The files are committed, so the
 test (tests/conformance/run_conformance.py) runs without ONNX.
 
     scripts/gen_conformance.py [--out tests/conformance/cases]
@@ -52,7 +54,9 @@ def export(case, out_dir):
     values = dict(zip(graph_inputs, inputs))
     first = graph_inputs[0]
     inits = [numpy_helper.from_array(np.asarray(values[n]), n) for n in graph_inputs[1:]]
-    new_graph = helper.make_graph([node], case.name, [g.input[0]], [g.output[0]], initializer=inits)
+    # One graph output, the first; MaxPool keeps its Indices too (checked exactly by the runner).
+    outs = list(g.output) if node.op_type == "MaxPool" else [g.output[0]]
+    new_graph = helper.make_graph([node], case.name, [g.input[0]], outs, initializer=inits)
     new_model = helper.make_model(new_graph, opset_imports=model.opset_import,
                                   producer_name="tpuw-conformance")
     new_model.ir_version = model.ir_version
@@ -62,14 +66,19 @@ def export(case, out_dir):
     onnx.save(new_model, str(d / "model.onnx"))
     np.save(d / "input.npy", np.asarray(values[first], dtype=np.float32))
     np.save(d / "expected.npy", np.asarray(outputs[0], dtype=np.float32))
+    for vi, value in list(zip(outs, outputs))[1:]:
+        np.save(d / f"expected.{vi.name}.npy", np.asarray(value))  # as ONNX gives it (Indices: int64)
     attrs = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
         attrs[a.name] = v.decode() if isinstance(v, bytes) else (list(v) if not np.isscalar(v) else v)
     # Where each initializer sits among the node's inputs (position, shape).
     consts = [[list(node.input).index(n), list(np.shape(values[n]))] for n in graph_inputs[1:]]
-    return {"name": case.name, "op": node.op_type, "input_shape": list(np.shape(values[first])),
-            "output_shape": list(np.shape(outputs[0])), "attributes": attrs, "constants": consts}
+    entry = {"name": case.name, "op": node.op_type, "input_shape": list(np.shape(values[first])),
+             "output_shape": list(np.shape(outputs[0])), "attributes": attrs, "constants": consts}
+    if len(outs) > 1:
+        entry["outputs"] = [vi.name for vi in outs]
+    return entry
 
 
 def main():

@@ -10,7 +10,7 @@ operator, its first input as the model's input, the other inputs initializers) r
 
     pass   exit 0 and the output within the tolerance of ONNX's expected output:
            max |out - expected| <= tol * max |expected| (int8 6%, calibrated on the test input;
-           bf16 2%)
+           bf16 2%); a further output (MaxPool's int64 Indices) exactly ONNX's
     refused exit 2 with a message naming the node and its operator, or the graph input/output
            a graph-level limit is about (a clean refusal)
     WRONG  exit 0 with an output off by more than the tolerance, or of the wrong size
@@ -84,10 +84,15 @@ def not_applicable(case):
     return None
 
 
-def run_case(tpuw, case_dir, op, backend, precision, tmp):
+def run_case(tpuw, case_dir, case, backend, precision, tmp):
+    op = case["op"]
     out = pathlib.Path(tmp) / "out.npy"
-    if out.exists():
-        out.unlink()
+    # Several graph outputs (MaxPool with Indices): tpuw writes out.NAME.npy for each.
+    names = case.get("outputs", [])
+    files = [pathlib.Path(tmp) / f"out.{n}.npy" for n in names] if names else [out]
+    for f in files:
+        if f.exists():
+            f.unlink()
     cmd = [tpuw, "run", str(case_dir / "model.onnx"), "-i", str(case_dir / "input.npy"), "-o", str(out),
            "--backend", backend, "--precision", precision, "--check", "-q"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -102,11 +107,20 @@ def run_case(tpuw, case_dir, op, backend, precision, tmp):
         return "CRASH", f"exit {p.returncode}: {msg}"
     expected = np.load(case_dir / "expected.npy").astype(np.float64).ravel()
     try:
-        got = np.load(out).astype(np.float64).ravel()
+        got = np.load(files[0]).astype(np.float64).ravel()
     except (OSError, ValueError) as e:
         return "WRONG", f"no output: {e}"
     if got.size != expected.size:
         return "WRONG", f"output has {got.size} values, expected {expected.size}"
+    # Further outputs are integers (MaxPool's Indices): exactly ONNX's.
+    for name, f in zip(names[1:], files[1:]):
+        want = np.load(case_dir / f"expected.{name}.npy")
+        try:
+            extra = np.load(f)
+        except (OSError, ValueError) as e:
+            return "WRONG", f"no output '{name}': {e}"
+        if extra.dtype != want.dtype or extra.shape != want.shape or not np.array_equal(extra, want):
+            return "WRONG", f"output '{name}' ({extra.dtype} {list(extra.shape)}) differs from ONNX's ({want.dtype} {list(want.shape)})"
     scale = float(np.max(np.abs(expected))) if expected.size else 0.0
     err = float(np.max(np.abs(got - expected))) if expected.size else 0.0
     rel = err / scale if scale > 0 else err
@@ -141,7 +155,7 @@ def main():
             for prec in precisions:
                 if args.only_passing and expected.get(name, {}).get(prec) != "pass":
                     continue
-                v = run_case(args.tpuw, cases_dir / name, case["op"], args.backend, prec, tmp)
+                v = run_case(args.tpuw, cases_dir / name, case, args.backend, prec, tmp)
                 verdicts.setdefault(name, {})[prec] = v
                 if args.verbose:
                     print(f"{name:50s} {prec:5s} {v[0]:8s} {v[1]}")

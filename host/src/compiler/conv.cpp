@@ -71,12 +71,12 @@ void check_conv_attributes(const Graph& g, const Node& n) {
     if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "MaxPool needs attribute 'kernel_shape'");
     const int64_t ceil_mode = attr_int(g, n, "ceil_mode", 0);
     if (ceil_mode != 0 && ceil_mode != 1) g.fail(ErrorKind::kBadFile, n, fmt::format("ceil_mode {}: must be 0 or 1", ceil_mode));
-    if (attr_int(g, n, "storage_order", 0) != 0) {
-      g.fail(ErrorKind::kUnsupported, n, "storage_order=1 (column-major Indices) is not supported");
+    const int64_t storage_order = attr_int(g, n, "storage_order", 0);
+    if (storage_order != 0 && storage_order != 1) {
+      g.fail(ErrorKind::kBadFile, n, fmt::format("storage_order {}: must be 0 or 1", storage_order));
     }
-    if (n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
-      g.fail(ErrorKind::kUnsupported, n, "the Indices output of MaxPool is not supported (only the pooled values)");
-    }
+    // The Indices output (second) runs on the device when it is a graph output
+    // (runtime/maxpool_indices.h); compile_quantized_cnn refuses a node that reads it.
   }
   if (n.op == Op::kAveragePool) {
     if (n.attr("kernel_shape") == nullptr) g.fail(ErrorKind::kBadFile, n, "AveragePool needs attribute 'kernel_shape'");
@@ -662,6 +662,8 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
       g.fail(ErrorKind::kInternal, n, fmt::format("a max pool keeps its scale ({:g} in, {:g} out)", in_scale, out_scale));
     }
     q.max_pool = true;
+    q.indices = n.outputs.size() > 1 && n.outputs[1] != kNoValue && g.is_graph_output(n.outputs[1]);
+    q.indices_column_major = attr_int(g, n, "storage_order", 0) == 1;
     return q;
   }
   if (n.op != Op::kConv) {
@@ -854,7 +856,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       // After a MaxPool the Relu moves to the layer before the pool (max commutes with ReLU), or,
       // when that layer cannot take it, into the pool's own ACTIVATE.
       Layer* host = &l;
-      if (l.node->op == Op::kMaxPool && l.src[0] >= 0) {
+      const bool pool_indices = l.node->outputs.size() > 1 && l.node->outputs[1] != kNoValue;
+      if (l.node->op == Op::kMaxPool && l.src[0] >= 0 && !pool_indices) {  // Indices: of the input before the Relu
         Layer& p = layers[static_cast<size_t>(l.src[0])];
         if (p.node->op != Op::kMaxPool && readers[static_cast<size_t>(p.value)].size() == 1 && !g.is_graph_output(p.value)) {
           host = &p;
@@ -897,6 +900,10 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     for (size_t k = 0; k < (merge ? n.inputs.size() : 1); ++k) l.src.push_back(layer_of[static_cast<size_t>(n.inputs[k])]);
     l.value = n.outputs[0];
     if (merge) check_merge(g, n);
+    if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue &&
+        !readers[static_cast<size_t>(n.outputs[1])].empty()) {
+      g.fail(ErrorKind::kUnsupported, n, "its Indices output feeds another node (only as a graph output)");
+    }
     layer_of[static_cast<size_t>(l.value)] = static_cast<int32_t>(layers.size());
     layers.push_back(std::move(l));
   }
@@ -945,7 +952,13 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     for (const GraphOutput& o : g.outputs) {
       nn::CnnOutput c;
       c.name = o.name;
-      if (o.value != final_value) {
+      const auto pool = std::find_if(layers.begin(), layers.end(), [&](const Layer& l) {
+        return l.node->op == Op::kMaxPool && l.node->outputs.size() > 1 && l.node->outputs[1] == o.value;
+      });
+      if (pool != layers.end()) {  // a max pool's Indices
+        c.layer = static_cast<int32_t>(pool - layers.begin());
+        c.indices = true;
+      } else if (o.value != final_value) {
         const int32_t k = layer_of[static_cast<size_t>(o.value)];
         if (k < 0 || layers[static_cast<size_t>(k)].value != o.value) {
           g.fail(ErrorKind::kUnsupported,

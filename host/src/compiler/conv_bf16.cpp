@@ -158,6 +158,7 @@ void Bf16ConvLayer::check() const {
   const auto bad = [&](const std::string& what) {
     return Error(ErrorKind::kInvalidArgument, fmt::format("bf16 layer '{}': {}", name, what));
   };
+  if (indices && kind != Kind::kMaxPool) throw bad("only a max pool has Indices");
   if (kind == Kind::kMaxPool) {
     if (geom.in_c != geom.out_c) throw bad(fmt::format("a max pool has {} input and {} output channels", geom.in_c, geom.out_c));
     if (!w.empty() || !bias.empty() || relu) throw bad("a max pool has no weights, bias or ReLU");
@@ -214,7 +215,17 @@ void Bf16Cnn::check() const {
 
 Bf16Cnn compile_bf16_cnn(Graph graph) {
   const Graph g = optimize(std::move(graph));
-  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+  // A max pool's Indices may be a graph output too; the other one is the network's.
+  const auto is_indices = [&](ValueId v) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+      return n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] == v;
+    });
+  };
+  std::vector<size_t> main;
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    if (!is_indices(g.outputs[j].value)) main.push_back(j);
+  }
+  if (g.inputs.size() != 1 || main.size() != 1) {
     g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
                                                 g.outputs.size()));
   }
@@ -224,6 +235,7 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     g.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, "
                                                 "width]", g.value(in).name, dims_string(din)));
   }
+  const GraphOutput& out0 = g.outputs[main[0]];
   Bf16Cnn net;
   net.in_c = static_cast<uint32_t>(din[1]);
   net.in_h = static_cast<uint32_t>(din[2]);
@@ -255,6 +267,19 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
       const int32_t s = source_of(n, n.inputs[0]);
       net.convs.push_back(lower_layer(g, n));
       if (s != static_cast<int32_t>(net.convs.size()) - 2) net.convs.back().sources = {s};
+      if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
+        const ValueId z = n.outputs[1];
+        if (std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
+              return std::find(m.inputs.begin(), m.inputs.end(), z) != m.inputs.end();
+            })) {
+          g.fail(ErrorKind::kUnsupported, n, "its Indices output feeds another node (only as a graph output)");
+        }
+        if (g.is_graph_output(z)) {
+          net.convs.back().indices = true;
+          net.convs.back().indices_column_major = attr_int(g, n, "storage_order", 0) == 1;
+          net.indices_outputs.push_back({g.value(z).name, static_cast<int32_t>(net.convs.size()) - 1});
+        }
+      }
     } else if (merge) {
       std::vector<int32_t> src;
       for (const ValueId v : n.inputs) src.push_back(source_of(n, v));
@@ -279,7 +304,7 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   if (net.convs.empty()) g.fail(ErrorKind::kUnsupported, "the model has no Conv (an MLP runs through the dense-layer path)");
   nn::FloatNetwork& head = net.head;
   head.source = g.source;
-  head.output_name = g.outputs[0].name;
+  head.output_name = out0.name;
   head.input_name = g.value(act).name;
   const nn::ConvGeometry& last = net.convs.back().geom;
   head.input_features = static_cast<uint32_t>(uint64_t{last.out_c} * last.out_h() * last.out_w());
@@ -328,9 +353,11 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     }
     act = n.outputs[0];
   }
-  if (act != g.outputs[0].value) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers",
-                                                g.outputs[0].name));
+  if (act != out0.value) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers", out0.name));
+  }
+  if (net.indices_outputs.size() + 1 != g.outputs.size()) {
+    g.fail(ErrorKind::kUnsupported, "a max pool's Indices output is not from a pool of the chain of layers");
   }
   const Dims& dout = *g.value(act).shape;
   net.output_dims.assign(dout.begin() + 1, dout.end());

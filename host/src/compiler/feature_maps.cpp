@@ -78,6 +78,12 @@ class Lowering {
         case Op::kDiv: m = elementwise(n, x); break;
         case Op::kBatchNormalization: m = batch_norm(n, x); break;
         case Op::kTranspose: m = transpose(n, x); break;
+        case Op::kMatMul:
+          if (g_.is_constant(n.inputs[1]) && shape(n.inputs[1]).size() >= 3) {
+            batched_matmul(i);
+            ++count;
+          }
+          break;
         case Op::kRelu:
           if (!g_.inputs.empty() && n.inputs[0] == g_.inputs[0].value) {
             x = n.inputs[0];
@@ -238,6 +244,69 @@ class Lowering {
       m.src[static_cast<size_t>(j)] = src;
     }
     return m;
+  }
+
+  // MatMul(A [batch, g..., M, K], constant B [1|g..., K, P]): each row's features (g, m, k) map
+  // linearly to (g, m, p) = sum_k A[g][m][k] * B[g'][k][p] (g' = g broadcast into B): one Dense node
+  // whose weight is block-diagonal over (g, m), F_in x F_out, at most kMaxFeatureMapFeatures^2 values.
+  void batched_matmul(size_t i) {
+    Node& n = g_.nodes[i];
+    const ValueId x = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
+    const Dims& da = shape(x);
+    const Dims& db = shape(b);
+    const size_t r = da.size(), s = db.size();
+    if (!batch_led(da) || r < 3) {
+      g_.fail(ErrorKind::kUnsupported, n, fmt::format("a batched MatMul needs an activation [batch, ..., M, K], not {}",
+                                                      dims_string(da)));
+    }
+    const int64_t M = da[r - 2], K = da[r - 1], P = db[s - 1];
+    int64_t G = 1;
+    for (size_t a = 1; a + 2 < r; ++a) G *= da[a];
+    const int64_t fin = G * M * K, fout = G * M * P;
+    if (fin * fout > kMaxFeatureMapFeatures * kMaxFeatureMapFeatures) {
+      g_.fail(ErrorKind::kUnsupported, n,
+              fmt::format("runs as a dense layer with a block-diagonal {} x {} weight here, more than {}^2 values",
+                          fin, fout, kMaxFeatureMapFeatures));
+    }
+    // B's strides over A's middle axes (0 where B broadcasts).
+    std::vector<int64_t> bstride(r, 0);
+    int64_t st = K * P;
+    for (size_t a = r - 2; a-- > 1;) {
+      if (a + s < r) continue;      // B has no axis here: it broadcasts
+      const size_t bi = a + s - r;  // B's axis aligned with A's axis a
+      if (db[bi] != 1) bstride[a] = st;
+      st *= db[bi];
+    }
+    const TensorData& bd = *g_.value(b).data;
+    TensorData wd, bias;
+    wd.f.assign(static_cast<size_t>(fin * fout), 0.0);
+    bias.f.assign(static_cast<size_t>(fout), 0.0);
+    for (int64_t gi = 0; gi < G; ++gi) {
+      int64_t rem = gi, boff = 0;
+      for (size_t a = r - 2; a-- > 1;) {
+        boff += (rem % da[a]) * bstride[a];
+        rem /= da[a];
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t row = (gi * M + m) * K + k;
+          for (int64_t p = 0; p < P; ++p) {
+            wd.f[static_cast<size_t>(row * fout + (gi * M + m) * P + p)] =
+                static_cast<float>(bd.as_double(static_cast<size_t>(boff + k * P + p)));
+          }
+        }
+      }
+    }
+    Node d;
+    d.op = Op::kDense;
+    d.op_type = "Dense";
+    d.name = n.name;
+    d.origin = {n.label()};
+    d.inputs = {x, g_.add_constant(n.name + ".w", DType::kFloat32, {fin, fout}, std::move(wd)),
+                g_.add_constant(n.name + ".b", DType::kFloat32, {fout}, std::move(bias))};
+    d.outputs = {y};
+    d.set_attr("relu", int_attr(0));
+    g_.nodes[i] = std::move(d);
   }
 
   // The Dense node defining `x` when the map can fold into it, or nullptr.

@@ -88,6 +88,10 @@ void fuse_dense(Graph& g) {
   std::vector<uint8_t> removed(g.nodes.size(), 0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (removed[i] || (g.nodes[i].op != Op::kGemm && g.nodes[i].op != Op::kMatMul)) continue;
+    // A batched MatMul (constant B of rank >= 3): lower_feature_maps (a block-diagonal dense layer).
+    if (g.nodes[i].op == Op::kMatMul && g.value(g.nodes[i].inputs[1]).shape && g.value(g.nodes[i].inputs[1]).shape->size() >= 3) {
+      continue;
+    }
     Node d = make_dense(g, g.nodes[i]);
     const auto n = static_cast<uint32_t>((*g.value(d.inputs[1]).shape)[1]);
     bool relu = false;

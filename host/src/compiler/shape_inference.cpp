@@ -130,6 +130,9 @@ class Inference {
         if (!e || *e > std::numeric_limits<uint32_t>::max()) {
           fail(ErrorKind::kUnsupported, "the output has more than 2^32 elements per row");
         }
+        if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
+          set(n.outputs[1], DType::kInt64, out);  // Indices
+        }
         set(n.outputs[0], g_.value(x).dtype, std::move(out));
         return;
       }
@@ -223,6 +226,26 @@ class Inference {
     if (da.size() != 2 && (gemm || da.size() < 2)) {
       fail(ErrorKind::kUnsupported, fmt::format("the activation has feature shape {}; a dense layer needs [batch, k] "
                                                 "(add a Flatten)", dims_string(features(da))));
+    }
+    if (!gemm && db.size() >= 3) {
+      // A batched MatMul whose constant B broadcasts over the batch axis (leading dims 1 or A's):
+      // lower_feature_maps makes it a dense layer with a block-diagonal weight.
+      const size_t r = da.size(), s = db.size();
+      bool ok = s <= r && db[s - 2] == da[r - 1] && (s < r || db[0] == 1);
+      for (size_t i = s < r ? 0 : 1; ok && i + 2 < s; ++i) {
+        const int64_t av = da[r - s + i];
+        ok = db[i] == 1 || db[i] == av;
+      }
+      if (!ok) {
+        fail(ErrorKind::kUnsupported, fmt::format("weight '{}' of shape {} does not broadcast over the batch against "
+                                                  "the activation {} (batched MatMul: B's leading dimensions must be 1 "
+                                                  "or the activation's, never along the batch axis)",
+                                                  name(b), dims_string(db), dims_string(da)));
+      }
+      Dims out(da.begin(), da.end() - 1);
+      out.push_back(db[s - 1]);
+      set(n.outputs[0], g_.value(a).dtype, std::move(out));
+      return;
     }
     if (db.size() != 2) {
       fail(ErrorKind::kUnsupported, fmt::format("weight '{}' has rank {}; it must be a matrix", name(b), db.size()));

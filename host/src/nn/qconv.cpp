@@ -55,6 +55,9 @@ void ConvGeometry::check(const std::string& where) const {
 void QConv2d::check() const {
   const std::string where = fmt::format("conv '{}'", name);
   geom.check(where);
+  if (indices && !max_pool) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: only a max pool has Indices", where));
+  }
   if (max_pool) {
     if (geom.in_c != geom.out_c || !w_q.empty() || !bias_q.empty() || !mult.empty() || !shift.empty()) {
       throw Error(ErrorKind::kInvalidArgument,

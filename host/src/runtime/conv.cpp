@@ -27,6 +27,7 @@
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -434,11 +435,18 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
       h.plan.batch = batch;
       const auto t0 = std::chrono::steady_clock::now();
       h.y = nn::conv2d_int(l, a, batch);
+      if (l.indices) h.indices = max_pool_indices_host<int8_t>(l.geom, a, batch, l.indices_column_major);
       h.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       r.convs.push_back(std::move(h));
       continue;
     }
-    r.convs.push_back(l.max_pool ? run_max_pool(device, l, a, batch) : run_conv2d(device, l, a, batch));
+    if (l.indices) {
+      MaxPoolIndicesRun ri = run_max_pool_indices(device, l, a, batch, l.indices_column_major);
+      ri.values.indices = std::move(ri.indices);
+      r.convs.push_back(std::move(ri.values));
+    } else {
+      r.convs.push_back(l.max_pool ? run_max_pool(device, l, a, batch) : run_conv2d(device, l, a, batch));
+    }
     const ConvRunResult& c = r.convs.back();
     r.cycles += c.cycles;
     r.macs += l.max_pool ? 0 : c.plan.macs();  // a max pool multiplies nothing of its own

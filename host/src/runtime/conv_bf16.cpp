@@ -31,6 +31,7 @@
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/vector_functions.h"
 
 namespace tpuw::runtime {
@@ -502,8 +503,14 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
   for (const Bf16ConvLayer& l : net.convs) {
     if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
     // A max pool runs on the device (VECTOR MAX; run_cnn_bf16 already required FEATURES.BF16).
-    r.convs.push_back(l.kind == Bf16ConvLayer::Kind::kMaxPool ? run_max_pool_bf16(device, l, a, batch)
-                                                               : run_conv2d_bf16(device, l, a, batch));
+    if (l.indices) {
+      MaxPoolIndicesBf16Run ri = run_max_pool_bf16_indices(device, l, a, batch, l.indices_column_major);
+      ri.values.indices = std::move(ri.indices);
+      r.convs.push_back(std::move(ri.values));
+    } else {
+      r.convs.push_back(l.kind == Bf16ConvLayer::Kind::kMaxPool ? run_max_pool_bf16(device, l, a, batch)
+                                                                 : run_conv2d_bf16(device, l, a, batch));
+    }
     const ConvBf16RunResult& c = r.convs.back();
     a = c.y;
     if (!l.act.none()) {  // the function: one more program, VECTOR ops (vector_functions.h)

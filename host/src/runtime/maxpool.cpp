@@ -1,7 +1,9 @@
 // 2-D max pooling (int8) on the device (see tpuw/runtime/maxpool.h and docs/network_compiler.md,
 // "MaxPool on the device").
 //
-// Sequential meaning of the program (program_builder.h derives the tokens):
+// One emitter for int8 and bf16 (detail::emit_max_pool; bf16: UB row pairs, the identity of 1.0,
+// VECTOR MAX on fp32 words, ACTIVATE bf16, no param rows). Sequential meaning of the program
+// (program_builder.h derives the tokens):
 //   LOAD ACC params <- (bias 0, mult 1, shift 0), one row each
 //   LOAD WB slot 0 <- the identity tile; LOADW slot 0 (the first MATMUL swaps it in, for good)
 //   for tile t (images_per_tile images; UB input buffer t%2):
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "maxpool_emit.h"
 #include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/spec.h"
@@ -62,33 +65,44 @@ uint64_t max_pool_min_bytes(const ConvPlan& p) {
   return p.batch * p.geom.in_c * uint64_t{p.geom.in_h} * p.geom.in_w + p.batch * p.geom.out_c * p.ho * p.wo;
 }
 
-ConvProgram compile_max_pool(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
-                             uint64_t out_addr) {
-  const uint64_t an = p.array_n, beat = p.beat, kimg = p.images_per_tile;
-  for (uint64_t addr : {in_addr, w_addr, param_addr, out_addr}) {
+namespace detail {
+
+ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_addr, uint64_t w_addr,
+                          uint64_t param_addr, uint64_t out_addr) {
+  // bf16: a pixel is a UB row pair of 2-byte elements, the host beat doubles, no param rows.
+  const uint64_t esz = bf16 ? 2 : 1, ub = bf16 ? 2 : 1;
+  const uint64_t an = p.array_n, beat = esz * uint64_t{p.beat}, kimg = p.images_per_tile;
+  std::vector<uint64_t> addrs{in_addr, w_addr, out_addr};
+  if (!bf16) addrs.push_back(param_addr);
+  for (uint64_t addr : addrs) {
     if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
       throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("compile_max_pool: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
+                  fmt::format("{}: host address 0x{:x} is not {}-byte aligned or above 4 GiB",
+                              bf16 ? "compile_max_pool_bf16" : "compile_max_pool", addr, beat));
     }
   }
-  // UB: [input buffer 0 | input buffer 1 | staging 0 | staging 1];
-  // ACC: [R 0 | R 1 | S 0 | S 1 | params] (one of each when plan.buffers == 1).
+  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1];
+  // ACC [R 0 | R 1 | S 0 | S 1 | params (int8)] (one of each when plan.buffers == 1).
   const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
   const uint64_t stage_rows = kimg * p.acc_rows;
   const uint64_t s_row = p.buffers * stage_rows;
   const uint64_t params_row = 2 * p.buffers * stage_rows;
+  const uint64_t px = esz * an;  // bytes of a pixel and of a weight tile row
   // Resources: WB slot, input buffers (2), staging (2), R (2), S (2), params.
   const size_t r_w = 0, r_in = 1, r_stage = 3, r_acc = 5, r_s = 7, r_par = 9;
   Builder b(r_par + 1);
 
-  for (const Transfer& t : split_transfer(params_row, param_addr, 3 * 4 * an, 4 * an, beat)) {
-    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
+  if (!bf16) {
+    for (const Transfer& t : split_transfer(params_row, param_addr, 3 * 4 * an, 4 * an, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
+    }
   }
-  for (const Transfer& t : split_transfer(0, w_addr, an * an, an, beat)) {
+  for (const Transfer& t : split_transfer(0, w_addr, an * px, an, beat)) {
     b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w});
   }
   isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
   lw.set("wb_addr", 0);
+  if (bf16) lw.set("bf16", 1);
   b.emit(kC, std::move(lw), {r_w}, {});
   bool swap = true;  // the first MATMUL swaps the identity in; it stays for the whole program
   uint64_t strip = 0;
@@ -98,8 +112,9 @@ ConvProgram compile_max_pool(const ConvPlan& p, bool relu, uint64_t in_addr, uin
     const uint64_t ib = tile % p.buffers;
     const uint64_t in_base = ib * in_buf_rows;
     for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * an;
-      for (const Transfer& t : split_transfer(in_base + cb * kimg * p.img_rows, host, nimg * p.img_rows * an, an, beat)) {
+      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
+      for (const Transfer& t :
+           split_transfer(ub * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
         b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
       }
     }
@@ -112,17 +127,19 @@ ConvProgram compile_max_pool(const ConvPlan& p, bool relu, uint64_t in_addr, uin
         const uint64_t dst = tap == 0 ? acc_base : s_base;
         for (uint64_t i = 0; i < nimg; ++i) {
           isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+          if (bf16) mm.set("bf16", 1);
           mm.set("accumulate", 0);
           mm.set("swap", swap ? 1 : 0);
           swap = false;
-          mm.set("ub_addr", in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]);
+          mm.set("ub_addr", ub * (in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]));
           mm.set("acc_addr", dst + i * p.acc_rows);
           mm.set("rows", p.acc_rows);
           b.emit(kC, std::move(mm), {r_in + ib}, {tap == 0 ? r_acc + sb : r_s + sb}, /*is_matmul=*/true);
         }
         if (tap == 0) continue;
+        // IMAX: the int32 words of int8 MATMULs; MAX: the fp32 words of bf16 ones.
         isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-        v.set("op", static_cast<uint64_t>(spec::VecOp::kImax));
+        v.set("op", static_cast<uint64_t>(bf16 ? spec::VecOp::kMax : spec::VecOp::kImax));
         v.set("dst_addr", acc_base);
         v.set("a_addr", acc_base);
         v.set("b_addr", s_base);
@@ -130,29 +147,40 @@ ConvProgram compile_max_pool(const ConvPlan& p, bool relu, uint64_t in_addr, uin
         b.emit(kC, std::move(v), {r_acc + sb, r_s + sb}, {r_acc + sb});
       }
       isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      if (bf16) act.set("bf16", 1);
       act.set("relu", relu ? 1 : 0);
       act.set("bias", 0);
       act.set("acc_addr", acc_base);
-      act.set("ub_addr", stage_base);
+      act.set("ub_addr", ub * stage_base);
       act.set("rows", nimg * p.acc_rows);
-      act.set("bias_addr", params_row);
-      act.set("qparam_addr", params_row + 1);
-      b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
+      if (!bf16) {
+        act.set("bias_addr", params_row);
+        act.set("qparam_addr", params_row + 1);
+      }
+      b.emit(kC, std::move(act), bf16 ? std::vector<size_t>{r_acc + sb} : std::vector<size_t>{r_acc + sb, r_par},
+             {r_stage + sb});
       for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * an;
+        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
         for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(stage_base + i * p.acc_rows + oy * p.wq,
-                                                  host_img + oy * p.wo_stored * an, p.wo_stored * an, an, beat)) {
+          for (const Transfer& t : split_transfer(ub * (stage_base + i * p.acc_rows + oy * p.wq),
+                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
             b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
           }
         }
       }
     }
   }
-  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
+  MergedProgram merged = merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
   ConvProgram prog;
-  detail::take_merged(std::move(merged), prog);
+  take_merged(std::move(merged), prog);
   return prog;
+}
+
+}  // namespace detail
+
+ConvProgram compile_max_pool(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
+                             uint64_t out_addr) {
+  return detail::emit_max_pool(p, false, relu, in_addr, w_addr, param_addr, out_addr);
 }
 
 ConvRunResult run_max_pool(Device& device, const QConv2d& layer, std::span<const int8_t> x, uint64_t batch) {

@@ -1,12 +1,13 @@
 // 2-D max pooling in bf16 on the device (see tpuw/runtime/maxpool.h and docs/network_compiler.md,
-// "MaxPool on the device"): compile_max_pool's program with bf16 MATMULs (UB row pairs, the
-// identity tile of 1.0), VECTOR MAX on the fp32 ACC copies and ACTIVATE bf16.
+// "MaxPool on the device"): compile_max_pool's program (detail::emit_max_pool, maxpool.cpp) with
+// bf16 MATMULs (UB row pairs, the identity tile of 1.0), VECTOR MAX on the fp32 ACC copies and
+// ACTIVATE bf16.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "program_builder.h"
+#include "maxpool_emit.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/maxpool.h"
@@ -15,15 +16,6 @@
 namespace tpuw::runtime {
 namespace {
 
-using detail::Builder;
-using detail::dma_instr;
-using detail::kC;
-using detail::kL;
-using detail::kS;
-using detail::split_transfer;
-using detail::Transfer;
-
-constexpr uint64_t kLookahead = 96;       // as compile_conv_bf16
 constexpr uint16_t kLowestBf16 = 0xFF7F;  // -3.3895e38: the pads (never win a max)
 constexpr uint16_t kOneBf16 = 0x3F80;     // 1.0
 
@@ -50,93 +42,7 @@ uint64_t max_pool_bf16_min_bytes(const ConvPlan& p) { return 2 * max_pool_min_by
 
 ConvProgram compile_max_pool_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr,
                                   uint64_t out_addr) {
-  const uint64_t an = p.array_n, beat = 2 * uint64_t{p.beat}, kimg = p.images_per_tile;
-  for (uint64_t addr : {in_addr, w_addr, out_addr}) {
-    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("compile_max_pool_bf16: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr,
-                              beat));
-    }
-  }
-  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC [R 0 | R 1 | S 0 | S 1].
-  const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
-  const uint64_t stage_rows = kimg * p.acc_rows;
-  const uint64_t s_row = p.buffers * stage_rows;
-  const uint64_t px = 2 * an;  // bytes of a bf16 pixel (a UB row pair) and of a weight tile row
-  const size_t r_w = 0, r_in = 1, r_stage = 3, r_acc = 5, r_s = 7;
-  Builder b(r_s + 2);
-
-  for (const Transfer& t : split_transfer(0, w_addr, an * px, an, beat)) {
-    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w});
-  }
-  isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-  lw.set("wb_addr", 0);
-  lw.set("bf16", 1);
-  b.emit(kC, std::move(lw), {r_w}, {});
-  bool swap = true;  // the first MATMUL swaps the identity in; it stays for the whole program
-  uint64_t strip = 0;
-  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
-    const uint64_t img0 = tile * kimg;
-    const uint64_t nimg = std::min(kimg, p.batch - img0);
-    const uint64_t ib = tile % p.buffers;
-    const uint64_t in_base = ib * in_buf_rows;
-    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-      for (const Transfer& t :
-           split_transfer(2 * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
-      }
-    }
-    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
-      const uint64_t sb = strip % p.buffers;
-      const uint64_t acc_base = sb * stage_rows;
-      const uint64_t s_base = s_row + sb * stage_rows;
-      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
-      for (uint64_t tap = 0; tap < p.taps; ++tap) {
-        const uint64_t dst = tap == 0 ? acc_base : s_base;
-        for (uint64_t i = 0; i < nimg; ++i) {
-          isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-          mm.set("bf16", 1);
-          mm.set("accumulate", 0);
-          mm.set("swap", swap ? 1 : 0);
-          swap = false;
-          mm.set("ub_addr", 2 * (in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]));
-          mm.set("acc_addr", dst + i * p.acc_rows);
-          mm.set("rows", p.acc_rows);
-          b.emit(kC, std::move(mm), {r_in + ib}, {tap == 0 ? r_acc + sb : r_s + sb}, /*is_matmul=*/true);
-        }
-        if (tap == 0) continue;
-        isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-        v.set("op", static_cast<uint64_t>(spec::VecOp::kMax));
-        v.set("dst_addr", acc_base);
-        v.set("a_addr", acc_base);
-        v.set("b_addr", s_base);
-        v.set("rows", nimg * p.acc_rows);
-        b.emit(kC, std::move(v), {r_acc + sb, r_s + sb}, {r_acc + sb});
-      }
-      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-      act.set("bf16", 1);
-      act.set("relu", relu ? 1 : 0);
-      act.set("bias", 0);
-      act.set("acc_addr", acc_base);
-      act.set("ub_addr", 2 * stage_base);
-      act.set("rows", nimg * p.acc_rows);
-      b.emit(kC, std::move(act), {r_acc + sb}, {r_stage + sb});
-      for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
-        for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(2 * (stage_base + i * p.acc_rows + oy * p.wq),
-                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
-            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
-          }
-        }
-      }
-    }
-  }
-  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
-  ConvProgram prog;
-  detail::take_merged(std::move(merged), prog);
-  return prog;
+  return detail::emit_max_pool(p, true, relu, in_addr, w_addr, 0, out_addr);
 }
 
 ConvBf16RunResult run_max_pool_bf16(Device& device, const Bf16ConvLayer& layer, std::span<const float> x,

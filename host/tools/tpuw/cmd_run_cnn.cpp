@@ -38,6 +38,7 @@
 #include "tpuw/nn/qconv.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
@@ -95,15 +96,7 @@ uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_
 // letters, digits, '_', '-' and '.' become '_'); one output goes to --output itself.
 std::string cnn_output_file(const std::string& output, const nn::QCnn& q, size_t i) {
   if (output.empty() || q.outputs.empty()) return output;
-  std::string name = q.outputs.at(i).name;
-  for (char& c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
-    if (!ok) c = '_';
-  }
-  const std::filesystem::path p(output);
-  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
-  return (p.parent_path() / fmt::format("{}.{}.npy", stem, name)).string();
+  return named_output_file(output, q.outputs.at(i).name);
 }
 
 }  // namespace
@@ -165,6 +158,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   }
   // Hidden layers' maps that are graph outputs too (several outputs), int8 as the device wrote them.
   std::vector<std::vector<int8_t>> maps(q.outputs.size());
+  std::vector<std::vector<int64_t>> pool_indices(q.outputs.size());  // a max pool's Indices outputs
   std::vector<int64_t> labels;
   if (!o.labels.empty()) {
     if (!q.has_head()) {
@@ -201,6 +195,14 @@ int run_cnn_model(const CnnRunOpts& o) {
     raw.insert(raw.end(), r.output_i32.begin(), r.output_i32.end());
     for (size_t k = 0; k < q.outputs.size(); ++k) {
       if (q.outputs[k].layer < 0) continue;
+      if (q.outputs[k].indices) {
+        // Indices of this chunk's images: the device counts from image 0 of the chunk.
+        const runtime::ConvRunResult& cr = r.convs.at(static_cast<size_t>(q.outputs[k].layer));
+        const nn::ConvGeometry& gg = cr.plan.geom;
+        const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
+        for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(r0) * chw);
+        continue;
+      }
       const std::vector<int8_t>& m = r.convs.at(static_cast<size_t>(q.outputs[k].layer)).y;
       maps[k].insert(maps[k].end(), m.begin(), m.end());
     }
@@ -243,6 +245,21 @@ int run_cnn_model(const CnnRunOpts& o) {
         q.outputs.empty() ? std::vector<std::vector<int8_t>>{} : nn::forward_cnn_int_maps(q, x_q, in.rows);
     for (size_t k = 0; k < q.outputs.size(); ++k) {
       if (q.outputs[k].layer < 0) continue;
+      if (q.outputs[k].indices) {
+        const auto li = static_cast<size_t>(q.outputs[k].layer);
+        const std::vector<int8_t> a = nn::cnn_layer_input(
+            q, li, x_q, [&](size_t j) -> const std::vector<int8_t>& { return golden_maps.at(j); }, in.rows);
+        const nn::QConv2d& l = q.convs[li];
+        const std::vector<int64_t> want = runtime::max_pool_indices_host<int8_t>(l.geom, a, in.rows, l.indices_column_major);
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (i >= pool_indices[k].size() || pool_indices[k][i] != want[i]) {
+            throw Error(ErrorKind::kMismatch,
+                        fmt::format("mismatch: output '{}' (Indices) element {}: {} = {}, cpu = {}", q.outputs[k].name, i,
+                                    o.backend, i < pool_indices[k].size() ? pool_indices[k][i] : -1, want[i]));
+          }
+        }
+        continue;
+      }
       const std::vector<int8_t>& want = golden_maps.at(static_cast<size_t>(q.outputs[k].layer));
       for (size_t i = 0; i < want.size(); ++i) {
         if (i >= maps[k].size() || maps[k][i] != want[i]) {
@@ -251,7 +268,7 @@ int run_cnn_model(const CnnRunOpts& o) {
         }
       }
     }
-    fa = compare_with_float(y, yf, classes);
+    fa = compare_with_float(y, yf, classes, q.has_head());
     check_json = fa.check_json();
   }
   double acc_dev = 0, acc_float = 0;
@@ -267,13 +284,18 @@ int run_cnn_model(const CnnRunOpts& o) {
     const int32_t layer = q.outputs.empty() ? -1 : q.outputs[k].layer;
     std::vector<uint64_t> shp = out_shape;
     std::vector<float> v;
+    const bool indices = !q.outputs.empty() && q.outputs[k].indices;
     if (layer >= 0) {
       const nn::QConv2d& l = q.convs[static_cast<size_t>(layer)];
       shp = {in.rows, l.geom.out_c, l.geom.out_h(), l.geom.out_w()};
       v.resize(maps[k].size());
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(maps[k][i]) * l.out_scale;
     }
-    if (!file.empty()) npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+    if (!file.empty() && indices) {
+      npy::save(file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));  // ONNX's int64
+    } else if (!file.empty()) {
+      npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+    }
     if (!q.outputs.empty()) {
       uint64_t feats = 1;
       for (size_t d = 1; d < shp.size(); ++d) feats *= shp[d];
@@ -282,7 +304,8 @@ int run_cnn_model(const CnnRunOpts& o) {
                               {"features", feats},
                               {"file", file}});
       output_lines.push_back(fmt::format("output '{}' ({}, [{}]){}", q.outputs[k].name,
-                                         layer >= 0 ? "layer " + q.convs[static_cast<size_t>(layer)].name : "the network's",
+                                         layer < 0 ? "the network's"
+                                         : (indices ? "Indices of layer " : "layer ") + q.convs[static_cast<size_t>(layer)].name,
                                          fmt::join(shp, ", "), file.empty() ? "" : " -> " + file));
     }
   }
@@ -311,8 +334,8 @@ int run_cnn_model(const CnnRunOpts& o) {
   print_cnn_layers(o, "int8", array_n, tot);
   const std::string check_line =
       o.check ? fmt::format("check: device output equals the CPU integer model bit for bit; vs the float model: max "
-                            "|diff| {:.4g}, argmax agrees on {:.2f}% of the rows",
-                            fa.max_diff, 100.0 * fa.argmax)
+                            "|diff| {:.4g}{}",
+                            fa.max_diff, fa.argmax_phrase())
               : std::string();
   CnnRunOpts tail_o = o;
   if (!q.outputs.empty()) tail_o.output.clear();  // the lines below name every output's file

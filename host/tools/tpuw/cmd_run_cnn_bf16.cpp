@@ -11,6 +11,7 @@
 #include "cmd_run_cnn_bf16.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,6 +89,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   // ---- run --------------------------------------------------------------------------------------
   std::vector<float> y;
   y.reserve(in.rows * classes);
+  std::vector<std::vector<int64_t>> pool_indices(net.indices_outputs.size());  // max pools' Indices outputs
   for (uint64_t c = 0; c < tot.chunks; ++c) {
     const uint64_t r0 = c * tot.chunk, n = std::min(tot.chunk, in.rows - r0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -99,6 +101,13 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
                                                     n * classes));
     }
     y.insert(y.end(), r.output.begin(), r.output.end());
+    for (size_t k = 0; k < net.indices_outputs.size(); ++k) {
+      // The device counts from image 0 of the chunk.
+      const runtime::ConvBf16RunResult& cr = r.convs.at(static_cast<size_t>(net.indices_outputs[k].layer));
+      const nn::ConvGeometry& gg = net.convs[static_cast<size_t>(net.indices_outputs[k].layer)].geom;
+      const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
+      for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(r0) * chw);
+    }
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvBf16RunResult& cr = r.convs[i];
       const Bf16ConvLayer& l = net.convs[i];
@@ -137,7 +146,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   }
   if (net.head.host_op == nn::HostOp::kSoftmax) nn::softmax_rows(y, classes);
   if (o.check) {
-    fa = compare_with_float(y, yf, classes);
+    fa = compare_with_float(y, yf, classes, !net.head.layers.empty());
     check_json = fa.check_json();
   }
   double acc_dev = 0, acc_float = 0;
@@ -148,7 +157,24 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   // --output in the model output's shape ([rows, classes], or a feature map [rows, C, H, W]).
   std::vector<uint64_t> out_shape{in.rows};
   for (const int64_t d : net.output_dims) out_shape.push_back(static_cast<uint64_t>(d));
-  if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, y));
+  // With a max pool's Indices as a graph output too: each output to OUT.NAME.npy (as int8's).
+  std::vector<std::string> output_lines;
+  if (net.indices_outputs.empty()) {
+    if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, y));
+  } else {
+    const std::string yfile = named_output_file(o.output, net.head.output_name);
+    if (!yfile.empty()) npy::save(yfile, npy::Array::from<float>(out_shape, y));
+    output_lines.push_back(fmt::format("output '{}' (the network's, [{}]){}", net.head.output_name,
+                                       fmt::join(out_shape, ", "), yfile.empty() ? "" : " -> " + yfile));
+    for (size_t k = 0; k < net.indices_outputs.size(); ++k) {
+      const Bf16ConvLayer& l = net.convs[static_cast<size_t>(net.indices_outputs[k].layer)];
+      const std::vector<uint64_t> shp{in.rows, l.geom.out_c, l.geom.out_h(), l.geom.out_w()};
+      const std::string file = named_output_file(o.output, net.indices_outputs[k].name);
+      if (!file.empty()) npy::save(file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));
+      output_lines.push_back(fmt::format("output '{}' (Indices of layer {}, [{}]){}", net.indices_outputs[k].name, l.name,
+                                         fmt::join(shp, ", "), file.empty() ? "" : " -> " + file));
+    }
+  }
 
   // ---- report -----------------------------------------------------------------------------------
   const std::string host_op = net.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
@@ -164,11 +190,13 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   print_cnn_layers(o, "bf16", array_n, tot);
   const std::string check_line =
       o.check ? fmt::format("check: device output equals the CPU bf16 model (docs/numerics.md contract) bit for bit; "
-                            "vs the float model: max |diff| {:.4g} (max |float| {:.4g}), argmax agrees on {:.2f}% of "
-                            "the rows",
-                            fa.max_diff, fa.max_abs, 100.0 * fa.argmax)
+                            "vs the float model: max |diff| {:.4g} (max |float| {:.4g}){}",
+                            fa.max_diff, fa.max_abs, fa.argmax_phrase())
               : std::string();
-  print_cnn_tail(o, "bf16", labels.size(), acc_dev, acc_float, check_line, out_shape);
+  CnnRunOpts tail_o = o;
+  if (!net.indices_outputs.empty()) tail_o.output.clear();  // the lines below name every output's file
+  print_cnn_tail(tail_o, "bf16", labels.size(), acc_dev, acc_float, check_line, out_shape);
+  for (const std::string& line : output_lines) fmt::print("{}\n", line);
   return 0;
 }
 

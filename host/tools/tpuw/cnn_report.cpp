@@ -137,15 +137,35 @@ json FloatAgreement::check_json() const {
   return json{{"cpu", "equal"},
               {"float_max_abs_diff", max_diff},
               {"float_max_abs", max_abs},
-              {"float_argmax_agreement", argmax}};
+              {"float_argmax_agreement", class_scores ? json(argmax) : json(nullptr)}};
 }
 
-FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes) {
+std::string named_output_file(const std::string& output, const std::string& name) {
+  if (output.empty()) return output;
+  std::string n = name;
+  for (char& c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) c = '_';
+  }
+  const std::filesystem::path p(output);
+  const std::string stem = p.extension() == ".npy" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / fmt::format("{}.{}.npy", stem, n)).string();
+}
+
+std::string FloatAgreement::argmax_phrase() const {
+  return class_scores ? fmt::format(", argmax agrees on {:.2f}% of the rows", 100.0 * argmax) : std::string();
+}
+
+FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes,
+                                  bool class_scores) {
   FloatAgreement f;
+  f.class_scores = class_scores;
   for (size_t i = 0; i < y.size(); ++i) {
     f.max_diff = std::max(f.max_diff, std::fabs(static_cast<double>(y[i]) - yf[i]));
     f.max_abs = std::max(f.max_abs, std::fabs(static_cast<double>(yf[i])));
   }
+  if (!class_scores) return f;
   const auto pd = nn::argmax_rows(y, classes), pf = nn::argmax_rows(yf, classes);
   uint64_t same = 0;
   for (size_t i = 0; i < pd.size(); ++i) same += pd[i] == pf[i];

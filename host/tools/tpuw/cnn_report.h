@@ -78,12 +78,21 @@ struct CnnTotals {
   void add_head(const PerfCounters& p, uint64_t head_min_bytes, uint64_t head_instructions);
 };
 
+/// With several graph outputs each goes to OUT.NAME.npy (characters other than letters, digits,
+/// '_', '-' and '.' in NAME become '_'); `output` empty: none.
+std::string named_output_file(const std::string& output, const std::string& name);
+
 /// How far the device's output is from the float model's (--check).
 struct FloatAgreement {
   double max_diff = 0, max_abs = 0, argmax = 0;  // max |y - yf|, max |yf|, rows whose argmax agree
-  nlohmann::ordered_json check_json() const;     // the --json "check" object
+  bool class_scores = true;                      // false: a feature map, no argmax (argmax stays 0)
+  nlohmann::ordered_json check_json() const;     // the --json "check" object (argmax null: no classes)
+  /// ", argmax agrees on X% of the rows" for class scores; empty for a feature map.
+  std::string argmax_phrase() const;
 };
-FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes);
+/// `class_scores` false (a model without a classification head): no argmax agreement.
+FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes,
+                                  bool class_scores = true);
 
 /// The --json report up to "host_op"; `precision` is "int8" or "bf16".
 nlohmann::ordered_json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,

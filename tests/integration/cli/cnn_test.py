@@ -123,7 +123,8 @@ elif CASE == "cnn_bad_input":
 elif CASE == "cnn_feature_map":
     # Models that end in a feature map (ONNX's own Conv and GlobalAveragePool node tests): the
     # output .npy has the model's output shape (NCHW), within int8 tolerance of ONNX's expected
-    # output, bit-identical to the CPU integer model (--check); --labels is refused.
+    # output, bit-identical to the CPU integer model (--check, no argmax agreement: not class
+    # scores); --labels is refused.
     cases = os.path.join(EXAMPLES, "..", "tests", "conformance", "cases")
     for name, shape in (("test_basic_conv_with_padding", (1, 1, 5, 5)), ("test_globalaveragepool", (1, 3, 1, 1))):
         model = os.path.join(cases, name, "model.onnx")
@@ -135,6 +136,10 @@ elif CASE == "cnn_feature_map":
         y = np.load(out)
         expect(y.shape == shape == want.shape and y.dtype == np.float32, f"{name}: {y.shape} vs {want.shape}")
         expect(j["output_features"] == int(np.prod(shape[1:])) and j["check"]["cpu"] == "equal", j)
+        # Not class scores: no argmax agreement (null in the JSON, nothing in the check line).
+        expect(j["check"]["float_argmax_agreement"] is None, j["check"])
+        so = cli.run_ok("run", model, "--input", xin, "--backend", "ref", "--check")
+        expect("check: device output equals" in so and "argmax" not in so, so)
         err = float(np.max(np.abs(y - want)))
         expect(err <= 0.02 * float(np.max(np.abs(want))), f"{name}: max error {err}")
         so = cli.run_ok("run", model, "--input", xin, "--backend", "ref")

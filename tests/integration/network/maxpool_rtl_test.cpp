@@ -10,6 +10,7 @@
 #include "tpuw/nn/qconv.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/maxpool.h"
+#include "tpuw/runtime/maxpool_indices.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -86,6 +87,59 @@ TEST(MaxPoolRtl, Bf16MatchesContractAndRef) {
   EXPECT_EQ(a.perf.rd_bytes, b.perf.rd_bytes);
   EXPECT_EQ(a.perf.wr_bytes, b.perf.wr_bytes);
   EXPECT_EQ(a.perf.instret, b.perf.instret);
+}
+
+}  // namespace
+}  // namespace tpuw::runtime
+
+namespace tpuw::runtime {
+namespace {
+
+// MaxPool with Indices (tpuw/runtime/maxpool_indices.h): rtl == ref bit for bit, values and
+// indices, both precisions, with ties, pads and two channel blocks; the indices are ONNX's.
+TEST(MaxPoolRtl, IndicesMatchRefAndOnnx) {
+  if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";
+  ConvGeometry g;
+  g.in_c = g.out_c = 18, g.in_h = 7, g.in_w = 6;
+  g.kernel_h = g.kernel_w = 3, g.stride_h = g.stride_w = 2;
+  g.pad_top = g.pad_left = 1, g.pad_bottom = g.pad_right = 2;
+  const uint64_t batch = 2;
+  std::mt19937 rng(9);
+  std::vector<int8_t> xi(batch * 18 * 42);
+  std::vector<float> xf(xi.size());
+  const int8_t vals[] = {-128, -128, -3, 0, 4, 4, 127};
+  for (size_t k = 0; k < xi.size(); ++k) {
+    xi[k] = vals[rng() % 7];
+    xf[k] = static_cast<float>(xi[k]) * 0.25f;
+  }
+  Device rtl = Device::open("rtl", BackendConfig{});
+  Device ref = Device::open("ref", BackendConfig{});
+  for (bool col : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "column_major " << col);
+    QConv2d q;
+    q.name = "pool";
+    q.max_pool = true;
+    q.relu = true;
+    q.geom = g;
+    const MaxPoolIndicesRun a = run_max_pool_indices(rtl, q, xi, batch, col);
+    const MaxPoolIndicesRun b = run_max_pool_indices(ref, q, xi, batch, col);
+    EXPECT_EQ(a.values.y, b.values.y);
+    EXPECT_EQ(a.values.y, nn::conv2d_int(q, xi, batch));
+    EXPECT_EQ(a.indices, b.indices);
+    EXPECT_EQ(a.indices, max_pool_indices_host<int8_t>(g, xi, batch, col));
+    EXPECT_EQ(a.values.perf.instret, b.values.perf.instret);
+    EXPECT_EQ(a.values.perf.rd_bytes, b.values.perf.rd_bytes);
+    Bf16ConvLayer l;
+    l.name = "pool";
+    l.kind = Bf16ConvLayer::Kind::kMaxPool;
+    l.geom = g;
+    const MaxPoolIndicesBf16Run c = run_max_pool_bf16_indices(rtl, l, xf, batch, col);
+    const MaxPoolIndicesBf16Run d = run_max_pool_bf16_indices(ref, l, xf, batch, col);
+    EXPECT_EQ(c.values.y, d.values.y);
+    EXPECT_EQ(c.indices, d.indices);
+    EXPECT_EQ(c.indices, max_pool_indices_host<float>(g, xf, batch, col));
+    EXPECT_EQ(c.values.perf.instret, d.values.perf.instret);
+  }
 }
 
 }  // namespace

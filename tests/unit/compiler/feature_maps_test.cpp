@@ -50,6 +50,55 @@ TEST(CompilerFeatureMaps, ElementwiseByABroadcastConstantIsOneDiagonalLayer) {
   EXPECT_EQ(y, (std::vector<float>{1, -6, -2.5f}));
 }
 
+// MatMul of [batch, G, M, K] by a constant B that broadcasts over the batch ([1, G, K, P], [G, K, P],
+// [1, 1, K, P]): one dense layer with a block-diagonal weight; B varying along the batch axis, or a
+// weight beyond the limit, is refused naming the node.
+TEST(CompilerFeatureMaps, BatchedMatMulIsABlockDiagonalLayer) {
+  const int64_t G = 2, M = 3, K = 4, P = 3;
+  std::vector<float> x(static_cast<size_t>(2 * G * M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  std::vector<float> b(static_cast<size_t>(G * K * P));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.125f * static_cast<float>(i % 5) - 0.25f;
+  for (const std::vector<int64_t>& bshape : {std::vector<int64_t>{1, G, K, P}, std::vector<int64_t>{G, K, P},
+                                             std::vector<int64_t>{1, 1, K, P}}) {
+    SCOPED_TRACE(bshape.size());
+    const bool shared = bshape[1] == 1;  // one [K, P] for every g
+    std::vector<float> bv(shared ? b.begin() : b.begin(), shared ? b.begin() + K * P : b.end());
+    ModelBuilder mb;
+    mb.input("a", {-1, G, M, K}).init("b", bshape, bv);
+    mb.node("MatMul", {"a", "b"}, {"c"}, "mm");
+    mb.output("c");
+    size_t layers = 0;
+    const std::vector<float> y = run(mb, x, 2, &layers);
+    EXPECT_EQ(layers, 1u);
+    ASSERT_EQ(y.size(), static_cast<size_t>(2 * G * M * P));
+    for (int64_t n = 0; n < 2; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t p = 0; p < P; ++p) {
+            double want = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              want += double(x[static_cast<size_t>(((n * G + g) * M + m) * K + k)]) *
+                      bv[static_cast<size_t>(((shared ? 0 : g) * K + k) * P + p)];
+            }
+            EXPECT_NEAR(y[static_cast<size_t>(((n * G + g) * M + m) * P + p)], want, 1e-6);
+          }
+        }
+      }
+    }
+  }
+  ModelBuilder bad;
+  bad.input("a", {-1, G, M, K}).init("b", {2, G, K, P}, std::vector<float>(static_cast<size_t>(2 * G * K * P), 1.0f));
+  bad.node("MatMul", {"a", "b"}, {"c"}, "mm");
+  bad.output("c");
+  expect_error([&] { compile_float(graph_of(bad)); }, ErrorKind::kUnsupported, {"node 'mm' (MatMul)", "batch"});
+  ModelBuilder big;
+  big.input("a", {-1, 64, 32, 32}).init("b", {1, 64, 32, 32}, std::vector<float>(64 * 32 * 32, 1.0f));
+  big.node("MatMul", {"a", "b"}, {"c"}, "mm");
+  big.output("c");
+  expect_error([&] { compile_float(graph_of(big)); }, ErrorKind::kUnsupported, {"node 'mm' (MatMul)", "block-diagonal"});
+}
+
 TEST(CompilerFeatureMaps, BatchNormAfterMatMulFoldsIntoItsLayer) {
   ModelBuilder mb;
   mb.input("x", {-1, 2}).init("W", {2, 2}, {1, 2, 3, 4});

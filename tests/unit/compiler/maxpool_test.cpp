@@ -10,12 +10,16 @@
 
 #include "compiler_testlib.h"
 #include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/passes.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
 #include "tpuw/nn/quantize.h"
+#include "tpuw/numerics.h"
 #include "tpuw/runtime/conv.h"
+#include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/npy.h"
 
 namespace tpuw::compiler {
@@ -124,16 +128,76 @@ TEST(MaxPool, ReluAfterAPoolOfTheInputFusesIntoThePool) {
 
 TEST(MaxPool, UnsupportedCasesAreNamed) {
   const std::vector<float> x(50, 0.5f);
-  expect_error([&] { (void)compile_quantized_cnn(graph_of(pool_model(5, 2, 2, 0, 0, 2, true)), x, 1); },
-               ErrorKind::kUnsupported, {"node 'pool' (MaxPool)", "Indices"});
+  // An Indices output nobody reads is not computed.
+  EXPECT_FALSE(compile_quantized_cnn(graph_of(pool_model(5, 2, 2, 0, 0, 2, true)), x, 1).convs[0].indices);
   ModelBuilder mb = pool_model(5, 2, 2, 0, 0, 2);
-  ModelBuilder::attr_i(*mb.graph().mutable_node(0), "storage_order", 1);
-  expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), x, 1); }, ErrorKind::kUnsupported,
+  ModelBuilder::attr_i(*mb.graph().mutable_node(0), "storage_order", 2);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), x, 1); }, ErrorKind::kBadFile,
                {"node 'pool' (MaxPool)", "storage_order"});
   ModelBuilder nok = pool_model(5, 2, 2, 0, 0, 2);
   nok.graph().mutable_node(0)->mutable_attribute()->DeleteSubrange(0, 1);  // kernel_shape
   expect_error([&] { (void)compile_quantized_cnn(graph_of(nok), x, 1); }, ErrorKind::kBadFile,
                {"node 'pool' (MaxPool)", "kernel_shape"});
+}
+
+// MaxPool's Indices as a graph output (runtime/maxpool_indices.h): computed on the device, ONNX's
+// flattened index of the first maximum of the int8 input (row-major, or column-major for
+// storage_order=1); a Relu after the pool stays in the pool (the indices are of its input).
+TEST(MaxPool, IndicesOutputRunsOnTheDevice) {
+  for (int64_t order : {0, 1}) {
+    SCOPED_TRACE(order);
+    ModelBuilder mb;
+    mb.input("x", {-1, 3, 7, 6});
+    auto& p = mb.node("MaxPool", {"x"}, {"p", "idx"}, "pool");
+    attr_ints(p, "kernel_shape", {3, 3});
+    attr_ints(p, "strides", {2, 2});
+    attr_ints(p, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_i(p, "storage_order", order);
+    mb.node("Relu", {"p"}, {"r"}, "relu");
+    mb.output("r");
+    mb.output("idx");
+    const uint64_t batch = 3;
+    std::vector<float> x = random_floats(batch * 126, -1.0f, 1.0f, 21);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] = -1.0f;  // ties (and ReLU would tie them at 0)
+    const nn::QCnn q = compile_quantized_cnn(graph_of(mb), x, batch);
+    ASSERT_EQ(q.convs.size(), 1u);
+    EXPECT_TRUE(q.convs[0].indices && q.convs[0].relu);
+    EXPECT_EQ(q.convs[0].indices_column_major, order == 1);
+    ASSERT_EQ(q.outputs.size(), 2u);
+    EXPECT_TRUE(q.outputs[1].indices && q.outputs[1].layer == 0 && q.outputs[1].name == "idx");
+    std::vector<int8_t> xq(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+    Device dev = Device::open("ref", BackendConfig{});
+    const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+    EXPECT_EQ(r.convs[0].y, nn::conv2d_int(q.convs[0], xq, batch));
+    EXPECT_EQ(r.convs[0].indices, runtime::max_pool_indices_host<int8_t>(q.convs[0].geom, xq, batch, order == 1));
+  }
+}
+
+// bf16: the same Indices output (Bf16Cnn::indices_outputs) from run_cnn_bf16.
+TEST(MaxPool, Bf16IndicesOutputRunsOnTheDevice) {
+  ModelBuilder mb;
+  mb.input("x", {-1, 3, 7, 6});
+  auto& p = mb.node("MaxPool", {"x"}, {"p", "idx"}, "pool");
+  attr_ints(p, "kernel_shape", {3, 3});
+  attr_ints(p, "strides", {2, 2});
+  attr_ints(p, "pads", {1, 1, 1, 1});
+  mb.output("idx");
+  mb.output("p");
+  const uint64_t batch = 3;
+  std::vector<float> x = random_floats(batch * 126, -1.0f, 1.0f, 22);
+  for (size_t i = 0; i < x.size(); i += 5) x[i] = -1.0f;  // ties
+  const Bf16Cnn net = compile_bf16_cnn(graph_of(mb));
+  ASSERT_EQ(net.convs.size(), 1u);
+  EXPECT_TRUE(net.convs[0].indices);
+  ASSERT_EQ(net.indices_outputs.size(), 1u);
+  EXPECT_EQ(net.indices_outputs[0].name, "idx");
+  EXPECT_EQ(net.head.output_name, "p");
+  Device dev = Device::open("ref", BackendConfig{});
+  const runtime::CnnBf16RunResult r = runtime::run_cnn_bf16(dev, net, x, batch);
+  std::vector<float> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = num::bf16_to_float(num::bf16_from_float(x[i]));
+  EXPECT_EQ(r.convs[0].indices, runtime::max_pool_indices_host<float>(net.convs[0].geom, xb, batch, false));
 }
 
 // The PyTorch-exported Fashion-MNIST CNN: the float interpreter reproduces PyTorch's logits, int8 on

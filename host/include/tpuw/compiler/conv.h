@@ -4,7 +4,8 @@
 //
 // MaxPool (kernel_shape, strides, pads, dilations, auto_pad, ceil_mode as PyTorch computes it: the
 // partial last window becomes end padding, which a max skips) shares the geometry rules; its Indices
-// output and storage_order=1 are refused.
+// output (storage_order 0 or 1) runs on the device when it is a graph output (QConv2d::indices,
+// tpuw/runtime/maxpool_indices.h); an Indices another node reads is refused.
 //
 // Supported: 2-D Conv (x [batch, C, H, W], constant weight [O, C, KH, KW], optional constant bias
 // [O]), any kernel size, strides, dilations, explicit pads (asymmetric too) or auto_pad

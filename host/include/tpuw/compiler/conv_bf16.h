@@ -47,6 +47,10 @@ struct Bf16ConvLayer {
   std::vector<float> group_scale;  // [groups]
   std::vector<float> group_bias;   // [groups * out_c]
   size_t groups() const { return group_scale.size(); }
+  /// kMaxPool whose ONNX Indices is a graph output (Bf16Cnn::indices_outputs): computed on the
+  /// device beside the values (runtime/maxpool_indices.h); column-major for storage_order=1.
+  bool indices = false;
+  bool indices_column_major = false;
 
   /// Throws Error(kInvalidArgument) naming the layer when an array does not match the geometry.
   void check() const;
@@ -59,6 +63,12 @@ struct Bf16Cnn {
   uint32_t in_c = 0, in_h = 0, in_w = 0;  // the graph input [batch, in_c, in_h, in_w]
   std::vector<Bf16ConvLayer> convs;
   nn::FloatNetwork head;  // input_features = the last layer's out_c * out_h * out_w
+  /// Graph outputs beyond the network's own: max pools' Indices (int64 [N, C, H, W]), in graph order.
+  struct IndicesOutput {
+    std::string name;
+    int32_t layer = -1;
+  };
+  std::vector<IndicesOutput> indices_outputs;
   std::vector<int64_t> output_dims;  // the graph output's shape without the batch ([classes], [C, H, W], ...)
 
   /// Throws Error(kInvalidArgument) when the layers do not chain.

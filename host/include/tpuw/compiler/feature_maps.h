@@ -8,7 +8,11 @@
 //   BatchNormalization (inference, training_mode = 0) on [batch, C, ...]:
 //     s[c] = scale[c] / sqrt(var[c] + epsilon), t[c] = B[c] - mean[c] * s[c];
 //   Transpose whose permutation keeps the batch axis first: a permutation of the features;
-//   Relu on the graph input: the identity with ReLU.
+//   Relu on the graph input: the identity with ReLU;
+//   MatMul of [batch, g..., M, K] by a constant B [1 | g..., K, P] that broadcasts over the batch
+//     (a batched MatMul, e.g. ONNX's test_matmul_4d): one Dense node whose weight is block-diagonal
+//     over (g, m), at most kMaxFeatureMapFeatures^2 values (larger: Error(kUnsupported) naming
+//     the node); fuse_dense leaves such a MatMul alone.
 //
 // When the operator's input is a Dense node's output (no ReLU, nothing else reads it), the map is
 // folded into that layer's columns (W'[k][j] = W[k][src(j)] * s[j], b'[j] = b[src(j)] * s[j] +

@@ -54,6 +54,11 @@ struct QConv2d {
   /// (runtime::run_max_pool; on the host on a device without the VECTOR unit), exact because
   /// requantization is monotonic.
   bool max_pool = false;
+  /// A max pool whose ONNX Indices output is wanted (a graph output): the int64 flattened index of
+  /// each window's first maximum, computed on the device beside the values
+  /// (runtime::run_max_pool_indices); column-major for storage_order=1.
+  bool indices = false;
+  bool indices_column_major = false;
   /// The layers whose int8 outputs this one reads, concatenated along the channels in this order
   /// (-1: the network's input); empty: the previous layer's output (the input for the first). A
   /// residual Add or a Concat of activations with different scales is a 1x1 convolution over the
@@ -85,6 +90,7 @@ struct QConv2d {
 struct CnnOutput {
   std::string name;
   int32_t layer = -1;
+  bool indices = false;  // the max pool `layer`'s Indices (int64, NCHW) instead of its map
 };
 
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a

@@ -139,6 +139,7 @@ struct ConvRunResult {
   uint64_t moved_bytes = 0;     // PERF_RD_BYTES + PERF_WR_BYTES (fetch and fence included)
   uint64_t instructions = 0;    // including the FENCE
   double wall_s = 0;
+  std::vector<int64_t> indices; // a max pool's Indices (QConv2d::indices): NCHW int64, ONNX's
   bool host = false;            // a max pool run on the host (nn::conv2d_int): no device program,
                                 // plan has only geom and batch, every counter 0
 };

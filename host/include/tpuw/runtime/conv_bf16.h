@@ -87,6 +87,7 @@ struct ConvBf16RunResult {
   uint64_t min_bytes = 0;       // conv_bf16_min_bytes
   uint64_t moved_bytes = 0;     // PERF_RD_BYTES + PERF_WR_BYTES
   uint64_t instructions = 0;    // including the FENCE
+  std::vector<int64_t> indices;  // a max pool's Indices (Bf16ConvLayer::indices): NCHW int64, ONNX's
   double wall_s = 0;
   bool host = false;            // a max pool on the host: no device program, counters 0
 };
