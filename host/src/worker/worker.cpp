@@ -35,7 +35,15 @@ const char* kind_text(ErrorKind kind) { return kind == ErrorKind::kTimeout ? "ti
 
 struct Worker::State {
   explicit State(const WorkerOptions& o)
-      : options(o), start(Clock::now()), pinned(o.devices), stats(o.devices), exited(o.devices, false) {
+      : options(o),
+        start(Clock::now()),
+        pinned(o.devices),
+        stats(o.devices),
+        exited(o.devices, false),
+        out_of_memory(std::make_exception_ptr(Error(
+            ErrorKind::kResource, fmt::format("Worker: out of memory while opening {} devices (use fewer devices or "
+                                              "raise the process limits)",
+                                              o.devices)))) {
     for (unsigned i = 0; i < o.devices; ++i) stats[i].index = i;
   }
 
@@ -54,6 +62,10 @@ struct Worker::State {
   std::vector<std::string> events;
   unsigned opened = 0;
   std::exception_ptr open_error;
+  // Made up front: when opening fails because memory is exhausted, building the error's own message
+  // may fail too, and a bad_alloc escaping a device thread (or the constructor with threads
+  // running) is std::terminate.
+  const std::exception_ptr out_of_memory;
   bool stopping = false;
   bool cancel = false;
   uint64_t next_id = 1;
@@ -324,35 +336,45 @@ struct Worker::State {
     idle_cv.notify_all();
   }
 
+  // The kResource error of a failed open with the message `make` builds, or `out_of_memory` when
+  // building it fails: allocates nothing that can escape.
+  template <class MakeMessage>
+  std::exception_ptr describe_open_failure(MakeMessage make) const noexcept {
+    try {
+      return std::make_exception_ptr(Error(ErrorKind::kResource, make()));
+    } catch (...) {
+      return out_of_memory;
+    }
+  }
+
   void device_loop(unsigned i) {
     std::optional<Device> dev;
+    std::exception_ptr failed;
     try {
       dev.emplace(open_device(i));
     } catch (const std::bad_alloc&) {
-      std::lock_guard lk(mu);
-      if (!open_error) {
-        open_error = std::make_exception_ptr(
-            Error(ErrorKind::kResource, fmt::format("device {}: out of memory while opening the backend", i)));
-      }
-      stats[i].healthy = false;
+      failed = describe_open_failure(
+          [&] { return fmt::format("device {}: out of memory while opening the backend", i); });
     } catch (const std::system_error& e) {
-      std::lock_guard lk(mu);
-      if (!open_error) {
-        open_error = std::make_exception_ptr(Error(
-            ErrorKind::kResource,
-            fmt::format("device {}: cannot open the backend: {} (out of threads or memory)", i, e.what())));
-      }
-      stats[i].healthy = false;
+      failed = describe_open_failure([&] {
+        return fmt::format("device {}: cannot open the backend: {} (out of threads or memory)", i, e.what());
+      });
     } catch (...) {
-      std::lock_guard lk(mu);
-      if (!open_error) open_error = std::current_exception();
-      stats[i].healthy = false;
+      failed = std::current_exception();
     }
     {
       std::unique_lock lk(mu);
       if (dev) {
         const DeviceInfo& info = dev->info();
-        event(i, fmt::format("opened ({}, array {}x{})", info.backend, info.params.array_n, info.params.array_n));
+        try {
+          event(i, fmt::format("opened ({}, array {}x{})", info.backend, info.params.array_n, info.params.array_n));
+        } catch (const std::bad_alloc&) {
+          failed = out_of_memory;
+        }
+      }
+      if (failed) {
+        if (!open_error) open_error = failed;
+        stats[i].healthy = false;
       }
       ++opened;
       open_cv.notify_all();
@@ -396,21 +418,27 @@ Worker::Worker(const WorkerOptions& options) {
   state_ = std::make_shared<State>(options);
   State& s = *state_;
   s.threads.reserve(options.devices);
+  s.thread_ids.reserve(options.devices);  // before any thread runs: no allocation below may throw
   for (unsigned i = 0; i < options.devices; ++i) {
+    // Out of threads, or of memory for a stack or for std::thread's own state: the devices already
+    // started see `opened` complete with an error and exit, and the constructor reports the
+    // resource instead of std::terminate on a joinable thread.
+    std::exception_ptr failed;
     try {
       s.threads.emplace_back([&s, i] { s.device_loop(i); });
+    } catch (const std::bad_alloc&) {
+      failed = s.out_of_memory;
     } catch (const std::system_error& e) {
-      // Out of threads (or of memory for a stack): the devices already started see `opened`
-      // complete with an error and exit, and the constructor reports the resource instead of
-      // std::terminate on a joinable thread.
+      failed = s.describe_open_failure([&] {
+        return fmt::format(
+            "Worker: cannot start the thread of device {} of {}: {} (out of threads or memory: use fewer devices or "
+            "raise the process limits)",
+            i, options.devices, e.what());
+      });
+    }
+    if (failed) {
       std::lock_guard lk(s.mu);
-      if (!s.open_error) {
-        s.open_error = std::make_exception_ptr(Error(
-            ErrorKind::kResource,
-            fmt::format("Worker: cannot start the thread of device {} of {}: {} (out of threads or memory: use "
-                        "fewer devices or raise the process limits)",
-                        i, options.devices, e.what())));
-      }
+      if (!s.open_error) s.open_error = failed;
       s.opened += options.devices - i;  // these devices will never report
       s.open_cv.notify_all();
       break;
