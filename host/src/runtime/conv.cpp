@@ -398,11 +398,7 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
   const ConvProgram prog = compile_conv(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
   r.instructions = prog.code.size() + 1;
 
-  device.clear_perf();
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t fence = device.submit(prog.code);
-  device.wait(fence);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = detail::submit_and_wait(device, prog.code);
   std::vector<int8_t> packed(p.out_bytes());
   device.read(obuf, 0, packed.data(), packed.size());
   r.y = unpack_conv_output(p, packed);

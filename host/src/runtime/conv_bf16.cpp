@@ -368,11 +368,7 @@ ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, st
                                              layer.group_scale, group_bias);
   r.instructions = prog.code.size() + 1;
 
-  device.clear_perf();
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t fence = device.submit(prog.code);
-  device.wait(fence);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = detail::submit_and_wait(device, prog.code);
   std::vector<uint16_t> packed(p.out_bytes());
   device.read(obuf, 0, packed.data(), packed.size() * 2);
   r.y = unpack_conv_bf16_output(p, packed);

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "maxpool_emit.h"
+#include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/maxpool.h"
@@ -70,11 +71,7 @@ ConvBf16RunResult run_max_pool_bf16(Device& device, const Bf16ConvLayer& layer, 
   const ConvProgram prog = compile_max_pool_bf16(p, layer.relu, ibuf.addr(), wbuf.addr(), obuf.addr());
   r.instructions = prog.code.size() + 1;
 
-  device.clear_perf();
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t fence = device.submit(prog.code);
-  device.wait(fence);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = detail::submit_and_wait(device, prog.code);
   std::vector<uint16_t> packed(p.out_bytes());
   device.read(obuf, 0, packed.data(), packed.size() * 2);
   r.y = unpack_conv_bf16_output(p, packed);

@@ -313,11 +313,7 @@ std::vector<int64_t> unpack_indices(const ConvPlan& p, std::span<const uint32_t>
 template <class Result>
 void finish(Device& device, const ConvPlan& p, const ConvProgram& prog, Result& r) {
   r.instructions = prog.code.size() + 1;
-  device.clear_perf();
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint32_t fence = device.submit(prog.code);
-  device.wait(fence);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.wall_s = detail::submit_and_wait(device, prog.code);
   r.perf = device.perf();
   r.cycles = r.perf.cycles;
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <string_view>
 
@@ -203,6 +204,13 @@ ProgressFn fold_progress(Device& device, const std::vector<uint64_t>& fold_index
     const auto done = std::lower_bound(fold_index.begin(), fold_index.end(), consumed) - fold_index.begin();
     report(fold_index.empty() ? 1.0 : static_cast<double>(done) / static_cast<double>(fold_index.size()));
   };
+}
+
+double submit_and_wait(Device& device, const std::vector<isa::Word>& code) {
+  device.clear_perf();
+  const auto t0 = std::chrono::steady_clock::now();
+  device.wait(device.submit(code));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace tpuw::runtime::detail

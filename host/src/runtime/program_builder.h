@@ -115,4 +115,8 @@ constexpr uint64_t kMaxHostRow = 4096;  // bytes per DMA host row: one 4 KiB pag
 ProgressFn fold_progress(Device& device, const std::vector<uint64_t>& fold_index,
                          const std::function<void(double)>& report);
 
+/// Clears the PERF counters, submits `code` and waits for its fence; returns the host wall time of
+/// the run in seconds. `device.perf()` then holds the program's own figures.
+double submit_and_wait(Device& device, const std::vector<isa::Word>& code);
+
 }  // namespace tpuw::runtime::detail
