@@ -31,12 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint64_t mem_size(uint64_t need) {
-  tpuw::BackendConfig cfg;
-  need += 16ull << 20;
-  return std::max<uint64_t>(cfg.memory.size, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,17 +52,7 @@ int main(int argc, char** argv) {
   try {
     const tpuw::compiler::TrainModel model = tpuw::bench::make_mlp(dims, 1);
     const tpuw::runtime::SgdConfig sgd{0.01f, 0.9f, 1e-4f};
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<float> ux(0.0f, 1.0f);
-    std::uniform_int_distribution<int64_t> uy(0, dims.back() - 1);
-    std::vector<std::vector<float>> xs(static_cast<size_t>(steps + 1));
-    std::vector<std::vector<int64_t>> ys(xs.size());
-    for (size_t s = 0; s < xs.size(); ++s) {
-      xs[s].resize(static_cast<size_t>(batch * dims[0]));
-      for (float& v : xs[s]) v = ux(rng);
-      ys[s].resize(static_cast<size_t>(batch));
-      for (int64_t& v : ys[s]) v = uy(rng);
-    }
+    const auto [xs, ys] = tpuw::bench::random_batches(static_cast<size_t>(steps + 1), batch, dims[0], dims.back());
     nlohmann::ordered_json j;
     j["backend"] = backend;
     j["dims"] = dims;
@@ -78,7 +62,7 @@ int main(int argc, char** argv) {
     uint64_t fused_cycles = 0;
     if (!no_baseline) {
       tpuw::BackendConfig cfg;
-      cfg.memory.size = mem_size(tpuw::runtime::DeviceTrainer::memory_bytes(model, batch, cfg.array_n));
+      cfg.memory.size = tpuw::bench::memory_size(tpuw::runtime::DeviceTrainer::memory_bytes(model, batch, cfg.array_n));
       tpuw::Device dev = tpuw::Device::open(backend, cfg);
       tpuw::runtime::DeviceTrainer t(dev, model, batch, sgd);
       (void)t.step(xs[0], ys[0], batch);
@@ -102,7 +86,7 @@ int main(int argc, char** argv) {
       wo.devices = k;
       wo.max_attempts = 1;
       wo.config.memory.size =
-          mem_size(tpuw::worker::PipelineTrainer::memory_bytes(model, batch, micro, wo.config.array_n));
+          tpuw::bench::memory_size(tpuw::worker::PipelineTrainer::memory_bytes(model, batch, micro, wo.config.array_n));
       tpuw::worker::Worker w(wo);
       tpuw::worker::PipelineTrainer t(w, model, batch, sgd, tpuw::worker::PipelineOptions{.micro_batches = micro});
       (void)t.step(xs[0], ys[0], batch);  // compiles the per-layer programs

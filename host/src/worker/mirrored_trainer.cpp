@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "step_args.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/device_trainer.h"
 
@@ -417,18 +418,7 @@ runtime::TrainStepReport MirroredTrainer::step(std::span<const float> inputs, st
                                                int64_t rows) {
   Impl& im = *impl_;
   const int64_t in = im.model.input_features, classes = im.model.classes();
-  if (rows < 1 || rows > im.batch || inputs.size() != static_cast<uint64_t>(rows * in) ||
-      labels.size() != static_cast<uint64_t>(rows)) {
-    throw Error(ErrorKind::kInvalidArgument,
-                fmt::format("mirrored trainer: {} input values and {} labels for {} rows of {} features (batch {})",
-                            inputs.size(), labels.size(), rows, in, im.batch));
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t y = labels[static_cast<size_t>(r)];
-    if (y < 0 || y >= classes) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("label {} of row {} is not in [0, {})", y, r, classes));
-    }
-  }
+  detail::check_step_args("mirrored trainer", im.model, im.batch, inputs, labels, rows);
   const size_t L = im.model.layers.size();
   const auto nc = static_cast<size_t>((rows + im.chunk_rows - 1) / im.chunk_rows);
   auto ctx = std::make_shared<StepCtx>(L, nc, static_cast<size_t>(rows));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "support/mlp_train_fixtures.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/compiler/training.h"
 #include "tpuw/device.h"
@@ -21,60 +22,12 @@
 namespace tpuw::runtime {
 namespace {
 
-// 20 -> 24 (ReLU, weight stored [out, in] like PyTorch's Linear) -> 12 (ReLU, stored [in, out],
-// like MatMul + Add) -> 10 logits ([out, in]).
-// Layers (in, out, weight stored [out, in], ReLU); the input has 20 features (make_batch).
-using MlpDims = std::vector<std::tuple<int64_t, int64_t, bool, bool>>;
+using test::Batch;
+using test::make_batch;
+using test::MlpDims;
+using test::small_mlp;
 
-compiler::TrainModel small_mlp(uint32_t seed,
-                               const MlpDims& dims = {{20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}}) {
-  compiler::TrainModel m;
-  m.source = "small_mlp";
-  m.input_features = 20;
-  std::mt19937 rng(seed);
-  int i = 0;
-  for (const auto& [in, out, out_in, relu] : dims) {
-    compiler::TrainLayer L;
-    L.node = fmt::format("fc{} (Gemm)", i);
-    L.weight = fmt::format("fc{}.weight", i);
-    L.bias = fmt::format("fc{}.bias", i);
-    L.weight_out_in = out_in;
-    L.in = in;
-    L.out = out;
-    L.relu = relu;
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
-    std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
-    for (auto& x : w) x = d(rng);
-    for (auto& x : b) x = 0.1f * d(rng);
-    m.params[L.weight] = w;
-    m.params[L.bias] = b;
-    m.layers.push_back(L);
-    ++i;
-  }
-  return m;
-}
-
-struct Batch {
-  std::vector<float> x;
-  std::vector<int64_t> y;
-};
-
-Batch make_batch(int64_t rows, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::uniform_int_distribution<int64_t> c(0, 9);
-  Batch b;
-  b.x.resize(static_cast<size_t>(rows * 20));
-  for (auto& v : b.x) v = d(rng);
-  b.y.resize(static_cast<size_t>(rows));
-  for (auto& v : b.y) v = c(rng);
-  return b;
-}
-
-bool has_features(Device& dev) {
-  const uint32_t need = spec::reg::kFeaturesBf16 | spec::reg::kFeaturesTranspose;
-  return (dev.info().features & need) == need;
-}
+bool has_features(const Device& dev) { return test::has_training_features(dev); }
 
 double rel_norm(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

@@ -5,6 +5,8 @@
 // redone, and the weights stay bit-identical; with no other replica the step fails clearly. Several
 // ranks (an in-process Collective standing in for MPI): P x K replicas give the same bits, and an
 // error on one rank stops every rank with that rank's message.
+#include "support/mlp_train_fixtures.h"
+#include "support/worker_fixtures.h"
 #include "tpuw/worker/mirrored_trainer.h"
 
 #include <fmt/format.h>
@@ -30,68 +32,13 @@
 namespace tpuw::worker {
 namespace {
 
-// 20 -> 24 (ReLU, [out, in]) -> 12 (ReLU, [in, out]) -> 10 logits ([out, in]).
-compiler::TrainModel small_mlp(uint32_t seed) {
-  compiler::TrainModel m;
-  m.source = "small_mlp";
-  m.input_features = 20;
-  const std::vector<std::tuple<int64_t, int64_t, bool, bool>> dims = {
-      {20, 24, true, true}, {24, 12, false, true}, {12, 10, true, false}};
-  std::mt19937 rng(seed);
-  int i = 0;
-  for (const auto& [in, out, out_in, relu] : dims) {
-    compiler::TrainLayer L;
-    L.node = fmt::format("fc{} (Gemm)", i);
-    L.weight = fmt::format("fc{}.weight", i);
-    L.bias = fmt::format("fc{}.bias", i);
-    L.weight_out_in = out_in;
-    L.in = in;
-    L.out = out;
-    L.relu = relu;
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
-    std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
-    for (auto& x : w) x = d(rng);
-    for (auto& x : b) x = 0.1f * d(rng);
-    m.params[L.weight] = w;
-    m.params[L.bias] = b;
-    m.layers.push_back(L);
-    ++i;
-  }
-  return m;
-}
+using test::Batch;
+using test::make_batch;
+using test::small_mlp;
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int64_t> y;
-};
+bool has_features() { return test::has_training_features(Device::open("ref", BackendConfig{})); }
 
-Batch make_batch(int64_t rows, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::uniform_int_distribution<int64_t> c(0, 9);
-  Batch b;
-  b.x.resize(static_cast<size_t>(rows * 20));
-  for (auto& v : b.x) v = d(rng);
-  b.y.resize(static_cast<size_t>(rows));
-  for (auto& v : b.y) v = c(rng);
-  return b;
-}
-
-bool has_features() {
-  const Device dev = Device::open("ref", BackendConfig{});
-  const uint32_t need = spec::reg::kFeaturesBf16 | spec::reg::kFeaturesTranspose;
-  return (dev.info().features & need) == need;
-}
-
-WorkerOptions worker_options(unsigned devices, uint32_t array_n = 16) {
-  WorkerOptions o;
-  o.backend = "ref";
-  o.config.array_n = array_n;
-  o.devices = devices;
-  o.max_attempts = 1;
-  o.device_options.timeout_seconds = 20.0;
-  return o;
-}
+WorkerOptions worker_options(unsigned devices, uint32_t array_n = 16) { return test::ref_worker_options(devices, array_n); }
 
 MirroredOptions chunks(int64_t n) {
   MirroredOptions o;

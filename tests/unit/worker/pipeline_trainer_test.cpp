@@ -4,6 +4,8 @@
 // weights, momentum; momentum and weight decay, a partial last batch, both weight layouts, array
 // sizes 16 and 4); logits through the stages are the one-device logits; the cycle schedule's busy
 // fractions and bubble are consistent; a state taken from K = 2 resumes on K = 4 to the same bits.
+#include "support/mlp_train_fixtures.h"
+#include "support/worker_fixtures.h"
 #include "tpuw/worker/pipeline_trainer.h"
 
 #include <fmt/format.h>
@@ -24,66 +26,16 @@ namespace {
 
 // 20 -> 24 (ReLU, [out, in]) -> 16 (ReLU, [in, out]) -> 12 (ReLU, [out, in]) -> 10 logits ([in, out]).
 compiler::TrainModel mlp4(uint32_t seed) {
-  compiler::TrainModel m;
-  m.source = "mlp4";
-  m.input_features = 20;
-  const std::vector<std::tuple<int64_t, int64_t, bool, bool>> dims = {
-      {20, 24, true, true}, {24, 16, false, true}, {16, 12, true, true}, {12, 10, false, false}};
-  std::mt19937 rng(seed);
-  int i = 0;
-  for (const auto& [in, out, out_in, relu] : dims) {
-    compiler::TrainLayer L;
-    L.node = fmt::format("fc{} (Gemm)", i);
-    L.weight = fmt::format("fc{}.weight", i);
-    L.bias = fmt::format("fc{}.bias", i);
-    L.weight_out_in = out_in;
-    L.in = in;
-    L.out = out;
-    L.relu = relu;
-    std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
-    std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out));
-    for (auto& x : w) x = d(rng);
-    for (auto& x : b) x = 0.1f * d(rng);
-    m.params[L.weight] = w;
-    m.params[L.bias] = b;
-    m.layers.push_back(L);
-    ++i;
-  }
-  return m;
+  return test::small_mlp(seed, {{20, 24, true, true}, {24, 16, false, true}, {16, 12, true, true}, {12, 10, false, false}},
+                         "mlp4");
 }
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int64_t> y;
-};
+using test::Batch;
+using test::make_batch;
 
-Batch make_batch(int64_t rows, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::uniform_int_distribution<int64_t> c(0, 9);
-  Batch b;
-  b.x.resize(static_cast<size_t>(rows * 20));
-  for (auto& v : b.x) v = d(rng);
-  b.y.resize(static_cast<size_t>(rows));
-  for (auto& v : b.y) v = c(rng);
-  return b;
-}
+bool has_features() { return test::has_training_features(Device::open("ref", BackendConfig{})); }
 
-bool has_features() {
-  const Device dev = Device::open("ref", BackendConfig{});
-  const uint32_t need = spec::reg::kFeaturesBf16 | spec::reg::kFeaturesTranspose;
-  return (dev.info().features & need) == need;
-}
-
-WorkerOptions worker_options(unsigned devices, uint32_t array_n = 16) {
-  WorkerOptions o;
-  o.backend = "ref";
-  o.config.array_n = array_n;
-  o.devices = devices;
-  o.max_attempts = 1;
-  o.device_options.timeout_seconds = 20.0;
-  return o;
-}
+WorkerOptions worker_options(unsigned devices, uint32_t array_n = 16) { return test::ref_worker_options(devices, array_n); }
 
 const runtime::SgdConfig kSgd{0.05f, 0.9f, 0.01f};
 constexpr int64_t kBatch = 32;
