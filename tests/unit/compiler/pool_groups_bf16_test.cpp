@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "compiler_testlib.h"
+#include "pool_testlib.h"
 #include "tpuw/compiler/cnn_training.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
@@ -24,64 +25,19 @@ using testing::graph_of;
 using testing::ModelBuilder;
 using testing::random_floats;
 
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
+using testing::pool_model;
+using testing::PoolSpec;
+using testing::torch_avg;
+
+/// 20 channels: two channel blocks at N=16, five at N=4.
+PoolSpec spec20() {
+  PoolSpec p;
+  p.c = 20;
+  return p;
 }
 
-struct PoolSpec {
-  int64_t c = 20, h = 7, w = 6, k = 3, s = 1;  // 20 channels: two blocks at N=16, five at N=4
-  std::vector<int64_t> pads;                   // top, left, bottom, right; empty: absent
-  int64_t cip = 0, ceil = 0;
-  std::string auto_pad;
-};
-
-ModelBuilder pool_model(const PoolSpec& p) {
-  ModelBuilder mb;
-  mb.input("x", {-1, p.c, p.h, p.w});
-  auto& n = mb.node("AveragePool", {"x"}, {"y"}, "pool");
-  attr_ints(n, "kernel_shape", {p.k, p.k});
-  attr_ints(n, "strides", {p.s, p.s});
-  if (!p.pads.empty()) attr_ints(n, "pads", p.pads);
-  if (!p.auto_pad.empty()) {
-    auto* a = n.add_attribute();
-    a->set_name("auto_pad");
-    a->set_type(onnx::AttributeProto_AttributeType_STRING);
-    a->set_s(p.auto_pad);
-  }
-  ModelBuilder::attr_i(n, "count_include_pad", p.cip);
-  ModelBuilder::attr_i(n, "ceil_mode", p.ceil);
-  mb.output("y");
-  return mb;
-}
-
-/// PyTorch's avg_pool2d in double: the window clipped to the padded input (count_include_pad) or
-/// to the image; pads top/left/bottom/right, `ho` x `wo` outputs.
-std::vector<double> torch_avg(const std::vector<float>& x, uint64_t bc, int64_t h, int64_t w, int64_t k, int64_t s,
-                              std::vector<int64_t> pads, int64_t ho, int64_t wo, bool cip) {
-  if (pads.empty()) pads.assign(4, 0);
-  std::vector<double> y;
-  for (uint64_t i = 0; i < bc; ++i) {
-    for (int64_t oy = 0; oy < ho; ++oy) {
-      for (int64_t ox = 0; ox < wo; ++ox) {
-        const int64_t y0 = oy * s - pads[0], x0 = ox * s - pads[1];
-        const int64_t y1 = std::min(y0 + k, h + pads[2]), x1 = std::min(x0 + k, w + pads[3]);
-        double sum = 0;
-        int64_t inside = 0;
-        for (int64_t yy = std::max<int64_t>(y0, 0); yy < std::min(y1, h); ++yy) {
-          for (int64_t xx = std::max<int64_t>(x0, 0); xx < std::min(x1, w); ++xx) {
-            sum += static_cast<double>(runtime::bf16::round(x[i * static_cast<uint64_t>(h * w) + static_cast<uint64_t>(yy * w + xx)]));
-            ++inside;
-          }
-        }
-        y.push_back(sum / static_cast<double>(cip ? (y1 - y0) * (x1 - x0) : inside));
-      }
-    }
-  }
-  return y;
-}
+/// The device sees each input rounded to bf16 (round to nearest even).
+double bf16_value(float v) { return static_cast<double>(runtime::bf16::round(v)); }
 
 /// Runs the model's bf16 CNN on ref (array `n`): device == contract bit for bit; returns the output.
 std::vector<float> run_bf16(const Bf16Cnn& net, const std::vector<float>& x, uint64_t batch, uint32_t n,
@@ -120,11 +76,11 @@ Bf16Cnn expect_pool(const ModelBuilder& mb, const std::vector<float>& x, uint64_
 }
 
 TEST(PoolGroupsBf16, CountIncludePadZeroDividesByTheInsidePositions) {
-  PoolSpec p;
+  PoolSpec p = spec20();
   p.pads = {1, 1, 1, 2};  // asymmetric: the right column divides by 3 and 1.. per row
   const uint64_t batch = 3;
   const std::vector<float> x = random_floats(batch * 20 * 42, -1.0f, 1.0f, 31);
-  const Bf16Cnn net = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 7, 6, 3, 1, p.pads, 7, 7, false));
+  const Bf16Cnn net = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 7, 6, 3, 1, p.pads, 7, 7, false, bf16_value));
   const Bf16ConvLayer& l = net.convs[0];
   // Divisors 9 (interior) and 6, 4, 3, 2: one group each, weight 1 on the diagonal.
   EXPECT_EQ(l.groups(), 5u);
@@ -137,27 +93,27 @@ TEST(PoolGroupsBf16, CountIncludePadZeroDividesByTheInsidePositions) {
 
 TEST(PoolGroupsBf16, CeilModeAndCountIncludePadOne) {
   // ONNX's test_averagepool_2d_ceil shape: 4x4, 3x3 stride 2 -> 2x2, the last window partial.
-  PoolSpec p;
+  PoolSpec p = spec20();
   p.h = p.w = 4;
   p.s = 2;
   p.ceil = 1;
   const uint64_t batch = 2;
   const std::vector<float> x = random_floats(batch * 20 * 16, -1.0f, 1.0f, 32);
-  EXPECT_EQ(expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 4, 4, 3, 2, {}, 2, 2, false)).convs[0].groups(),
+  EXPECT_EQ(expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 4, 4, 3, 2, {}, 2, 2, false, bf16_value)).convs[0].groups(),
             3u);  // 9, 6, 4
   // count_include_pad=1 with pads 1 and ceil_mode: the declared pads count, the extension does not.
   p.h = p.w = 6;
   p.pads = {1, 1, 1, 1};
   p.cip = 1;
   const std::vector<float> x2 = random_floats(batch * 20 * 36, -1.0f, 1.0f, 33);
-  EXPECT_GT(expect_pool(pool_model(p), x2, batch, torch_avg(x2, batch * 20, 6, 6, 3, 2, p.pads, 4, 4, true)).convs[0].groups(),
+  EXPECT_GT(expect_pool(pool_model(p), x2, batch, torch_avg(x2, batch * 20, 6, 6, 3, 2, p.pads, 4, 4, true, bf16_value)).convs[0].groups(),
             1u);
 }
 
 TEST(PoolGroupsBf16, AutoPadSameCountsOnlyTheImage) {
   for (const char* mode : {"SAME_UPPER", "SAME_LOWER"}) {
     SCOPED_TRACE(mode);
-    PoolSpec p;
+    PoolSpec p = spec20();
     p.h = p.w = 5;
     p.k = 2;
     p.auto_pad = mode;
@@ -165,14 +121,14 @@ TEST(PoolGroupsBf16, AutoPadSameCountsOnlyTheImage) {
     const std::vector<float> x = random_floats(batch * 20 * 25, -1.0f, 1.0f, 34);
     const bool upper = std::string(mode) == "SAME_UPPER";
     const std::vector<int64_t> pads = upper ? std::vector<int64_t>{0, 0, 1, 1} : std::vector<int64_t>{1, 1, 0, 0};
-    EXPECT_EQ(expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 5, 5, 2, 1, pads, 5, 5, false)).convs[0].groups(),
+    EXPECT_EQ(expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 20, 5, 5, 2, 1, pads, 5, 5, false, bf16_value)).convs[0].groups(),
               3u);  // 4, 2, 1
   }
 }
 
 TEST(PoolGroupsBf16, UniformDivisorKeepsTheOneWeightProgram) {
   // count_include_pad=1: every pixel divides by 9, the weight bf16(1/9) path, no groups, no VECTOR.
-  PoolSpec p;
+  PoolSpec p = spec20();
   p.pads = {1, 1, 1, 1};
   p.cip = 1;
   const Bf16Cnn net = compile_bf16_cnn(graph_of(pool_model(p)));
@@ -189,7 +145,7 @@ TEST(PoolGroupsBf16, ConstantPadWritesTheBf16Constant) {
   mb.input("x", {-1, 2, 5, 5});
   mb.init("w", {4, 2, 3, 3}, random_floats(72, -0.4f, 0.4f, 21));
   auto& c = mb.node("Conv", {"x", "w"}, {"a"}, "conv");
-  attr_ints(c, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
   testing::add_constant_i64(mb, "pads", {0, 0, 1, 2, 0, 0, 2, 0});
   mb.init("cv", {}, {1.2f});
   mb.node("Pad", {"a", "pads", "cv"}, {"y"}, "pad");
@@ -220,7 +176,7 @@ TEST(PoolGroupsBf16, ConstantPadWritesTheBf16Constant) {
 }
 
 TEST(PoolGroupsBf16, BadGroupArraysAreRefused) {
-  PoolSpec p;
+  PoolSpec p = spec20();
   p.pads = {1, 1, 1, 1};
   Bf16Cnn net = compile_bf16_cnn(graph_of(pool_model(p)));
   Bf16ConvLayer l = net.convs[0];
@@ -252,11 +208,11 @@ TEST(PoolGroupsBf16, TrainingRefusesPixelGroupsNamingTheLayer) {
   mb.init("c.w", {4, 2, 3, 3}, std::vector<float>(72, 0.1f));
   mb.init("c.b", {4}, std::vector<float>(4, 0.0f));
   auto& c = mb.node("Conv", {"x", "c.w", "c.b"}, {"c"}, "conv");
-  attr_ints(c, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
   auto& p = mb.node("AveragePool", {"c"}, {"p"}, "pool");
-  attr_ints(p, "kernel_shape", {3, 3});
-  attr_ints(p, "strides", {2, 2});
-  attr_ints(p, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(p, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "pads", {1, 1, 1, 1});
   mb.node("Flatten", {"p"}, {"f"}, "flatten");
   mb.init("fc.w", {36, 3}, std::vector<float>(108, 0.01f));
   mb.init("fc.b", {3}, std::vector<float>(3, 0.0f));

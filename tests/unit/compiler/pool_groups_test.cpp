@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "compiler_testlib.h"
+#include "pool_testlib.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
@@ -22,64 +23,9 @@ using testing::graph_of;
 using testing::ModelBuilder;
 using testing::random_floats;
 
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
-}
-
-struct PoolSpec {
-  int64_t c = 3, h = 7, w = 6, k = 3, s = 1;
-  std::vector<int64_t> pads;  // top, left, bottom, right; empty: absent
-  int64_t cip = 0, ceil = 0;
-  std::string auto_pad;
-};
-
-ModelBuilder pool_model(const PoolSpec& p) {
-  ModelBuilder mb;
-  mb.input("x", {-1, p.c, p.h, p.w});
-  auto& n = mb.node("AveragePool", {"x"}, {"y"}, "pool");
-  attr_ints(n, "kernel_shape", {p.k, p.k});
-  attr_ints(n, "strides", {p.s, p.s});
-  if (!p.pads.empty()) attr_ints(n, "pads", p.pads);
-  if (!p.auto_pad.empty()) {
-    auto* a = n.add_attribute();
-    a->set_name("auto_pad");
-    a->set_type(onnx::AttributeProto_AttributeType_STRING);
-    a->set_s(p.auto_pad);
-  }
-  ModelBuilder::attr_i(n, "count_include_pad", p.cip);
-  ModelBuilder::attr_i(n, "ceil_mode", p.ceil);
-  mb.output("y");
-  return mb;
-}
-
-/// PyTorch's avg_pool2d (symmetric pads given as top/left, `ho` x `wo` outputs): the window's
-/// positions clipped to the padded input (count_include_pad) or to the image, in double.
-std::vector<double> torch_avg(const std::vector<float>& x, uint64_t bc, int64_t h, int64_t w, int64_t k, int64_t s,
-                              int64_t pt, int64_t pl, int64_t pb, int64_t pr, int64_t ho, int64_t wo, bool cip) {
-  std::vector<double> y;
-  for (uint64_t i = 0; i < bc; ++i) {
-    for (int64_t oy = 0; oy < ho; ++oy) {
-      for (int64_t ox = 0; ox < wo; ++ox) {
-        const int64_t y0 = oy * s - pt, x0 = ox * s - pl;
-        const int64_t y1 = std::min(y0 + k, h + pb), x1 = std::min(x0 + k, w + pr);
-        const int64_t pool = (y1 - y0) * (x1 - x0);
-        double sum = 0;
-        int64_t inside = 0;
-        for (int64_t yy = std::max<int64_t>(y0, 0); yy < std::min(y1, h); ++yy) {
-          for (int64_t xx = std::max<int64_t>(x0, 0); xx < std::min(x1, w); ++xx) {
-            sum += x[i * static_cast<uint64_t>(h * w) + static_cast<uint64_t>(yy * w + xx)];
-            ++inside;
-          }
-        }
-        y.push_back(sum / static_cast<double>(cip ? pool : inside));
-      }
-    }
-  }
-  return y;
-}
+using testing::pool_model;
+using testing::PoolSpec;
+using testing::torch_avg;
 
 /// Compiles `mb`, checks the float interpreter against `want`, runs int8 on ref (bit-exact with
 /// the integer model, within 1.5 output LSB of float) and returns the layer.
@@ -109,7 +55,7 @@ TEST(PoolGroups, CountIncludePadZeroDividesByTheInsidePositions) {
   p.pads = {1, 1, 1, 2};
   const uint64_t batch = 2;
   const std::vector<float> x = random_floats(batch * 3 * 42, -1.0f, 1.0f, 11);
-  const std::vector<double> want = torch_avg(x, batch * 3, 7, 6, 3, 1, 1, 1, 1, 2, 7, 7, false);
+  const std::vector<double> want = torch_avg(x, batch * 3, 7, 6, 3, 1, {1, 1, 1, 2}, 7, 7, false);
   const nn::QConv2d l = expect_pool(pool_model(p), x, batch, want);
   // Divisors: rows {2, 3 x5, 2}, cols {2, 3, 3, 3, 3, 2, 1}: 9 (group 0) and 6, 4, 3, 2.
   EXPECT_EQ(l.extra_groups(), 4u);
@@ -125,7 +71,7 @@ TEST(PoolGroups, CountIncludePadOneKeepsOneGroup) {
   p.cip = 1;
   const uint64_t batch = 2;
   const std::vector<float> x = random_floats(batch * 3 * 42, -1.0f, 1.0f, 12);
-  const nn::QConv2d l = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 3, 7, 6, 3, 1, 1, 1, 1, 1, 7, 6, true));
+  const nn::QConv2d l = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 3, 7, 6, 3, 1, {1, 1, 1, 1}, 7, 6, true));
   EXPECT_EQ(l.extra_groups(), 0u);
   EXPECT_TRUE(l.pixel_group.empty());
 }
@@ -138,7 +84,7 @@ TEST(PoolGroups, CeilModePartialWindows) {
   p.ceil = 1;
   const uint64_t batch = 3;
   const std::vector<float> x = random_floats(batch * 3 * 16, -1.0f, 1.0f, 13);
-  nn::QConv2d l = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 3, 4, 4, 3, 2, 0, 0, 0, 0, 2, 2, false));
+  nn::QConv2d l = expect_pool(pool_model(p), x, batch, torch_avg(x, batch * 3, 4, 4, 3, 2, {0, 0, 0, 0}, 2, 2, false));
   EXPECT_EQ(l.geom.pad_bottom, 1u);  // the partial window's extension, counted by no divisor
   EXPECT_EQ(l.extra_groups(), 2u);   // 6 and 4
   // count_include_pad=1 with pads 1 and ceil_mode: the declared pads count, the extension does not.
@@ -146,7 +92,7 @@ TEST(PoolGroups, CeilModePartialWindows) {
   p.pads = {1, 1, 1, 1};
   p.cip = 1;
   const std::vector<float> x2 = random_floats(batch * 3 * 36, -1.0f, 1.0f, 14);
-  l = expect_pool(pool_model(p), x2, batch, torch_avg(x2, batch * 3, 6, 6, 3, 2, 1, 1, 1, 1, 4, 4, true));
+  l = expect_pool(pool_model(p), x2, batch, torch_avg(x2, batch * 3, 6, 6, 3, 2, {1, 1, 1, 1}, 4, 4, true));
   EXPECT_EQ(l.geom.out_h(), 4u);
   EXPECT_GT(l.extra_groups(), 0u);
 }
@@ -161,7 +107,7 @@ TEST(PoolGroups, AutoPadSameCountsOnlyTheImage) {
     const std::vector<float> x = random_floats(batch * 3 * 25, -1.0f, 1.0f, 15);
     const bool upper = std::string(mode) == "SAME_UPPER";
     const nn::QConv2d l = expect_pool(
-        pool_model(p), x, batch, torch_avg(x, batch * 3, 5, 5, 2, 1, upper ? 0 : 1, upper ? 0 : 1, upper ? 1 : 0, upper ? 1 : 0, 5, 5, false));
+        pool_model(p), x, batch, torch_avg(x, batch * 3, 5, 5, 2, 1, {upper ? 0 : 1, upper ? 0 : 1, upper ? 1 : 0, upper ? 1 : 0}, 5, 5, false));
     EXPECT_EQ(l.extra_groups(), 2u) << mode;  // 2 and 1
   }
 }
@@ -206,7 +152,7 @@ TEST(PoolGroups, ConstantPadWritesTheQuantizedConstant) {
   mb.input("x", {-1, 2, 5, 5});
   mb.init("w", {4, 2, 3, 3}, random_floats(72, -0.4f, 0.4f, 21));
   auto& c = mb.node("Conv", {"x", "w"}, {"a"}, "conv");
-  attr_ints(c, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
   testing::add_constant_i64(mb, "pads", {0, 0, 1, 2, 0, 0, 2, 0});
   mb.init("cv", {}, {1.5f});
   mb.node("Pad", {"a", "pads", "cv"}, {"y"}, "pad");

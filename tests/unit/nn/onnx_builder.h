@@ -93,6 +93,18 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
     a->set_f(v);
   }
+  static void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto_AttributeType_INTS);
+    for (const int64_t x : v) a->add_ints(x);
+  }
+  static void attr_s(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto_AttributeType_STRING);
+    a->set_s(v);
+  }
 
   std::string bytes() const { return model_.SerializeAsString(); }
   FloatNetwork import(const std::string& name = "test.onnx") const {
