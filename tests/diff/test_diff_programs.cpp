@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <random>
 #include <string>
@@ -126,28 +127,94 @@ std::string listing(const std::vector<isa::Word>& prog) {
   return s;
 }
 
+// Fills the data buffer of both devices with fp values (NaN, inf, subnormals, overflowing and
+// underflowing values) and returns them.
+std::vector<uint8_t> fill_fp(Pair& p, std::mt19937_64& rng) {
+  const std::vector<uint8_t> bytes = random_fp_data(kDataBytes, rng);
+  p.rtl.write(p.rtl_data, 0, bytes.data(), bytes.size());
+  p.ref.write(p.ref_data, 0, bytes.data(), bytes.size());
+  return bytes;
+}
+
 class DiffPrograms : public ::testing::TestWithParam<unsigned> {};
 
-TEST_P(DiffPrograms, RandomValidProgramsGiveIdenticalMemory) {
-  const unsigned n = GetParam();
+// Runs `programs` random programs of 40 instructions (options `opt`) on a fresh rtl/ref pair of
+// array `n`, each on freshly filled data (fp values with NaN/inf/subnormals when `fp_data`, random
+// bytes otherwise), and expects identical memory after each; on the first difference, names the
+// instruction where the devices' local state first diverged.
+void expect_random_programs_identical(unsigned n, uint64_t seed, int programs, const RandomProgramOptions& opt,
+                                      bool fp_data, const std::string& what) {
   Pair p = open_pair(n);
-  std::mt19937_64 rng(1000 + n);
-  const int programs = n == 4 ? 150 : 40;
+  std::mt19937_64 rng(seed);
   std::vector<Step> history;
   for (int i = 0; i < programs; ++i) {
-    Step step{fill_random(p, rng), {}};
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, {}};
+    Step step{fp_data ? fill_fp(p, rng) : fill_random(p, rng), {}};
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, opt};
     step.program = random_program(spec, rng);
     SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
     p.rtl.run(step.program);
     p.ref.run(step.program);
-    expect_same_memory(p, "program " + std::to_string(i));
-    if (HasFailure()) {
+    expect_same_memory(p, what + " " + std::to_string(i));
+    if (::testing::Test::HasFailure()) {
       ADD_FAILURE() << locate_divergence(n, history, step);
       return;
     }
     history.push_back(std::move(step));
   }
+}
+
+// Runs `prog` on both devices of `p`, expecting each to throw and record a fault; returns the two
+// fault reports (rtl, ref), or nothing (the test has failed) when a device did not fault.
+std::optional<std::array<FaultReport, 2>> faults_of_both(Pair& p, const std::vector<isa::Word>& prog) {
+  std::array<FaultReport, 2> faults;
+  Device* devs[2] = {&p.rtl, &p.ref};
+  for (int d = 0; d < 2; ++d) {
+    try {
+      devs[d]->run(prog);
+      ADD_FAILURE() << (d == 0 ? "rtl" : "ref") << " ran the program without a fault";
+      return std::nullopt;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kDeviceFault) << e.what();
+    }
+    const std::optional<FaultReport> f = devs[d]->fault();
+    if (!f.has_value()) {
+      ADD_FAILURE() << (d == 0 ? "rtl" : "ref") << " threw but recorded no fault";
+      return std::nullopt;
+    }
+    faults[static_cast<size_t>(d)] = *f;
+  }
+  return faults;
+}
+
+// Random programs of 12 instructions (options `opt`, on fp data) each ending in a random illegal
+// instruction: the same fault cause, FAULT_INFO and instruction index on rtl and ref, the same
+// memory, and both usable after a reset.
+void expect_illegal_faults_identical(unsigned n, uint64_t seed, int programs, const RandomProgramOptions& opt,
+                                     const std::string& what) {
+  Pair p = open_pair(n);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < programs; ++i) {
+    fill_fp(p, rng);
+    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, opt};
+    auto prog = random_program(spec, rng);
+    prog.push_back(random_illegal_instruction(spec, rng));
+    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
+    const auto faults = faults_of_both(p, prog);
+    if (!faults) return;
+    const auto& [rtl, ref] = *faults;
+    EXPECT_EQ(rtl.cause, ref.cause) << rtl.message() << " vs " << ref.message();
+    EXPECT_EQ(rtl.info, ref.info) << rtl.message() << " vs " << ref.message();
+    EXPECT_EQ(rtl.program_index, ref.program_index);
+    expect_same_memory(p, what + " " + std::to_string(i));
+    p.rtl.reset();
+    p.ref.reset();
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST_P(DiffPrograms, RandomValidProgramsGiveIdenticalMemory) {
+  const unsigned n = GetParam();
+  expect_random_programs_identical(n, 1000 + n, n == 4 ? 150 : 40, {}, false, "program");
 }
 
 TEST_P(DiffPrograms, IllegalInstructionFaultsIdenticallyAndResetRecovers) {
@@ -164,22 +231,13 @@ TEST_P(DiffPrograms, IllegalInstructionFaultsIdenticallyAndResetRecovers) {
     prog.insert(prog.end(), tail.begin(), tail.end());
     SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
 
-    std::optional<FaultReport> faults[2];
-    Device* devs[2] = {&p.rtl, &p.ref};
-    for (int d = 0; d < 2; ++d) {
-      try {
-        devs[d]->run(prog);
-        ADD_FAILURE() << (d == 0 ? "rtl" : "ref") << " ran an illegal instruction without a fault";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::kDeviceFault) << e.what();
-      }
-      faults[d] = devs[d]->fault();
-      ASSERT_TRUE(faults[d].has_value());
-    }
-    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
-    EXPECT_NE(faults[0]->cause, spec::Fault::kNone);
+    const auto faults = faults_of_both(p, prog);
+    ASSERT_TRUE(faults.has_value());
+    const auto& [rtl, ref] = *faults;
+    EXPECT_EQ(rtl.cause, ref.cause) << rtl.message() << " vs " << ref.message();
+    EXPECT_EQ(rtl.info, ref.info) << rtl.message() << " vs " << ref.message();
+    EXPECT_EQ(rtl.program_index, ref.program_index);
+    EXPECT_NE(rtl.cause, spec::Fault::kNone);
     expect_same_memory(p, "faulted program " + std::to_string(i));
     p.rtl.reset();
     p.ref.reset();
@@ -233,21 +291,17 @@ TEST_P(DiffPrograms, TokenOverflowFaultsIdentically) {
     prog.insert(prog.end(), tail.begin(), tail.end());
     SCOPED_TRACE(std::string("counter ") + std::string(spec::to_string(t)));
 
-    std::optional<FaultReport> faults[2];
-    Device* devs[2] = {&p.rtl, &p.ref};
-    for (int d = 0; d < 2; ++d) {
-      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
-      faults[d] = devs[d]->fault();
-      ASSERT_TRUE(faults[d].has_value());
-    }
-    EXPECT_EQ(faults[0]->cause, spec::Fault::kTokenOverflow) << faults[0]->message();
-    EXPECT_EQ(faults[1]->cause, spec::Fault::kTokenOverflow) << faults[1]->message();
-    EXPECT_EQ(faults[0]->info, static_cast<uint32_t>(t)) << faults[0]->message();
-    EXPECT_EQ(faults[1]->info, static_cast<uint32_t>(t)) << faults[1]->message();
-    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
-    ASSERT_TRUE(faults[0]->program_index.has_value());
-    EXPECT_GE(*faults[0]->program_index, first_push);
-    EXPECT_LE(*faults[0]->program_index, first_push + spec::kTokenMax);
+    const auto faults = faults_of_both(p, prog);
+    ASSERT_TRUE(faults.has_value());
+    const auto& [rtl, ref] = *faults;
+    EXPECT_EQ(rtl.cause, spec::Fault::kTokenOverflow) << rtl.message();
+    EXPECT_EQ(ref.cause, spec::Fault::kTokenOverflow) << ref.message();
+    EXPECT_EQ(rtl.info, static_cast<uint32_t>(t)) << rtl.message();
+    EXPECT_EQ(ref.info, static_cast<uint32_t>(t)) << ref.message();
+    EXPECT_EQ(rtl.program_index, ref.program_index);
+    ASSERT_TRUE(rtl.program_index.has_value());
+    EXPECT_GE(*rtl.program_index, first_push);
+    EXPECT_LE(*rtl.program_index, first_push + spec::kTokenMax);
     expect_same_memory(p, "token overflow program");
     p.rtl.reset();
     p.ref.reset();
@@ -263,65 +317,18 @@ TEST_P(DiffPrograms, TokenOverflowFaultsIdentically) {
 // instructions mixed in) on fp data with NaN, inf, subnormal, overflowing and underflowing values:
 // rtl and ref bit-identical. (RandomProgramOptions::transpose also emits the TRANSPOSE
 // instruction; it is switched on where the rtl has that unit.)
-std::vector<uint8_t> fill_fp(Pair& p, std::mt19937_64& rng) {
-  const std::vector<uint8_t> bytes = random_fp_data(kDataBytes, rng);
-  p.rtl.write(p.rtl_data, 0, bytes.data(), bytes.size());
-  p.ref.write(p.ref_data, 0, bytes.data(), bytes.size());
-  return bytes;
-}
-
 TEST_P(DiffPrograms, RandomBf16ProgramsGiveIdenticalMemory) {
   const unsigned n = GetParam();
-  Pair p = open_pair(n);
-  std::mt19937_64 rng(4000 + n);
-  const int programs = n == 4 ? 120 : 30;
-  std::vector<Step> history;
   RandomProgramOptions opt;
   opt.bf16 = true;
-  for (int i = 0; i < programs; ++i) {
-    Step step{fill_fp(p, rng), {}};
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, opt};
-    step.program = random_program(spec, rng);
-    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
-    p.rtl.run(step.program);
-    p.ref.run(step.program);
-    expect_same_memory(p, "bf16 program " + std::to_string(i));
-    if (HasFailure()) {
-      ADD_FAILURE() << locate_divergence(n, history, step);
-      return;
-    }
-    history.push_back(std::move(step));
-  }
+  expect_random_programs_identical(n, 4000 + n, n == 4 ? 120 : 30, opt, true, "bf16 program");
 }
 
 TEST_P(DiffPrograms, IllegalBf16InstructionFaultsIdentically) {
   const unsigned n = GetParam();
-  Pair p = open_pair(n);
-  std::mt19937_64 rng(5000 + n);
   RandomProgramOptions opt;
   opt.bf16 = true;
-  const int programs = n == 4 ? 60 : 20;
-  for (int i = 0; i < programs; ++i) {
-    fill_fp(p, rng);
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, opt};
-    auto prog = random_program(spec, rng);
-    prog.push_back(random_illegal_instruction(spec, rng));
-    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
-    std::optional<FaultReport> faults[2];
-    Device* devs[2] = {&p.rtl, &p.ref};
-    for (int d = 0; d < 2; ++d) {
-      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
-      faults[d] = devs[d]->fault();
-      ASSERT_TRUE(faults[d].has_value());
-    }
-    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
-    expect_same_memory(p, "faulted bf16 program " + std::to_string(i));
-    p.rtl.reset();
-    p.ref.reset();
-    if (HasFailure()) return;
-  }
+  expect_illegal_faults_identical(n, 5000 + n, n == 4 ? 60 : 20, opt, "faulted bf16 program");
 }
 
 // ISA 1.2 ACTIVATE `lut` on int8 data: random tables (the ACC rows after the shift row hold random
@@ -329,26 +336,9 @@ TEST_P(DiffPrograms, IllegalBf16InstructionFaultsIdentically) {
 // other int8 instructions: rtl and ref bit-identical.
 TEST_P(DiffPrograms, RandomLutProgramsGiveIdenticalMemory) {
   const unsigned n = GetParam();
-  Pair p = open_pair(n);
-  std::mt19937_64 rng(8000 + n);
-  const int programs = n == 4 ? 100 : 30;
-  std::vector<Step> history;
   RandomProgramOptions opt;
   opt.lut = true;
-  for (int i = 0; i < programs; ++i) {
-    Step step{fill_random(p, rng), {}};
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, opt};
-    step.program = random_program(spec, rng);
-    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
-    p.rtl.run(step.program);
-    p.ref.run(step.program);
-    expect_same_memory(p, "LUT program " + std::to_string(i));
-    if (HasFailure()) {
-      ADD_FAILURE() << locate_divergence(n, history, step);
-      return;
-    }
-    history.push_back(std::move(step));
-  }
+  expect_random_programs_identical(n, 8000 + n, n == 4 ? 100 : 30, opt, false, "LUT program");
 }
 
 // Every ISA 1.1 feature at once (RandomProgramOptions::all(): bf16 modes, LOADW transpose,
@@ -358,52 +348,14 @@ TEST_P(DiffPrograms, RandomLutProgramsGiveIdenticalMemory) {
 // VECTOR ops, overlapping VECTOR ranges, ...) reported identically.
 TEST_P(DiffPrograms, RandomIsa11ProgramsGiveIdenticalMemory) {
   const unsigned n = GetParam();
-  Pair p = open_pair(n);
-  std::mt19937_64 rng(6000 + n);
-  const int programs = n == 4 ? 150 : 40;
-  std::vector<Step> history;
-  for (int i = 0; i < programs; ++i) {
-    Step step{fill_fp(p, rng), {}};
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 40, RandomProgramOptions::all()};
-    step.program = random_program(spec, rng);
-    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(step.program));
-    p.rtl.run(step.program);
-    p.ref.run(step.program);
-    expect_same_memory(p, "ISA 1.1 program " + std::to_string(i));
-    if (HasFailure()) {
-      ADD_FAILURE() << locate_divergence(n, history, step);
-      return;
-    }
-    history.push_back(std::move(step));
-  }
+  expect_random_programs_identical(n, 6000 + n, n == 4 ? 150 : 40, RandomProgramOptions::all(), true,
+                                   "ISA 1.1 program");
 }
 
 TEST_P(DiffPrograms, IllegalIsa11InstructionFaultsIdentically) {
   const unsigned n = GetParam();
-  Pair p = open_pair(n);
-  std::mt19937_64 rng(7000 + n);
-  const int programs = n == 4 ? 100 : 30;
-  for (int i = 0; i < programs; ++i) {
-    fill_fp(p, rng);
-    RandomProgramSpec spec{p.rtl.info().params, p.rtl_data.addr(), kDataBytes, 12, RandomProgramOptions::all()};
-    auto prog = random_program(spec, rng);
-    prog.push_back(random_illegal_instruction(spec, rng));
-    SCOPED_TRACE("program " + std::to_string(i) + ":\n" + listing(prog));
-    std::optional<FaultReport> faults[2];
-    Device* devs[2] = {&p.rtl, &p.ref};
-    for (int d = 0; d < 2; ++d) {
-      EXPECT_THROW(devs[d]->run(prog), Error) << (d == 0 ? "rtl" : "ref");
-      faults[d] = devs[d]->fault();
-      ASSERT_TRUE(faults[d].has_value());
-    }
-    EXPECT_EQ(faults[0]->cause, faults[1]->cause) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->info, faults[1]->info) << faults[0]->message() << " vs " << faults[1]->message();
-    EXPECT_EQ(faults[0]->program_index, faults[1]->program_index);
-    expect_same_memory(p, "faulted ISA 1.1 program " + std::to_string(i));
-    p.rtl.reset();
-    p.ref.reset();
-    if (HasFailure()) return;
-  }
+  expect_illegal_faults_identical(n, 7000 + n, n == 4 ? 100 : 30, RandomProgramOptions::all(),
+                                  "faulted ISA 1.1 program");
 }
 
 INSTANTIATE_TEST_SUITE_P(ArraySizes, DiffPrograms, ::testing::Values(4u, 16u),
