@@ -10,7 +10,16 @@ is exported in eval mode (opset 13, dynamic batch on every input):
   add_branches.onnx   a [batch, 8] -> Linear(8, 16), b [batch, 12] -> Linear(12, 16) (weights / 100),
                       added, ReLU, Linear(16, 4); b's rows are 100x a's (different input scales
                       on purpose: their products meet in one accumulator)
-  NAME_a.npy, NAME_b.npy   float32 inputs, 64 rows (NumPy seed 3)
+  image_vector.onnx   x [batch, 1, 12, 12] -> Conv(1, 4, 3, pad 1) -> ReLU -> MaxPool(2) -> flatten,
+                      Concat with v [batch, 5] (v is 20x x) -> Linear(149, 16) -> ReLU -> Linear(16, 3)
+                      (an image and a side vector: the vector joins the dense head)
+  two_images.onnx     a, b [batch, 2, 8, 8] (b is 10x a): y = ReLU(Conv_a(a)), z = ReLU(Conv_b(b)),
+                      Concat(y + z, z) along the channels -> AvgPool(2) -> flatten -> Linear(64, 4)
+                      (siamese-style branches joined by a residual Add and a channel Concat)
+  concat_images.onnx  a, b [batch, 2, 8, 8] (b is 10x a): Concat(a, b) along the channels ->
+                      Conv(4, 6, 3, pad 1) -> ReLU -> GlobalAveragePool -> flatten -> Linear(6, 3)
+  NAME_a.npy, NAME_b.npy (NAME_x.npy, NAME_v.npy)   float32 inputs, 64 rows (dense) or 32 (CNNs),
+                      NumPy seed 3
   NAME_expected.npy        float32: PyTorch's output for them
 
     scripts/make_multi_input_models.py
@@ -47,13 +56,54 @@ class AddBranches(nn.Module):
         return self.fc(torch.relu(self.fa(a) + self.fb(b)))
 
 
-def export(name, model, shapes, scales):
+class ImageVector(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc1 = nn.Linear(4 * 6 * 6 + 5, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x, v):
+        h = torch.max_pool2d(torch.relu(self.conv(x)), 2)
+        h = torch.cat([h.view(h.size(0), -1), v], dim=1)
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+class TwoImages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ca = nn.Conv2d(2, 4, 3, padding=1)
+        self.cb = nn.Conv2d(2, 4, 3, padding=1)
+        with torch.no_grad():
+            self.cb.weight.mul_(0.1)
+        self.fc = nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, a, b):
+        y = torch.relu(self.ca(a))
+        z = torch.relu(self.cb(b))
+        h = nn.functional.avg_pool2d(torch.cat([y + z, z], dim=1), 2)
+        return self.fc(torch.flatten(h, 1))
+
+
+class ConcatImages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3, padding=1)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, a, b):
+        h = torch.relu(self.conv(torch.cat([a, b], dim=1)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+def export(name, model, shapes, scales, names=("a", "b"), rows=64):
     model.eval()
     rng = np.random.default_rng(3)
-    xs = [(rng.standard_normal((64, f)) * s).astype(np.float32) for f, s in zip(shapes, scales)]
+    shapes = [(f,) if isinstance(f, int) else tuple(f) for f in shapes]
+    xs = [(rng.standard_normal((rows,) + f) * s).astype(np.float32) for f, s in zip(shapes, scales)]
     with torch.no_grad():
         y = model(*[torch.from_numpy(x) for x in xs]).numpy().astype(np.float32)
-    names = ["a", "b"]
+    names = list(names)
     path = OUT / f"{name}.onnx"
     torch.onnx.export(model, tuple(torch.from_numpy(x[:2]) for x in xs), str(path), opset_version=13,
                       input_names=names, output_names=["y"],
@@ -69,6 +119,9 @@ def main():
     torch.manual_seed(7)
     export("concat_mlp", ConcatMlp(), (6, 10), (1.0, 1.0))
     export("add_branches", AddBranches(), (8, 12), (1.0, 100.0))
+    export("image_vector", ImageVector(), ((1, 12, 12), 5), (1.0, 20.0), names=("x", "v"), rows=32)
+    export("two_images", TwoImages(), ((2, 8, 8), (2, 8, 8)), (1.0, 10.0), rows=32)
+    export("concat_images", ConcatImages(), ((2, 8, 8), (2, 8, 8)), (1.0, 10.0), rows=32)
 
 
 if __name__ == "__main__":

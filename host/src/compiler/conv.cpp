@@ -802,29 +802,74 @@ nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float>
   return q;
 }
 
+int CnnInputs::vector_input(const Graph& g, ValueId v) const {
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    if (g.inputs[k].value == v && !image[k]) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+CnnInputs cnn_inputs(const Graph& g) {
+  if (g.inputs.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs an input");
+  CnnInputs r;
+  std::vector<std::string> names;
+  for (const GraphInput& gi : g.inputs) names.push_back("'" + g.value(gi.value).name + "'");
+  for (const GraphInput& gi : g.inputs) {
+    const Value& v = g.value(gi.value);
+    const bool several = g.inputs.size() > 1;
+    if (v.dtype != DType::kFloat32 || !v.shape || (v.shape->size() != 4 && !(several && v.shape->size() == 2))) {
+      g.fail(ErrorKind::kUnsupported,
+             several ? fmt::format("graph input '{}' has shape {}; a CNN's inputs ({}) are float32 images [batch, "
+                                   "channels, height, width] or vectors [batch, features] that join the dense head",
+                                   v.name, v.shape ? dims_string(*v.shape) : "unknown", fmt::join(names, ", "))
+                     : fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, width]",
+                                   v.name, v.shape ? dims_string(*v.shape) : "unknown"));
+    }
+    r.image.push_back(v.shape->size() == 4);
+    r.offset.push_back(r.row);
+    r.features.push_back(static_cast<uint64_t>(*checked_elements(detail::features(*v.shape))));
+    r.row += r.features.back();
+  }
+  if (std::find(r.image.begin(), r.image.end(), true) == r.image.end()) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs an image input [batch, channels, height, width]; its inputs "
+                                                "({}) are all vectors", fmt::join(names, ", ")));
+  }
+  return r;
+}
+
 nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64_t rows) {
   const Graph g = optimize(std::move(graph));
-  if (g.inputs.size() != 1) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input, not {} (graph input '{}' is the second)",
-                                                g.inputs.size(), g.inputs.size() > 1 ? g.value(g.inputs[1].value).name : ""));
-  }
-  const ValueId input = g.inputs[0].value;
-  const Dims& din = *g.value(input).shape;
-  if (din.size() != 4) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, "
-                                                "width]", g.value(input).name, dims_string(din)));
-  }
+  const CnnInputs ins = cnn_inputs(g);
   if (rows == 0) throw Error(ErrorKind::kInvalidArgument, "calibration data has no rows");
-  const auto feat = static_cast<uint64_t>(din[1] * din[2] * din[3]);
-  if (calib.size() != rows * feat) {
+  if (calib.size() != rows * ins.row) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: calibration data has {} values, expected {} rows x {}",
-                                                         g.source, calib.size(), rows, feat));
+                                                         g.source, calib.size(), rows, ins.row));
   }
   nn::QCnn net;
-  net.in_c = static_cast<uint32_t>(din[1]);
-  net.in_h = static_cast<uint32_t>(din[2]);
-  net.in_w = static_cast<uint32_t>(din[3]);
-  net.input_scale = nn::symmetric_scale(calib);
+  // Every image input's scale calibrated on its own columns; a vector input's comes from the head's
+  // quantization (its part of the head's first layer).
+  std::vector<float> in_scale(g.inputs.size(), 1.0f);
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const Dims& d = *g.value(g.inputs[k].value).shape;
+    nn::CnnGraphInput ci;
+    ci.name = g.value(g.inputs[k].value).name;
+    ci.image = d.size() == 4;
+    ci.c = static_cast<uint32_t>(d[1]);
+    ci.h = ci.image ? static_cast<uint32_t>(d[2]) : 1;
+    ci.w = ci.image ? static_cast<uint32_t>(d[3]) : 1;
+    if (ci.image) {
+      in_scale[k] = nn::symmetric_scale(nn::row_columns(calib, rows, ins.row, ins.offset[k], ci.features()));
+      ci.scale = in_scale[k];
+    }
+    net.inputs.push_back(std::move(ci));
+  }
+  for (const nn::CnnGraphInput& ci : net.inputs) {
+    if (!ci.image) continue;
+    net.in_c = ci.c, net.in_h = ci.h, net.in_w = ci.w;
+    net.input_scale = ci.scale;
+    break;
+  }
+  if (g.inputs.size() == 1) net.inputs.clear();  // one input: in_c/in_h/in_w/input_scale, as always
 
   // The layers, in node order: conv/pool nodes reading the input or an earlier layer's output,
   // residual Adds and channel Concats of such outputs (1x1 convolutions over the channel
@@ -841,7 +886,9 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   };
   std::vector<Layer> layers;
   std::vector<int32_t> layer_of(g.values.size(), std::numeric_limits<int32_t>::min());
-  layer_of[static_cast<size_t>(input)] = -1;
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    if (ins.image[k]) layer_of[static_cast<size_t>(g.inputs[k].value)] = -1 - static_cast<int32_t>(k);
+  }
   const std::vector<std::vector<size_t>> readers = g.consumers();
   auto is_conv_like = [](Op op) {
     return op == Op::kConv || op == Op::kAveragePool || op == Op::kGlobalAveragePool || op == Op::kMaxPool;
@@ -894,6 +941,14 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     const bool merge = (n.op == Op::kAdd || n.op == Op::kConcat) && !n.inputs.empty() &&
                        std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return is_layer_value(v); });
     if (!is_conv_like(n.op) && !merge) break;
+    for (const ValueId v : n.inputs) {
+      if (const int k = ins.vector_input(g, v); k >= 0) {
+        g.fail(ErrorKind::kUnsupported, n,
+               fmt::format("reads the vector input '{}'; a CNN's [batch, features] input joins the dense head (a Concat "
+                           "with the flattened last map along the features, right after the Flatten)",
+                           g.value(v).name));
+      }
+    }
     if (!merge && !is_layer_value(n.inputs[0])) g.fail(ErrorKind::kUnsupported, n, "is not part of a chain of layers");
     Layer l;
     l.node = &n;
@@ -921,12 +976,12 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     for (size_t c = L; c-- > 0;) {
       if (layers[c].node->op != Op::kMaxPool) continue;
       const int32_t s = layers[c].src[0];
-      (s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]) = out_scales[c];
+      (s < 0 ? in_scale[static_cast<size_t>(-1 - s)] : out_scales[static_cast<size_t>(s)]) = out_scales[c];
     }
     for (size_t c = 0; c < L; ++c) {
       const Layer& l = layers[c];
       std::vector<float> in_scales;
-      for (const int32_t s : l.src) in_scales.push_back(s < 0 ? net.input_scale : out_scales[static_cast<size_t>(s)]);
+      for (const int32_t s : l.src) in_scales.push_back(s < 0 ? in_scale[static_cast<size_t>(-1 - s)] : out_scales[static_cast<size_t>(s)]);
       // With a function the layer requantizes into the table's input scale (calibrated on the
       // function's input); the table maps it to the layer's output scale.
       const float req_scale = l.act.none() ? out_scales[c] : nn::symmetric_scale(acts[static_cast<size_t>(l.act_in)]);
@@ -942,6 +997,14 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
       }
       if (l.src != std::vector<int32_t>{static_cast<int32_t>(c) - 1}) q.sources = l.src;
       net.convs.push_back(std::move(q));
+    }
+    // A MaxPool reading an image input set that input's scale: the inputs keep theirs.
+    bool first = true;
+    for (size_t k = 0; k < g.inputs.size(); ++k) {
+      if (!ins.image[k]) continue;
+      if (!net.inputs.empty()) net.inputs[k].scale = in_scale[k];
+      if (first) net.input_scale = in_scale[k];
+      first = false;
     }
   };
   // The graph outputs: the network's own (`final_value`: the head's output, or the last map or its
@@ -977,12 +1040,30 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     }
     if (g.outputs.size() == 1) net.outputs.clear();  // one output: the network's (the usual form)
   };
+  // Every vector input joins the head (in a Concat with the Flatten's output), every image input
+  // feeds a layer.
+  auto check_inputs_used = [&](const std::vector<int32_t>& head_src) {
+    for (size_t k = 0; k < g.inputs.size(); ++k) {
+      const int32_t s = -1 - static_cast<int32_t>(k);
+      const bool used = ins.image[k] ? std::any_of(layers.begin(), layers.end(), [&](const Layer& l) {
+        return std::find(l.src.begin(), l.src.end(), s) != l.src.end();
+      }) : std::find(head_src.begin(), head_src.end(), s) != head_src.end();
+      if (!used) {
+        g.fail(ErrorKind::kUnsupported,
+               fmt::format("graph input '{}' {}", g.value(g.inputs[k].value).name,
+                           ins.image[k] ? "is not read by a convolution or pooling layer"
+                                        : "does not join the dense head in a Concat with the flattened map along the features "
+                                          "(a vector input of a CNN runs only there)"));
+      }
+    }
+  };
   // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
   // map in NCHW order is the flattened row).
   const bool ends_in_map = i == g.nodes.size();
   const bool ends_in_flatten = i + 1 == g.nodes.size() && (g.nodes[i].op == Op::kFlatten || g.nodes[i].op == Op::kReshape) &&
                                g.nodes[i].inputs[0] == act;
   if (ends_in_map || ends_in_flatten) {
+    check_inputs_used({});
     quantize_convs(nn::symmetric_scale(acts[static_cast<size_t>(act)]));
     assign_outputs(ends_in_map ? act : g.nodes[i].outputs[0]);
     net.check();
@@ -1001,6 +1082,43 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   act = flat.outputs[0];
   nn::FloatNetwork head;
   head.source = g.source;
+  // A Concat of the flattened map with vector inputs along the features: the head's row is the
+  // parts side by side, each quantized with its own scale (QCnn::head_sources).
+  std::vector<int32_t> head_src;
+  if (i < g.nodes.size() && g.nodes[i].op == Op::kConcat &&
+      std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), act) != g.nodes[i].inputs.end() &&
+      std::any_of(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), [&](ValueId v) { return ins.vector_input(g, v) >= 0; })) {
+    const Node& cat = g.nodes[i++];
+    int64_t axis = attr_int(g, cat, "axis", 0);
+    if (axis < 0) axis += 2;
+    if (axis != 1) g.fail(ErrorKind::kUnsupported, cat, "joins the flattened map and a vector input along the batch axis; they join along the features (axis 1)");
+    for (const ValueId v : cat.inputs) {
+      const Value& vv = g.value(v);
+      if (v == act && std::find(head_src.begin(), head_src.end(), static_cast<int32_t>(layers.size()) - 1) == head_src.end()) {
+        head_src.push_back(static_cast<int32_t>(layers.size()) - 1);
+        head.input_parts.push_back(nn::InputPart{vv.name, *vv.shape, static_cast<uint32_t>((*vv.shape)[1])});
+      } else if (const int k = ins.vector_input(g, v);
+                 k >= 0 && std::find(head_src.begin(), head_src.end(), -1 - k) == head_src.end()) {
+        if (readers[static_cast<size_t>(v)].size() != 1) {
+          g.fail(ErrorKind::kUnsupported, cat, fmt::format("graph input '{}' is also read elsewhere; a vector input joins "
+                                                           "the dense head in this Concat only", vv.name));
+        }
+        head_src.push_back(-1 - k);
+        const GraphInput& gi = g.inputs[static_cast<size_t>(k)];
+        head.input_parts.push_back(nn::InputPart{vv.name, gi.declared.empty() ? *vv.shape : gi.declared,
+                                                 static_cast<uint32_t>((*vv.shape)[1])});
+      } else {
+        g.fail(ErrorKind::kUnsupported, cat,
+               fmt::format("concatenates '{}' with the flattened map; the dense head's Concat joins the flattened last "
+                           "map and vector graph inputs (each once), not a hidden activation", vv.name));
+      }
+    }
+    if (readers[static_cast<size_t>(act)].size() != 1) {
+      g.fail(ErrorKind::kUnsupported, cat, "the flattened map is also read elsewhere");
+    }
+    act = cat.outputs[0];
+  }
+  const ValueId head_in = act;
   head.input_name = g.value(act).name;
   head.output_name = g.outputs[0].name;
   for (const GraphOutput& o : g.outputs) {
@@ -1009,6 +1127,14 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
   for (; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
+    for (const ValueId v : n.inputs) {
+      if (ins.vector_input(g, v) >= 0) {
+        g.fail(ErrorKind::kUnsupported, n,
+               fmt::format("reads the vector input '{}' inside the dense head; a vector input joins the head only in a "
+                           "Concat with the flattened map right after the Flatten (a Concat of an input with a hidden "
+                           "activation is not supported)", g.value(v).name));
+      }
+    }
     if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
       g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
     }
@@ -1032,12 +1158,27 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
     act = n.outputs[0];
   }
   if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
-  const std::vector<float>& flat_calib = acts[static_cast<size_t>(flat.outputs[0])];
+  check_inputs_used(head_src);
+  const std::vector<float>& flat_calib = acts[static_cast<size_t>(head_in)];
   Graph hg = graph_of_float_network(head);
   quantize(hg, flat_calib, rows);
   net.head = lower_to_qnetwork(hg);
 
-  quantize_convs(net.head.input_scale);
+  float map_scale = net.head.input_scale;
+  if (!head_src.empty()) {
+    net.head_sources = head_src;
+    for (size_t p = 0; p < head_src.size(); ++p) {
+      const float s = net.head.input_part_scales.at(p);
+      if (head_src[p] >= 0) {
+        map_scale = s;
+      } else {
+        const auto k = static_cast<size_t>(-1 - head_src[p]);
+        in_scale[k] = s;
+        net.inputs.at(k).scale = s;
+      }
+    }
+  }
+  quantize_convs(map_scale);
   assign_outputs(act);
   net.check();
   return net;

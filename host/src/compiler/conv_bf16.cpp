@@ -179,22 +179,41 @@ void Bf16ConvLayer::check() const {
   }
 }
 
+uint64_t Bf16Cnn::input_features(size_t k) const {
+  if (inputs.empty()) return uint64_t{in_c} * in_h * in_w;
+  return inputs.at(k).features();
+}
+
+uint64_t Bf16Cnn::input_offset(size_t k) const {
+  uint64_t off = 0;
+  for (size_t j = 0; j < k; ++j) off += input_features(j);
+  return off;
+}
+
+uint64_t Bf16Cnn::input_row() const { return input_offset(inputs.empty() ? 1 : inputs.size()); }
+
 void Bf16Cnn::check() const {
   uint64_t c = in_c, h = in_h, w = in_w;
+  const auto n_in = static_cast<int32_t>(inputs.empty() ? 1 : inputs.size());
+  if (!inputs.empty() && convs.size() > 0 && convs[0].sources.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "bf16 CNN with several inputs: the first layer must name its source");
+  }
   for (size_t i = 0; i < convs.size(); ++i) {
     const Bf16ConvLayer& l = convs[i];
     l.check();
     if (!l.sources.empty()) {  // the channel concatenation of earlier layers' maps (or the input)
       c = 0;
       for (const int32_t s : l.sources) {
-        if (s < -1 || s >= static_cast<int32_t>(i)) {
+        if (s < -n_in || s >= static_cast<int32_t>(i) || (s < 0 && !inputs.empty() && !inputs[static_cast<size_t>(-1 - s)].image)) {
           throw Error(ErrorKind::kInvalidArgument,
-                      fmt::format("bf16 CNN layer {} '{}': source {} is not an earlier layer", i, l.name, s));
+                      fmt::format("bf16 CNN layer {} '{}': source {} is not an image input or an earlier layer", i, l.name, s));
         }
         const nn::ConvGeometry* sg = s < 0 ? nullptr : &convs[static_cast<size_t>(s)].geom;
-        c += sg == nullptr ? in_c : sg->out_c;
-        h = sg == nullptr ? in_h : sg->out_h();
-        w = sg == nullptr ? in_w : sg->out_w();
+        const nn::CnnGraphInput gin = s < 0 && !inputs.empty() ? inputs[static_cast<size_t>(-1 - s)]
+                                                               : nn::CnnGraphInput{"", in_c, in_h, in_w, true, 1.0f};
+        c += sg == nullptr ? gin.c : sg->out_c;
+        h = sg == nullptr ? gin.h : sg->out_h();
+        w = sg == nullptr ? gin.w : sg->out_w();
       }
     }
     if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
@@ -206,7 +225,22 @@ void Bf16Cnn::check() const {
     h = l.geom.out_h();
     w = l.geom.out_w();
   }
-  if (head.input_features != c * h * w || (!head.layers.empty() && head.layers[0].k != head.input_features)) {
+  uint64_t head_in = c * h * w;
+  if (!head_sources.empty()) {
+    head_in = 0;
+    for (const int32_t s : head_sources) {
+      if (s == static_cast<int32_t>(convs.size()) - 1) {
+        head_in += c * h * w;
+      } else if (s < 0 && s >= -n_in && !inputs.empty() && !inputs[static_cast<size_t>(-1 - s)].image) {
+        head_in += inputs[static_cast<size_t>(-1 - s)].features();
+      } else {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("bf16 CNN: the dense head reads source {}, neither the last layer nor a vector input", s));
+      }
+    }
+    if (head.layers.empty()) throw Error(ErrorKind::kInvalidArgument, "bf16 CNN: head sources without a dense head");
+  }
+  if (head.input_features != head_in || (!head.layers.empty() && head.layers[0].k != head.input_features)) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("bf16 CNN: the dense head reads {} features, the convolutions give {}x{}x{} = {}",
                             head.input_features, c, h, w, c * h * w));
@@ -225,21 +259,29 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   for (size_t j = 0; j < g.outputs.size(); ++j) {
     if (!is_indices(g.outputs[j].value)) main.push_back(j);
   }
-  if (g.inputs.size() != 1 || main.size() != 1) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one input and one output, not {} and {}", g.inputs.size(),
-                                                g.outputs.size()));
+  if (main.size() != 1) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("a CNN needs one output, not {}", g.outputs.size()));
   }
-  const ValueId in = g.inputs[0].value;
-  const Dims& din = *g.value(in).shape;
-  if (din.size() != 4) {
-    g.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' has shape {}; a CNN's input is [batch, channels, height, "
-                                                "width]", g.value(in).name, dims_string(din)));
-  }
+  const CnnInputs ins = cnn_inputs(g);
   const GraphOutput& out0 = g.outputs[main[0]];
   Bf16Cnn net;
-  net.in_c = static_cast<uint32_t>(din[1]);
-  net.in_h = static_cast<uint32_t>(din[2]);
-  net.in_w = static_cast<uint32_t>(din[3]);
+  ValueId in = kNoValue;  // the first image input
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const Dims& d = *g.value(g.inputs[k].value).shape;
+    nn::CnnGraphInput ci;
+    ci.name = g.value(g.inputs[k].value).name;
+    ci.image = ins.image[k];
+    ci.c = static_cast<uint32_t>(d[1]);
+    ci.h = ci.image ? static_cast<uint32_t>(d[2]) : 1;
+    ci.w = ci.image ? static_cast<uint32_t>(d[3]) : 1;
+    if (ci.image && in == kNoValue) {
+      in = g.inputs[k].value;
+      net.in_c = ci.c, net.in_h = ci.h, net.in_w = ci.w;
+    }
+    net.inputs.push_back(std::move(ci));
+  }
+  const bool several = g.inputs.size() > 1;
+  if (!several) net.inputs.clear();
 
   ValueId act = in;
   size_t i = 0;
@@ -248,8 +290,17 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   };
   // The layers in graph order; a layer reads the previous layer's output, or (a residual Add or a
   // Concat) the outputs of earlier layers and the graph input (Bf16ConvLayer::sources).
-  std::map<ValueId, int32_t> layer_of{{in, -1}};
+  std::map<ValueId, int32_t> layer_of;
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    if (ins.image[k]) layer_of[g.inputs[k].value] = -1 - static_cast<int32_t>(k);
+  }
   const auto source_of = [&](const Node& n, ValueId v) {
+    if (ins.vector_input(g, v) >= 0) {
+      g.fail(ErrorKind::kUnsupported, n,
+             fmt::format("reads the vector input '{}'; a CNN's [batch, features] input joins the dense head (a Concat "
+                         "with the flattened last map along the features, right after the Flatten)",
+                         g.value(v).name));
+    }
     const auto it = layer_of.find(v);
     if (it == layer_of.end()) g.fail(ErrorKind::kUnsupported, n, "is not part of a chain of layers");
     return it->second;
@@ -266,7 +317,7 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     if (is_conv_like(n.op)) {
       const int32_t s = source_of(n, n.inputs[0]);
       net.convs.push_back(lower_layer(g, n));
-      if (s != static_cast<int32_t>(net.convs.size()) - 2) net.convs.back().sources = {s};
+      if (s != static_cast<int32_t>(net.convs.size()) - 2 || (several && s < 0)) net.convs.back().sources = {s};
       if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
         const ValueId z = n.outputs[1];
         if (std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
@@ -315,6 +366,38 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     }
     act = flat.outputs[0];
     head.input_name = g.value(act).name;
+    // A Concat of the flattened map with vector inputs along the features: the head's row is the
+    // parts side by side (Bf16Cnn::head_sources; no scales to reconcile in bf16).
+    if (i < g.nodes.size() && g.nodes[i].op == Op::kConcat &&
+        std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), act) != g.nodes[i].inputs.end() &&
+        std::any_of(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), [&](ValueId v) { return ins.vector_input(g, v) >= 0; })) {
+      const Node& cat = g.nodes[i++];
+      int64_t axis = attr_int(g, cat, "axis", 0);
+      if (axis < 0) axis += 2;
+      if (axis != 1) g.fail(ErrorKind::kUnsupported, cat, "joins the flattened map and a vector input along the batch axis; they join along the features (axis 1)");
+      const auto last_layer = static_cast<int32_t>(net.convs.size()) - 1;
+      uint64_t f = 0;
+      for (const ValueId v : cat.inputs) {
+        const int k = ins.vector_input(g, v);
+        const int32_t s = v == act ? last_layer : -1 - k;
+        if ((v != act && k < 0) || std::find(net.head_sources.begin(), net.head_sources.end(), s) != net.head_sources.end()) {
+          g.fail(ErrorKind::kUnsupported, cat,
+                 fmt::format("concatenates '{}' with the flattened map; the dense head's Concat joins the flattened last "
+                             "map and vector graph inputs (each once), not a hidden activation", g.value(v).name));
+        }
+        if (std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
+              return std::find(m.inputs.begin(), m.inputs.end(), v) != m.inputs.end();
+            }) != 1) {
+          g.fail(ErrorKind::kUnsupported, cat, fmt::format("'{}' is also read elsewhere; the flattened map and a vector "
+                                                           "input join the dense head in this Concat only", g.value(v).name));
+        }
+        net.head_sources.push_back(s);
+        f += static_cast<uint64_t>((*g.value(v).shape)[1]);
+      }
+      head.input_features = static_cast<uint32_t>(f);
+      act = cat.outputs[0];
+      head.input_name = g.value(act).name;
+    }
   } else if (i < g.nodes.size()) {
     g.fail(ErrorKind::kUnsupported, g.nodes[i],
            "follows the convolutions; a CNN runs Conv (+Relu), AveragePool, GlobalAveragePool and MaxPool layers, "
@@ -322,6 +405,14 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   }
   for (; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
+    for (const ValueId v : n.inputs) {
+      if (ins.vector_input(g, v) >= 0) {
+        g.fail(ErrorKind::kUnsupported, n,
+               fmt::format("reads the vector input '{}' inside the dense head; a vector input joins the head only in a "
+                           "Concat with the flattened map right after the Flatten (a Concat of an input with a hidden "
+                           "activation is not supported)", g.value(v).name));
+      }
+    }
     if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
       g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
     }
@@ -355,6 +446,20 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   }
   if (act != out0.value) {
     g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers", out0.name));
+  }
+  // Every vector input joins the head (in that Concat), every image input feeds a layer.
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const int32_t s = -1 - static_cast<int32_t>(k);
+    const bool used = ins.image[k] ? std::any_of(net.convs.begin(), net.convs.end(), [&](const Bf16ConvLayer& l) {
+      return std::find(l.sources.begin(), l.sources.end(), s) != l.sources.end();
+    }) || (!several && !net.convs.empty()) : std::find(net.head_sources.begin(), net.head_sources.end(), s) != net.head_sources.end();
+    if (!used) {
+      g.fail(ErrorKind::kUnsupported,
+             fmt::format("graph input '{}' {}", g.value(g.inputs[k].value).name,
+                         ins.image[k] ? "is not read by a convolution or pooling layer"
+                                      : "does not join the dense head in a Concat with the flattened map along the features "
+                                        "(a vector input of a CNN runs only there)"));
+    }
   }
   if (net.indices_outputs.size() + 1 != g.outputs.size()) {
     g.fail(ErrorKind::kUnsupported, "a max pool's Indices output is not from a pool of the chain of layers");

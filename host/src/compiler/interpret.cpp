@@ -23,20 +23,31 @@ class Interpreter {
   Interpreter(const Graph& g, uint64_t batch) : g_(g), batch_(batch), t_(g.values.size()) {}
 
   std::vector<std::vector<float>> run(std::span<const float> x) {
-    if (g_.inputs.size() != 1) {
-      g_.fail(ErrorKind::kUnsupported, fmt::format("the float interpreter runs graphs with one input, not {}", g_.inputs.size()));
+    // Several graph inputs (a CNN with an image and a vector, or two images): each row of x is
+    // every input's values side by side, in graph order.
+    uint64_t row = 0;
+    for (const GraphInput& gi : g_.inputs) {
+      const Value& v = g_.value(gi.value);
+      if (v.dtype != DType::kFloat32 || !v.shape) {
+        g_.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' must be a float32 tensor of known shape", v.name));
+      }
+      row += row_size(g_, gi.value);
     }
-    const ValueId in = g_.inputs[0].value;
-    const Value& v = g_.value(in);
-    if (v.dtype != DType::kFloat32 || !v.shape) {
-      g_.fail(ErrorKind::kUnsupported, fmt::format("graph input '{}' must be a float32 tensor of known shape", v.name));
-    }
-    const uint64_t f = row_size(g_, in);
-    if (x.size() != batch_ * f) {
+    if (g_.inputs.empty()) g_.fail(ErrorKind::kUnsupported, "the float interpreter needs a graph input");
+    if (x.size() != batch_ * row) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: input has {} values, expected batch {} x {} features",
-                                                           g_.source, x.size(), batch_, f));
+                                                           g_.source, x.size(), batch_, row));
     }
-    t_[static_cast<size_t>(in)].assign(x.begin(), x.end());
+    uint64_t off = 0;
+    for (const GraphInput& gi : g_.inputs) {
+      const uint64_t f = row_size(g_, gi.value);
+      std::vector<float>& t = t_[static_cast<size_t>(gi.value)];
+      t.resize(batch_ * f);
+      for (uint64_t b = 0; b < batch_; ++b) {
+        std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(b * row + off), f, t.begin() + static_cast<std::ptrdiff_t>(b * f));
+      }
+      off += f;
+    }
     for (const Node& n : g_.nodes) node(n);
     return std::move(t_);
   }

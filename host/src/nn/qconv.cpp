@@ -168,9 +168,31 @@ std::vector<int32_t> QCnn::sources_of(size_t l) const {
   return {static_cast<int32_t>(l) - 1};
 }
 
+CnnGraphInput QCnn::input(size_t k) const {
+  if (!inputs.empty()) return inputs.at(k);
+  if (k != 0) throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: no graph input {} (the network has one)", k));
+  CnnGraphInput in;
+  in.c = in_c, in.h = in_h, in.w = in_w;
+  in.scale = input_scale;
+  return in;
+}
+
+uint64_t QCnn::input_row() const { return input_offset(input_count()); }
+
+uint64_t QCnn::input_offset(size_t k) const {
+  uint64_t off = 0;
+  for (size_t j = 0; j < k; ++j) off += input(j).features();
+  return off;
+}
+
 void QCnn::check() const {
   uint32_t c = in_c, h = in_h, w = in_w;
   float scale = input_scale;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].features() == 0 || (!inputs[k].image && (inputs[k].h != 1 || inputs[k].w != 1))) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: graph input '{}' has a bad shape", inputs[k].name));
+    }
+  }
   for (size_t li = 0; li < convs.size(); ++li) {
     const QConv2d& l = convs[li];
     l.check();
@@ -178,18 +200,21 @@ void QCnn::check() const {
     const std::vector<int32_t> src = sources_of(li);
     c = 0;
     for (const int32_t k : src) {
-      if (k < -1 || k >= static_cast<int32_t>(li)) {
+      if (k < -static_cast<int32_t>(input_count()) || k >= static_cast<int32_t>(li) ||
+          (k < 0 && !input(static_cast<size_t>(-1 - k)).image)) {
         throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("cnn: conv '{}' reads layer {}, which is not the input (-1) or an earlier layer", l.name, k));
+                    fmt::format("cnn: conv '{}' reads layer {}, which is not an image input (-1 - k) or an earlier layer",
+                                l.name, k));
       }
       const ConvGeometry* sg = k < 0 ? nullptr : &convs[static_cast<size_t>(k)].geom;
-      const uint32_t sc = sg ? sg->out_c : in_c, sh = sg ? sg->out_h() : in_h, sw = sg ? sg->out_w() : in_w;
+      const CnnGraphInput gin = k < 0 ? input(static_cast<size_t>(-1 - k)) : CnnGraphInput{};
+      const uint32_t sc = sg ? sg->out_c : gin.c, sh = sg ? sg->out_h() : gin.h, sw = sg ? sg->out_w() : gin.w;
       if (c != 0 && (sh != h || sw != w)) {
         throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: conv '{}' concatenates maps of {}x{} and {}x{}", l.name,
                                                              h, w, sh, sw));
       }
       c += sc, h = sh, w = sw;
-      scale = k < 0 ? input_scale : convs[static_cast<size_t>(k)].out_scale;
+      scale = k < 0 ? gin.scale : convs[static_cast<size_t>(k)].out_scale;
     }
     if (l.geom.in_c != c || l.geom.in_h != h || l.geom.in_w != w) {
       throw Error(ErrorKind::kInvalidArgument,
@@ -204,7 +229,43 @@ void QCnn::check() const {
     scale = l.out_scale;
   }
   if (convs.empty()) throw Error(ErrorKind::kInvalidArgument, "cnn: no convolution or pooling layer");
-  if (!has_head()) return;  // the last map is the output
+  if (!has_head()) {  // the last map is the output
+    if (!head_sources.empty()) throw Error(ErrorKind::kInvalidArgument, "cnn: head sources without a dense head");
+    return;
+  }
+  if (!head_sources.empty()) {
+    // The head's row: the last map and vector inputs, each part with its own scale.
+    uint64_t f = 0;
+    bool map_seen = false;
+    if (head.input_part_scales.size() != head_sources.size() || head.input_part_features.size() != head_sources.size()) {
+      throw Error(ErrorKind::kInvalidArgument, "cnn: the dense head's input parts do not match its sources");
+    }
+    for (size_t p = 0; p < head_sources.size(); ++p) {
+      const int32_t k = head_sources[p];
+      uint64_t pf = 0;
+      float ps = 0;
+      if (k == static_cast<int32_t>(convs.size()) - 1 && !map_seen) {
+        map_seen = true;
+        pf = uint64_t{c} * h * w, ps = scale;
+      } else if (k < 0 && k >= -static_cast<int32_t>(input_count()) && !input(static_cast<size_t>(-1 - k)).image) {
+        pf = input(static_cast<size_t>(-1 - k)).features(), ps = input(static_cast<size_t>(-1 - k)).scale;
+      } else {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("cnn: the dense head reads source {}, which is neither the "
+                                                             "last layer nor a vector input", k));
+      }
+      if (head.input_part_features[p] != pf || head.input_part_scales[p] != ps) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("cnn: the dense head's input part {} has {} features and scale {:g}; its source {} has {} "
+                                "and {:g}", p, head.input_part_features[p], head.input_part_scales[p], k, pf, ps));
+      }
+      f += pf;
+    }
+    if (!map_seen || f != head.input_features || head.layers[0].k != head.input_features) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("cnn: the dense head reads {} features from its sources, which give {}", head.input_features, f));
+    }
+    return;
+  }
   if (uint64_t{head.input_features} != uint64_t{c} * h * w || head.layers[0].k != head.input_features) {
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("cnn: the dense head reads {} features, the last convolution gives {}x{}x{}",
@@ -224,20 +285,59 @@ uint64_t QCnn::output_features() const {
   return uint64_t{g.out_c} * g.out_h() * g.out_w();
 }
 
+std::vector<int8_t> cnn_input_part(const QCnn& net, size_t k, std::span<const int8_t> x, uint64_t batch) {
+  const uint64_t row = net.input_row(), off = net.input_offset(k), f = net.input(k).features();
+  if (x.size() != batch * row) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: input has {} values, expected batch {} x {}", x.size(), batch, row));
+  }
+  if (row == f) return std::vector<int8_t>(x.begin(), x.end());
+  return row_columns(x, batch, row, off, f);
+}
+
+std::vector<int8_t> quantize_cnn_input(const QCnn& net, std::span<const float> x) {
+  std::vector<float> scale;
+  for (size_t k = 0; k < net.input_count(); ++k) scale.insert(scale.end(), net.input(k).features(), net.input(k).scale);
+  if (scale.empty() || x.size() % scale.size() != 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: input has {} values, not a multiple of the {} per image", x.size(), scale.size()));
+  }
+  std::vector<int8_t> q(x.size());
+  for (size_t i = 0; i < x.size(); ++i) q[i] = quantize_value(x[i], scale[i % scale.size()]);
+  return q;
+}
+
+std::vector<int8_t> cnn_head_input(const QCnn& net, std::span<const int8_t> x, const std::vector<int8_t>& last,
+                                   uint64_t batch) {
+  if (net.head_sources.empty()) return last;
+  std::vector<std::vector<int8_t>> parts;
+  for (const int32_t k : net.head_sources) parts.push_back(k < 0 ? cnn_input_part(net, static_cast<size_t>(-1 - k), x, batch) : last);
+  return rows_side_by_side(parts, batch);
+}
+
 std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const int8_t> x,
                                     const std::function<const std::vector<int8_t>&(size_t)>& out, uint64_t batch) {
   const std::vector<int32_t> src = net.sources_of(l);
   const ConvGeometry& g = net.convs[l].geom;
   const uint64_t hw = uint64_t{g.in_h} * g.in_w;
+  // The image inputs' parts of the rows (one input: the rows themselves).
+  std::vector<std::vector<int8_t>> in_parts(net.input_count());
+  auto source = [&](int32_t k) -> std::span<const int8_t> {
+    if (k >= 0) return out(static_cast<size_t>(k));
+    const auto idx = static_cast<size_t>(-1 - k);
+    if (net.input_count() == 1) return x;
+    if (in_parts[idx].empty()) in_parts[idx] = cnn_input_part(net, idx, x, batch);
+    return in_parts[idx];
+  };
   if (src.size() == 1) {
-    const std::span<const int8_t> s = src[0] < 0 ? x : std::span<const int8_t>(out(static_cast<size_t>(src[0])));
+    const std::span<const int8_t> s = source(src[0]);
     return std::vector<int8_t>(s.begin(), s.end());
   }
   std::vector<int8_t> a(batch * g.in_c * hw);
   int8_t* dst = a.data();
   for (uint64_t b = 0; b < batch; ++b) {
     for (const int32_t k : src) {
-      const std::span<const int8_t> s = k < 0 ? x : std::span<const int8_t>(out(static_cast<size_t>(k)));
+      const std::span<const int8_t> s = source(k);
       const uint64_t per = s.size() / batch;  // C_k * H * W
       std::copy_n(s.data() + b * per, per, dst);
       dst += per;
@@ -260,7 +360,7 @@ std::vector<int32_t> forward_cnn_int_raw(const QCnn& net, std::span<const int8_t
   const std::vector<std::vector<int8_t>> outs = forward_cnn_int_maps(net, x_q, batch);
   const std::vector<int8_t>& a = outs.back();
   if (!net.has_head()) return std::vector<int32_t>(a.begin(), a.end());
-  return forward_int_raw(net.head, a, batch);
+  return forward_int_raw(net.head, cnn_head_input(net, x_q, a, batch), batch);
 }
 
 }  // namespace tpuw::nn

@@ -453,7 +453,7 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
   if (!net.has_head()) {
     r.output_i32.assign(last.begin(), last.end());  // the last feature map is the output
   } else {
-    r.head = run_network(device, net.head, last, batch);
+    r.head = run_network(device, net.head, nn::cnn_head_input(net, x_q, last, batch), batch);
     r.output_i32 = r.head.output_i32;
     r.cycles += r.head.cycles;
     r.macs += r.head.macs;

@@ -480,11 +480,32 @@ std::vector<float> gather_sources(const Bf16Cnn& net, const Bf16ConvLayer& l, co
   for (uint64_t b = 0; b < batch; ++b) {
     for (const int32_t s : l.sources) {
       const std::vector<float>& src = s < 0 ? x0 : outs.at(static_cast<size_t>(s));
-      const uint64_t per = s < 0 ? uint64_t{net.in_c} * net.in_h * net.in_w : src.size() / batch;
-      in.insert(in.end(), src.begin() + static_cast<ptrdiff_t>(b * per), src.begin() + static_cast<ptrdiff_t>((b + 1) * per));
+      // Image input k: its part of the input row (the whole row for one input).
+      const uint64_t row = s < 0 ? net.input_row() : src.size() / batch;
+      const uint64_t off = s < 0 ? net.input_offset(static_cast<size_t>(-1 - s)) : 0;
+      const uint64_t per = s < 0 ? net.input_features(static_cast<size_t>(-1 - s)) : row;
+      in.insert(in.end(), src.begin() + static_cast<ptrdiff_t>(b * row + off),
+                src.begin() + static_cast<ptrdiff_t>(b * row + off + per));
     }
   }
   return in;
+}
+
+// The dense head's input: the last map, or (Bf16Cnn::head_sources) the last map and vector inputs'
+// parts of the input rows side by side. Host layout only.
+std::vector<float> head_input(const Bf16Cnn& net, const std::vector<float>& x0, const std::vector<float>& last,
+                              uint64_t batch) {
+  if (net.head_sources.empty()) return last;
+  std::vector<std::vector<float>> parts;
+  for (const int32_t s : net.head_sources) {
+    if (s >= 0) {
+      parts.push_back(last);
+    } else {
+      const auto k = static_cast<size_t>(-1 - s);
+      parts.push_back(nn::row_columns<float>(x0, batch, net.input_row(), net.input_offset(k), net.input_features(k)));
+    }
+  }
+  return nn::rows_side_by_side(parts, batch);
 }
 
 }  // namespace
@@ -530,7 +551,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
   if (net.head.layers.empty()) {  // the feature map is the output
     r.output = std::move(a);
   } else {
-    r.head = run_network_bf16(device, net.head, a, batch);
+    r.head = run_network_bf16(device, net.head, head_input(net, x0, a, batch), batch);
     r.output = r.head.output;
   }
   r.cycles += r.head.cycles;
@@ -555,7 +576,7 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
     if (!l.act.none()) a = vec_function_host(vec_function(l.act, false), a);
     outs.push_back(a);
   }
-  return net.head.layers.empty() ? a : forward_bf16_host(net.head, a, batch, array_n);
+  return net.head.layers.empty() ? a : forward_bf16_host(net.head, head_input(net, x0, a, batch), batch, array_n);
 }
 
 }  // namespace tpuw::runtime

@@ -230,6 +230,41 @@ void trace_train_step(runtime::Trace* trace, const std::string& device_name, int
                         {"note", "forward, backward and update as TrainStepReport splits PERF_CYCLES (docs/training.md)"}});
 }
 
+std::vector<std::string> match_named_inputs(const std::vector<std::string>& args, const std::vector<std::string>& names,
+                                            const char* flag) {
+  std::vector<std::string> quoted;
+  for (const std::string& n : names) quoted.push_back("'" + n + "'");
+  const std::string all = fmt::format("{}", fmt::join(quoted, ", "));
+  std::vector<std::string> path(names.size());
+  for (const std::string& a : args) {
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{} {}: the model has {} inputs ({}); give each as {} NAME=FILE.npy", flag, a,
+                              names.size(), all, flag));
+    }
+    const std::string name = a.substr(0, eq), file = a.substr(eq + 1);
+    size_t k = 0;
+    while (k < names.size() && names[k] != name) ++k;
+    if (k == names.size()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: the model has no input '{}' (its inputs: {})", flag,
+                                                           a, name, all));
+    }
+    if (!path[k].empty()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: input '{}' is given twice (also {})", flag, a, name,
+                                                           path[k]));
+    }
+    path[k] = file;
+  }
+  for (size_t k = 0; k < path.size(); ++k) {
+    if (path[k].empty()) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: input '{}' is missing (the model's inputs: {}; give "
+                                                           "each as {} NAME=FILE.npy)", flag, names[k], all, flag));
+    }
+  }
+  return path;
+}
+
 std::vector<float> input_values(const npy::Array& a, const std::string& path) {
   std::vector<float> x(a.elements());
   switch (a.dtype) {

@@ -33,6 +33,13 @@ namespace tpuw::cli {
 /// CNN paths of `tpuw run`, which check the shape themselves.
 std::vector<float> input_values(const npy::Array& a, const std::string& path);
 
+/// The file of each graph input of a model with several (`names`, in their order) from `args`
+/// given as NAME=FILE (one per input; `flag` is "--input" or "--calibrate"). Throws
+/// Error(kInvalidArgument) naming the input for an unnamed file, an unknown or repeated name and a
+/// missing input. Shared by the dense and CNN paths of `tpuw run`.
+std::vector<std::string> match_named_inputs(const std::vector<std::string>& args, const std::vector<std::string>& names,
+                                            const char* flag);
+
 /// Integer class labels [rows] (or [rows, 1]) in uint8, int8, int32 or int64 (NumPy's default,
 /// PyTorch's labels), each in [0, classes); anything else is kBadFile naming the file and the row.
 std::vector<int64_t> load_class_labels(const std::string& path, uint64_t rows, uint32_t classes);

@@ -153,35 +153,8 @@ Rows load_inputs(const std::vector<std::string>& args, const nn::FloatNetwork& n
     return r;
   }
   std::vector<std::string> names;
-  for (const nn::InputPart& p : net.input_parts) names.push_back("'" + p.name + "'");
-  const std::string all = fmt::format("{}", fmt::join(names, ", "));
-  std::vector<std::string> path(net.input_parts.size());
-  for (const std::string& a : args) {
-    const auto [name, file] = split(a);
-    if (name.empty()) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{} {}: the model has {} inputs ({}); give each as {} NAME=FILE.npy", flag, a,
-                              net.input_parts.size(), all, flag));
-    }
-    size_t k = 0;
-    while (k < net.input_parts.size() && net.input_parts[k].name != name) ++k;
-    if (k == net.input_parts.size()) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: the model has no input '{}' (its inputs: {})", flag,
-                                                           a, name, all));
-    }
-    if (!path[k].empty()) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: input '{}' is given twice (also {})", flag, a, name,
-                                                           path[k]));
-    }
-    path[k] = file;
-  }
-  for (size_t k = 0; k < path.size(); ++k) {
-    if (path[k].empty()) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: input '{}' is missing (the model's inputs: {}; give "
-                                                           "each as {} NAME=FILE.npy)", flag, net.input_parts[k].name,
-                                                           all, flag));
-    }
-  }
+  for (const nn::InputPart& p : net.input_parts) names.push_back(p.name);
+  const std::vector<std::string> path = match_named_inputs(args, names, flag);
   std::vector<Rows> part(path.size());
   for (size_t k = 0; k < path.size(); ++k) {
     const nn::InputPart& p = net.input_parts[k];
@@ -1009,23 +982,22 @@ int run_cnn_branch(const RunOpts& o) {
   if (!o.trace.empty()) {
     throw Error(ErrorKind::kUnsupported, fmt::format("{}: --trace records dense-layer models only for now", o.model));
   }
-  // A CNN takes one input: FILE (or NAME=FILE).
-  auto one_file = [&](const std::vector<std::string>& args, const char* flag) -> std::string {
-    if (args.empty()) return "";
-    if (args.size() > 1) {
-      throw Error(ErrorKind::kUnsupported, fmt::format("{}: {} given {} times; a CNN takes one input for now", o.model,
-                                                       flag, args.size()));
-    }
+  // The files as the report names them: FILE for one input (NAME=FILE with its name: the FILE),
+  // NAME=FILE, ... for several (cnn_report.h, load_cnn_inputs, checks them).
+  auto report_name = [&](const std::vector<std::string>& args) -> std::string {
+    if (args.size() != 1) return fmt::format("{}", fmt::join(args, ", "));
     std::error_code ec;
     const size_t eq = args[0].find('=');
     return eq == std::string::npos || fs::exists(args[0], ec) ? args[0] : args[0].substr(eq + 1);
   };
   CnnRunOpts c;
   c.model = o.model;
-  c.input = one_file(o.inputs, "--input");
+  c.inputs = o.inputs;
+  c.calibrates = o.calibrates;
+  c.input = report_name(o.inputs);
+  c.calibrate = o.calibrates.empty() ? std::string() : report_name(o.calibrates);
   c.output = o.output;
   c.labels = o.labels;
-  c.calibrate = one_file(o.calibrates, "--calibrate");
   c.backend = o.backend;
   c.array_n = o.array_n;
   c.batch = o.batch;

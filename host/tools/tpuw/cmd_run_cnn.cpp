@@ -51,27 +51,6 @@ using json = nlohmann::ordered_json;
 using compiler::Graph;
 using compiler::Op;
 
-CnnInput input_shape(const Graph& g, const std::string& model) {
-  if (g.inputs.size() != 1) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN needs one input, not {}", model, g.inputs.size()));
-  }
-  const compiler::GraphInput& gi = g.inputs[0];
-  const compiler::Value& v = g.value(gi.value);
-  const std::vector<int64_t>& d = gi.declared;
-  if (!gi.has_shape || d.size() != 4 || d[1] <= 0 || d[2] <= 0 || d[3] <= 0) {
-    throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: graph input '{}' has shape {}; a CNN's input is [batch, channels, height, width] with "
-                            "known channels, height and width",
-                            model, v.name, gi.has_shape ? compiler::dims_string(d) : std::string("unknown")));
-  }
-  CnnInput s;
-  s.name = v.name;
-  s.c = static_cast<uint64_t>(d[1]);
-  s.h = static_cast<uint64_t>(d[2]);
-  s.w = static_cast<uint64_t>(d[3]);
-  return s;
-}
-
 // Host memory for one batch of `rows` images: every layer's buffers (run_cnn allocates a layer's
 // buffers and frees them when the layer is done; the sum is a safe bound), the ring and slack.
 uint64_t cnn_memory_bytes(const DeviceParams& params, const nn::QCnn& q, uint64_t rows) {
@@ -99,6 +78,12 @@ std::string cnn_output_file(const std::string& output, const nn::QCnn& q, size_t
   return named_output_file(output, q.outputs.at(i).name);
 }
 
+std::vector<float> input_scales(const nn::QCnn& q) {
+  std::vector<float> s;
+  for (size_t k = 0; k < q.input_count(); ++k) s.push_back(q.input(k).scale);
+  return s;
+}
+
 }  // namespace
 
 std::string cnn_node_label(const std::string& path) {
@@ -122,11 +107,12 @@ bool is_cnn_model(const std::string& path) { return !cnn_node_label(path).empty(
 int run_cnn_model(const CnnRunOpts& o) {
   // ---- inputs (everything checked before the device is opened) ----------------------------------
   const Graph g = compiler::import_onnx_file(o.model);
-  const CnnInput shape = input_shape(g, o.model);
-  const CnnImages in = load_cnn_images(o.input, shape, "--input");
+  std::vector<CnnInput> ins = cnn_model_inputs(g, o.model);
+  const CnnImages in = load_cnn_inputs(o.inputs, ins, "--input", true);
   CnnImages calib;
-  if (!o.calibrate.empty()) calib = load_cnn_images(o.calibrate, shape, "--calibrate");
-  const CnnImages& cal = o.calibrate.empty() ? in : calib;
+  if (!o.calibrates.empty()) calib = load_cnn_inputs(o.calibrates, ins, "--calibrate", false);
+  const CnnImages& cal = o.calibrates.empty() ? in : calib;
+  const CnnInput& shape = first_image(ins);
   check_output_path(o.output);
   const DeviceParams* params = find_device_config(o.array_n);
   if (params == nullptr) {
@@ -168,9 +154,8 @@ int run_cnn_model(const CnnRunOpts& o) {
     }
     labels = load_class_labels(o.labels, in.rows, classes);
   }
-  const uint64_t features = shape.features();
-  std::vector<int8_t> x_q(in.x.size());
-  for (size_t i = 0; i < x_q.size(); ++i) x_q[i] = nn::quantize_value(in.x[i], q.input_scale);
+  const uint64_t features = q.input_row();  // every input's values per image
+  const std::vector<int8_t> x_q = nn::quantize_cnn_input(q, in.x);
 
   CnnTotals tot(q.convs.size(), q.head.layers.size(), in.rows, o.batch);
   BackendConfig bc;
@@ -315,6 +300,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   if (o.json) {
     json j = cnn_json(o, "int8", array_n, tot, shape, classes, host_op);
     j["input_scale"] = q.input_scale;
+    if (ins.size() > 1) j["inputs"] = cnn_inputs_json(ins, in.rows, 1, input_scales(q));
     j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
     j["calibration_rows"] = cal.rows;
     add_cnn_json_results(j, o, "int8", array_n, tot, labels.size(), acc_dev, acc_float, check_json);
@@ -328,8 +314,16 @@ int run_cnn_model(const CnnRunOpts& o) {
   const std::string out_desc =
       q.has_head() ? fmt::format("[batch, {}]", classes)
                    : fmt::format("feature map [batch, {}]", fmt::join(out_shape.begin() + 1, out_shape.end(), ", "));
+  print_cnn_inputs(o, ins, in.rows, 1);
   print_cnn_header(o, shape, q.convs.size(), q.head.layers.size(), host_op, out_desc);
-  fmt::print("int8: input scale {:.6g}, activation scales calibrated on {} ({} rows)\n", q.input_scale,
+  std::string scales = fmt::format("input scale {:.6g}", q.input_scale);
+  if (ins.size() > 1) {
+    std::vector<std::string> sc;
+    for (size_t k = 0; k < ins.size(); ++k) sc.push_back(fmt::format("'{}' {:.6g}", ins[k].name, q.input(k).scale));
+    scales = fmt::format("input scales {}{}", fmt::join(sc, ", "),
+                         q.head_sources.empty() ? "" : " (the vector's and the map's reconciled in the head's first layer)");
+  }
+  fmt::print("int8: {}, activation scales calibrated on {} ({} rows)\n", scales,
              o.calibrate.empty() ? o.input + " (the input itself; use --calibrate)" : o.calibrate, cal.rows);
   print_cnn_layers(o, "int8", array_n, tot);
   const std::string check_line =

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tpuw::cli {
 
 /// The options of `tpuw run` the CNN path uses (filled by cmd_run.cpp from its RunOpts).
 struct CnnRunOpts {
-  std::string model, input, output, labels, calibrate;
+  std::string model, input, output, labels, calibrate;  // input, calibrate: as reports name them
+  std::vector<std::string> inputs, calibrates;           // as given: FILE or NAME=FILE each
   std::string backend = "rtl";
   unsigned array_n = 16;
   uint64_t batch = 0;  // 0: all rows in one run

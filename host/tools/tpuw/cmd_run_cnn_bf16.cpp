@@ -67,9 +67,10 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   }
   // ---- inputs (everything checked before the device is opened) ----------------------------------
   const Graph g = compiler::import_onnx_file(o.model);
+  std::vector<CnnInput> ins = cnn_model_inputs(g, o.model);
   const Bf16Cnn net = compiler::compile_bf16_cnn(g);
-  const CnnInput shape{g.value(g.inputs[0].value).name, net.in_c, net.in_h, net.in_w};
-  const CnnImages in = load_cnn_images(o.input, shape, "--input");
+  const CnnImages in = load_cnn_inputs(o.inputs, ins, "--input", true);
+  const CnnInput& shape = first_image(ins);
   check_output_path(o.output);
   const DeviceParams* params = find_device_config(o.array_n);
   if (params == nullptr) {
@@ -78,7 +79,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   const uint32_t classes = net.head.output_features();
   std::vector<int64_t> labels;
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
-  const uint64_t features = shape.features();
+  const uint64_t features = net.input_row();  // every input's values per image
   CnnTotals tot(net.convs.size(), net.head.layers.size(), in.rows, o.batch);
   BackendConfig bc;
   bc.array_n = o.array_n;
@@ -180,10 +181,12 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   const std::string host_op = net.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
   if (o.json) {
     json j = cnn_json(o, "bf16", array_n, tot, shape, classes, host_op);
+    if (ins.size() > 1) j["inputs"] = cnn_inputs_json(ins, in.rows, 2, {});
     add_cnn_json_results(j, o, "bf16", array_n, tot, labels.size(), acc_dev, acc_float, check_json);
     std::cout << j.dump(2) << "\n";
     return 0;
   }
+  print_cnn_inputs(o, ins, in.rows, 2);
   print_cnn_header(o, shape, net.convs.size(), net.head.layers.size(), host_op, fmt::format("[batch, {}]", classes));
   fmt::print("bf16: input and weights rounded to bf16 (round-to-nearest-even), fp32 accumulation and bias, bf16 "
              "activations between layers, fp32 outputs; no calibration\n");

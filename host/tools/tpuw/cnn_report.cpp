@@ -2,6 +2,7 @@
 #include "cnn_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,12 +39,14 @@ double images_per_s(const CnnTotals& t) { return t.wall > 0 ? static_cast<double
 
 CnnImages load_cnn_images(const std::string& path, const CnnInput& s, const char* what) {
   const npy::Array a = npy::load(path);
-  const std::string want = fmt::format("[rows, {}, {}, {}] (the model input's shape) or [rows, {}]", s.c, s.h, s.w,
-                                       s.features());
+  const std::string want = s.image ? fmt::format("[rows, {}, {}, {}] (the model input's shape) or [rows, {}]", s.c, s.h,
+                                                 s.w, s.features())
+                                   : fmt::format("[rows, {}] (the model input's shape)", s.c);
   auto bad = [&] {
     return Error(ErrorKind::kBadFile, fmt::format("{}: shape {}; {} needs {}", path, npy::shape_string(a.shape), what, want));
   };
   CnnImages r;
+  if (!s.image && a.rank() != 2) throw bad();
   if (a.rank() == 4) {
     if (a.shape[1] != s.c || a.shape[2] != s.h || a.shape[3] != s.w) throw bad();
     r.rows = a.shape[0];
@@ -59,6 +62,140 @@ CnnImages load_cnn_images(const std::string& path, const CnnInput& s, const char
   if (r.rows == 0) throw Error(ErrorKind::kBadFile, fmt::format("{}: shape {} has no rows", path, npy::shape_string(a.shape)));
   r.x = input_values(a, path);
   return r;
+}
+
+std::vector<CnnInput> cnn_model_inputs(const compiler::Graph& g, const std::string& model) {
+  if (g.inputs.size() == 1) {
+    const compiler::GraphInput& gi = g.inputs[0];
+    const compiler::Value& v = g.value(gi.value);
+    const std::vector<int64_t>& d = gi.declared;
+    if (!gi.has_shape || d.size() != 4 || d[1] <= 0 || d[2] <= 0 || d[3] <= 0) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: graph input '{}' has shape {}; a CNN's input is [batch, channels, height, width] with "
+                              "known channels, height and width",
+                              model, v.name, gi.has_shape ? compiler::dims_string(d) : std::string("unknown")));
+    }
+  }
+  // Several inputs: images [batch, C, H, W] and vectors [batch, F], at least one image.
+  std::vector<std::string> names;
+  for (const compiler::GraphInput& gi : g.inputs) names.push_back("'" + g.value(gi.value).name + "'");
+  std::vector<CnnInput> r;
+  for (const compiler::GraphInput& gi : g.inputs) {
+    const compiler::Value& v = g.value(gi.value);
+    const std::vector<int64_t>& d = gi.declared;
+    const bool image = d.size() == 4;
+    if (!gi.has_shape || (d.size() != 4 && d.size() != 2) ||
+        std::any_of(d.begin() + 1, d.end(), [](int64_t x) { return x <= 0; })) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("{}: graph input '{}' has shape {}; a CNN's inputs ({}) are images [batch, channels, "
+                              "height, width] or vectors [batch, features] that join the dense head, with every "
+                              "dimension but the batch known",
+                              model, v.name, gi.has_shape ? compiler::dims_string(d) : std::string("unknown"),
+                              fmt::join(names, ", ")));
+    }
+    CnnInput s;
+    s.name = v.name;
+    s.image = image;
+    s.c = static_cast<uint64_t>(d[1]);
+    s.h = image ? static_cast<uint64_t>(d[2]) : 1;
+    s.w = image ? static_cast<uint64_t>(d[3]) : 1;
+    r.push_back(std::move(s));
+  }
+  if (std::none_of(r.begin(), r.end(), [](const CnnInput& s) { return s.image; })) {
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN needs an image input [batch, channels, height, width]; "
+                                                     "its inputs ({}) are all vectors", model, fmt::join(names, ", ")));
+  }
+  return r;
+}
+
+CnnImages load_cnn_inputs(const std::vector<std::string>& args, std::vector<CnnInput>& ins, const char* flag,
+                          bool files) {
+  if (ins.size() == 1) {
+    if (args.size() != 1) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} given {} times; the model has one input '{}'", flag,
+                                                           args.size(), ins[0].name));
+    }
+    // FILE, or NAME=FILE with the input's name (a file whose name has a '=' is the file).
+    std::string path = args[0];
+    std::error_code ec;
+    if (const size_t eq = path.find('='); eq != std::string::npos && !fs::exists(path, ec)) {
+      if (path.substr(0, eq) != ins[0].name) {
+        throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: the model has no input '{}' (its input is '{}')", flag,
+                                                             path, path.substr(0, eq), ins[0].name));
+      }
+      path = path.substr(eq + 1);
+    }
+    if (files) ins[0].file = path;
+    return load_cnn_images(path, ins[0], flag);
+  }
+  std::vector<std::string> names;
+  for (const CnnInput& s : ins) names.push_back(s.name);
+  const std::vector<std::string> path = match_named_inputs(args, names, flag);
+  std::vector<CnnImages> part(ins.size());
+  uint64_t row = 0;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    part[k] = load_cnn_images(path[k], ins[k], flag);
+    if (part[k].rows != part[0].rows) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{} {}={}: {} rows, but input '{}' ({}) has {}; every input of the model shares the "
+                              "batch axis (the same row count)", flag, ins[k].name, path[k], part[k].rows, ins[0].name,
+                              path[0], part[0].rows));
+    }
+    if (files) ins[k].file = path[k];
+    row += ins[k].features();
+  }
+  CnnImages r;
+  r.rows = part[0].rows;
+  r.x.reserve(r.rows * row);
+  for (uint64_t i = 0; i < r.rows; ++i) {
+    for (size_t k = 0; k < ins.size(); ++k) {
+      const uint64_t f = ins[k].features();
+      r.x.insert(r.x.end(), part[k].x.begin() + static_cast<std::ptrdiff_t>(i * f),
+                 part[k].x.begin() + static_cast<std::ptrdiff_t>((i + 1) * f));
+    }
+  }
+  return r;
+}
+
+const CnnInput& first_image(const std::vector<CnnInput>& ins) {
+  for (const CnnInput& s : ins) {
+    if (s.image) return s;
+  }
+  return ins.at(0);
+}
+
+namespace {
+std::string cnn_input_shape(const CnnInput& s) {
+  return s.image ? fmt::format("[batch, {}, {}, {}]", s.c, s.h, s.w) : fmt::format("[batch, {}]", s.c);
+}
+}  // namespace
+
+void print_cnn_inputs(const CnnRunOpts& o, const std::vector<CnnInput>& ins, uint64_t rows, unsigned bytes_per_value) {
+  if (ins.size() < 2) return;
+  std::vector<std::string> parts;
+  for (const CnnInput& s : ins) {
+    parts.push_back(fmt::format("'{}' {} ({}) from {} ({} bytes)", s.name, cnn_input_shape(s),
+                                s.image ? "image: read by its layers" : "vector: joins the dense head", s.file,
+                                rows * s.features() * bytes_per_value));
+  }
+  fmt::print("{}: {} graph inputs: {}\n", o.model, ins.size(), fmt::join(parts, ", "));
+}
+
+json cnn_inputs_json(const std::vector<CnnInput>& ins, uint64_t rows, unsigned bytes_per_value,
+                     const std::vector<float>& scales) {
+  json a = json::array();
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const CnnInput& s = ins[k];
+    json e = {{"name", s.name},
+              {"file", s.file},
+              {"kind", s.image ? "image" : "vector"},
+              {"shape", s.image ? std::vector<uint64_t>{s.c, s.h, s.w} : std::vector<uint64_t>{s.c}},
+              {"features", s.features()},
+              {"bytes", rows * s.features() * bytes_per_value}};
+    if (k < scales.size()) e["scale"] = scales[k];
+    a.push_back(std::move(e));
+  }
+  return a;
 }
 
 std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages& in, uint64_t features,

@@ -19,21 +19,45 @@
 
 namespace tpuw::cli {
 
-/// The model's input: [batch, C, H, W] with C, H, W known.
+/// A model input: [batch, C, H, W] with C, H, W known, or (image false, a model with several
+/// inputs) a vector [batch, C] (h = w = 1) that joins the dense head.
 struct CnnInput {
   std::string name;  // the graph input's
   uint64_t c = 0, h = 0, w = 0;
+  bool image = true;
+  std::string file;  // the --input file it was read from (load_cnn_inputs)
   uint64_t features() const { return c * h * w; }
 };
 
 struct CnnImages {
-  std::vector<float> x;  // [rows][C*H*W] (NCHW per row)
+  std::vector<float> x;  // [rows][C*H*W] (NCHW per row); several inputs: every input's side by side
   uint64_t rows = 0;
 };
 
 /// [rows, C, H, W] or [rows, C*H*W] (a single image [C, H, W] is one row), float32, uint8 or int8;
-/// `what` names the option in errors ("--input").
+/// a vector input [rows, C]; `what` names the option in errors ("--input").
 CnnImages load_cnn_images(const std::string& path, const CnnInput& s, const char* what);
+
+/// The graph inputs of a CNN model (compiler::cnn_inputs, with C, H, W known): one image, or
+/// several images and vectors. Throws Error(kUnsupported) naming the input otherwise.
+std::vector<CnnInput> cnn_model_inputs(const compiler::Graph& g, const std::string& model);
+
+/// --input / --calibrate (`args` as given, `flag` for errors): FILE or NAME=FILE for a model with
+/// one input, NAME=FILE per input for several (match_named_inputs), each checked against its
+/// input's shape, all with the same rows, laid side by side in each row in graph order (nothing
+/// added or rescaled). Sets each input's file when `files` is true.
+CnnImages load_cnn_inputs(const std::vector<std::string>& args, std::vector<CnnInput>& ins, const char* flag,
+                          bool files);
+
+/// The first image input (what the one-input report lines describe).
+const CnnInput& first_image(const std::vector<CnnInput>& ins);
+
+/// Several inputs: the line naming every input, its shape, its file and its bytes in host memory
+/// (`bytes_per_value`: 1 for int8, 2 for bf16); nothing for one input.
+void print_cnn_inputs(const CnnRunOpts& o, const std::vector<CnnInput>& ins, uint64_t rows, unsigned bytes_per_value);
+/// The --json "inputs" array (name, file, shape, features, bytes; `scales` when not empty).
+nlohmann::ordered_json cnn_inputs_json(const std::vector<CnnInput>& ins, uint64_t rows, unsigned bytes_per_value,
+                                       const std::vector<float>& scales);
 
 /// The float model: the optimized graph interpreted on the CPU (double accumulation), in chunks so
 /// the intermediate activations of a large input stay small.

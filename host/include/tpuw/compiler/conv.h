@@ -83,6 +83,19 @@ nn::QConv2d quantize_conv(const Graph& g, const Node& n, float in_scale, float o
 /// (exact up to the output rounding). `relu`: a Relu fused after it.
 nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float> in_scales, float out_scale, bool relu);
 
+/// The graph inputs of a CNN (compile_quantized_cnn, compile_bf16_cnn): one image [batch, C, H, W],
+/// or several inputs, each an image or a vector [batch, F] (a vector joins the dense head), at
+/// least one an image. The float row per image is every input's values side by side in graph
+/// order (offset[k]: input k's first value). Throws Error(kUnsupported) naming the input otherwise.
+struct CnnInputs {
+  uint64_t row = 0;
+  std::vector<uint64_t> offset, features;
+  std::vector<bool> image;
+  /// The graph input index of v when it is a vector input, else -1.
+  int vector_input(const Graph& g, ValueId v) const;
+};
+CnnInputs cnn_inputs(const Graph& g);
+
 /// A CNN straight from its imported graph: optimize(), then the chain input [batch, C, H, W] ->
 /// Conv (+Relu) ... -> Flatten / Reshape to [batch, features] -> the dense head (Gemm/MatMul
 /// [+Add] [+Relu] ... [Softmax]). Calibrated on `calib` ([rows, C*H*W] float) with
@@ -95,8 +108,13 @@ nn::QConv2d quantize_merge(const Graph& g, const Node& n, std::span<const float>
 /// dense head: the QCnn then has no head and its output is that layer's int8 map (its scale
 /// calibrated on its float output). A layer may read the input or any earlier layer's output (a
 /// branch); a residual Add of two layer outputs and a Concat of layer outputs along the channels
-/// are layers of their own (quantize_merge) and a Relu after one fuses into it. Anything else is
-/// Error(kUnsupported) naming the node.
+/// are layers of their own (quantize_merge) and a Relu after one fuses into it. Several graph
+/// inputs (cnn_inputs; `calib` rows are then every input side by side): each image input is read by
+/// layers as the one input is (QConv2d::sources -1 - k) with its own calibrated scale; a vector
+/// input joins the head in a Concat with the Flatten's output along the features (QCnn::head_sources),
+/// its scale and the map's calibrated per part and reconciled in the head's first layer (a product
+/// scale per column, as for the dense path's inputs). Anything else is Error(kUnsupported) naming
+/// the node or input.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
 }  // namespace tpuw::compiler

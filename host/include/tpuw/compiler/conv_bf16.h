@@ -70,6 +70,17 @@ struct Bf16Cnn {
   };
   std::vector<IndicesOutput> indices_outputs;
   std::vector<int64_t> output_dims;  // the graph output's shape without the batch ([classes], [C, H, W], ...)
+  /// Several graph inputs, in graph order (empty: one image input, in_c/in_h/in_w), as the int8
+  /// CNN's (nn::QCnn::inputs; scale unused): the input row per image is every input's values side
+  /// by side; a layer reads image input k as source -1 - k; in_c/in_h/in_w repeat the first image's.
+  std::vector<nn::CnnGraphInput> inputs;
+  /// The dense head's row when vector inputs join it (nn::QCnn::head_sources): convs.size() - 1 for
+  /// the last map, -1 - k for vector input k, in row order. Empty: the last map alone.
+  std::vector<int32_t> head_sources;
+  /// Values per image of the input row, and input k's offset and features in it.
+  uint64_t input_row() const;
+  uint64_t input_offset(size_t k) const;
+  uint64_t input_features(size_t k) const;
 
   /// Throws Error(kInvalidArgument) when the layers do not chain.
   void check() const;

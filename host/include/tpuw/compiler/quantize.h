@@ -25,7 +25,9 @@ namespace tpuw::compiler {
 /// accumulates in double from float32 weights and bias and stores float32 after its ReLU;
 /// Reshape/Flatten copy; Softmax is nn::softmax_rows over the last dimension. Other operators are
 /// Error(kUnsupported) naming the node (a new operator adds one case here). Throws
-/// Error(kInvalidArgument) when x.size() is not batch x the input's features.
+/// Error(kInvalidArgument) when x.size() is not batch x the input's features. A graph with several
+/// inputs (a CNN's: compile_quantized_cnn) reads each row of x as every input's values side by
+/// side, in graph order.
 std::vector<std::vector<float>> interpret_float(const Graph& g, std::span<const float> x, uint64_t batch);
 
 /// The quantization pass on an optimized graph (one fp32 input, a chain of Dense, Reshape,

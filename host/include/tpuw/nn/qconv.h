@@ -10,6 +10,7 @@
 // per-tensor activation scales, bias_q[o] = round(b[o] / (in_scale * w_scale[o])).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -60,7 +61,7 @@ struct QConv2d {
   bool indices = false;
   bool indices_column_major = false;
   /// The layers whose int8 outputs this one reads, concatenated along the channels in this order
-  /// (-1: the network's input); empty: the previous layer's output (the input for the first). A
+  /// (-1 - k: the network's image input k, QCnn::inputs; -1 for a network with one input); empty: the previous layer's output (the input for the first). A
   /// residual Add or a Concat of activations with different scales is a 1x1 convolution over the
   /// concatenation (compiler/conv.h); every source has this layer's in_h x in_w.
   std::vector<int32_t> sources;
@@ -93,6 +94,17 @@ struct CnnOutput {
   bool indices = false;  // the max pool `layer`'s Indices (int64, NCHW) instead of its map
 };
 
+/// One graph input of a CNN with several (QCnn::inputs): an image [batch, c, h, w] read by
+/// convolution layers (QConv2d::sources -1 - k), or a vector [batch, c] (image false, h = w = 1)
+/// that joins the dense head (QCnn::head_sources). Each has its own calibrated int8 scale.
+struct CnnGraphInput {
+  std::string name;
+  uint32_t c = 0, h = 1, w = 1;
+  bool image = true;
+  float scale = 1.0f;  // x_q = sat8(round(x / scale))
+  uint64_t features() const { return uint64_t{c} * h * w; }
+};
+
 /// A quantized CNN: convolution layers (each reads the previous one's int8 NCHW output), then a
 /// flatten (NCHW order) and a dense head (QNetwork, whose input_scale is the last conv's out_scale
 /// and whose input_features is its C*H*W). Without a head (head.layers empty) the model's output
@@ -104,6 +116,16 @@ struct QCnn {
   QNetwork head;
   /// The graph outputs in order when the model has several (empty: one, the network's output).
   std::vector<CnnOutput> outputs;
+  /// Several graph inputs, in graph order (empty: one image input, in_c/in_h/in_w/input_scale).
+  /// The network's input row per image is then every input's values side by side in this order
+  /// (each image NCHW), each part quantized with its own scale (quantize_cnn_input); in_c/in_h/
+  /// in_w/input_scale repeat the first image input's.
+  std::vector<CnnGraphInput> inputs;
+  /// The dense head's input row when a vector input joins it (a Concat along the features of the
+  /// flattened last map and vector inputs): the parts in row order, convs.size() - 1 for the last
+  /// layer's map (NCHW) and -1 - k for vector input k. Empty: the last map alone. The head's
+  /// input_part_scales / input_part_features follow this order.
+  std::vector<int32_t> head_sources;
 
   bool has_head() const { return !head.layers.empty(); }
   /// Output values per image: the head's last layer's width, or the last map's C*H*W.
@@ -113,14 +135,56 @@ struct QCnn {
 
   /// The sources of layer l with the default made explicit: {l - 1} (or {-1} for the first).
   std::vector<int32_t> sources_of(size_t l) const;
+  /// The graph inputs (one made of in_c/in_h/in_w/input_scale when `inputs` is empty).
+  size_t input_count() const { return inputs.empty() ? 1 : inputs.size(); }
+  CnnGraphInput input(size_t k) const;
+  /// Values per image of the network's input row (every input's features) and input k's offset in it.
+  uint64_t input_row() const;
+  uint64_t input_offset(size_t k) const;
 
   /// Throws Error(kInvalidArgument) when the layers do not chain (shapes, scales, sources that are
   /// not earlier layers).
   void check() const;
 };
 
-/// Layer l's input, NCHW [batch][in_c][in_h][in_w]: its sources' int8 maps (x for -1, out(k) for
-/// layer k) concatenated along the channels, image by image.
+/// Columns [off, off + f) of each of `batch` rows of `row` values (one input's part of the rows).
+template <typename T>
+std::vector<T> row_columns(std::span<const T> x, uint64_t batch, uint64_t row, uint64_t off, uint64_t f) {
+  std::vector<T> a(batch * f);
+  for (uint64_t b = 0; b < batch; ++b) std::copy_n(x.data() + b * row + off, f, a.data() + b * f);
+  return a;
+}
+
+/// The parts' rows side by side: row b is parts[0]'s row b, then parts[1]'s, ... (each part holds
+/// `batch` rows of its own width).
+template <typename T>
+std::vector<T> rows_side_by_side(const std::vector<std::vector<T>>& parts, uint64_t batch) {
+  std::vector<T> a;
+  uint64_t row = 0;
+  for (const std::vector<T>& p : parts) row += p.size() / batch;
+  a.reserve(batch * row);
+  for (uint64_t b = 0; b < batch; ++b) {
+    for (const std::vector<T>& p : parts) {
+      const uint64_t per = p.size() / batch;
+      a.insert(a.end(), p.begin() + static_cast<std::ptrdiff_t>(b * per), p.begin() + static_cast<std::ptrdiff_t>((b + 1) * per));
+    }
+  }
+  return a;
+}
+
+/// Input k's values of every image ([batch][features_k]) out of the network's input rows x.
+std::vector<int8_t> cnn_input_part(const QCnn& net, size_t k, std::span<const int8_t> x, uint64_t batch);
+
+/// The float input rows [batch][input_row()] quantized part by part with each input's scale.
+std::vector<int8_t> quantize_cnn_input(const QCnn& net, std::span<const float> x);
+
+/// The dense head's input [batch][head.input_features]: the last layer's map `last` (NCHW per
+/// image) and, with head_sources, the vector inputs' parts of x side by side in their order.
+std::vector<int8_t> cnn_head_input(const QCnn& net, std::span<const int8_t> x, const std::vector<int8_t>& last,
+                                   uint64_t batch);
+
+/// Layer l's input, NCHW [batch][in_c][in_h][in_w]: its sources' int8 maps (input k's part of the
+/// input rows x for -1 - k, out(j) for layer j) concatenated along the channels, image by image.
 std::vector<int8_t> cnn_layer_input(const QCnn& net, size_t l, std::span<const int8_t> x,
                                     const std::function<const std::vector<int8_t>&(size_t)>& out, uint64_t batch);
 

@@ -167,7 +167,10 @@ struct CnnRunResult {
   uint64_t min_bytes = 0;              // sum of the layers' minimums (each layer's input, weights, output once)
 };
 
-/// Runs `net` on `device`: x_q is [batch][in_c][in_h][in_w] int8 (quantized with net.input_scale).
+/// Runs `net` on `device`: x_q is [batch][in_c][in_h][in_w] int8 (quantized with net.input_scale);
+/// with several graph inputs (QCnn::inputs) [batch][input_row()], every input's part side by side
+/// (nn::quantize_cnn_input). Each image input is the layers' host-memory input as a single one is;
+/// a vector input joins the head's rows (nn::cnn_head_input).
 CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch);
 
 }  // namespace tpuw::runtime
