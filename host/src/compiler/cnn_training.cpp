@@ -2,6 +2,7 @@
 #include "tpuw/compiler/cnn_training.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "pass_util.h"
 #include "tpuw/compiler/passes.h"
@@ -27,6 +28,12 @@ bool has_conv(const Graph& g) {
 }
 
 CnnTrainModel build_cnn_training_model(Graph g) {
+  if (g.inputs.size() > 1) {  // inference runs several inputs (compile_bf16_cnn); training does not yet
+    std::vector<std::string> names;
+    for (const GraphInput& in : g.inputs) names.push_back("'" + g.value(in.value).name + "'");
+    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN with several inputs ({}) cannot be trained yet (tpuw run "
+                                                     "runs it)", g.source, fmt::join(names, ", ")));
+  }
   // The names, from the graph before fusion (the passes build_training_model runs first).
   Graph raw = g;
   verify(raw);

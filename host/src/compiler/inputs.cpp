@@ -54,7 +54,7 @@ bool merge_graph_inputs(Graph& g) {
     if (!v.shape || v.shape->size() != 2) {
       g.fail(ErrorKind::kUnsupported,
              fmt::format("graph input '{}' has shape {}; a model with several inputs ({}) takes each as [batch, "
-                         "features] (an image input with a second input is not supported yet)",
+                         "features] (image inputs run in a CNN: a model with a Conv or pooling layer)",
                          v.name, v.shape ? dims_string(*v.shape) : "unknown", all));
     }
   }

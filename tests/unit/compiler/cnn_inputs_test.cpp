@@ -12,6 +12,7 @@
 
 #include "compiler_testlib.h"
 #include "tpuw/backend.h"
+#include "tpuw/compiler/cnn_training.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/passes.h"
@@ -254,6 +255,9 @@ TEST(CnnInputs, Refusals) {
           ErrorKind::kUnsupported, {"node 'cat' (Concat)", "reads the vector input 'v' inside the dense head"});
     }
   }
+  // Training (tpuw train) runs one input for now: named.
+  expect_error([&] { (void)build_cnn_training_model(graph_of(image_vector())); }, ErrorKind::kUnsupported,
+               {"a CNN with several inputs ('x', 'v') cannot be trained yet"});
   {  // a vector input that never joins the head
     ModelBuilder mb;
     mb.input("x", {-1, 2, 6, 6}).input("v", {-1, 4});
