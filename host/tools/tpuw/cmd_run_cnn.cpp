@@ -300,7 +300,10 @@ int run_cnn_model(const CnnRunOpts& o) {
   if (o.json) {
     json j = cnn_json(o, "int8", array_n, tot, shape, classes, host_op);
     j["input_scale"] = q.input_scale;
-    if (ins.size() > 1) j["inputs"] = cnn_inputs_json(ins, in.rows, 1, input_scales(q));
+    if (ins.size() > 1) {
+      j["input_features"] = features;  // every input's values per image, as the dense path's row
+      j["inputs"] = cnn_inputs_json(ins, in.rows, 1, input_scales(q));
+    }
     j["calibration"] = o.calibrate.empty() ? o.input : o.calibrate;
     j["calibration_rows"] = cal.rows;
     add_cnn_json_results(j, o, "int8", array_n, tot, labels.size(), acc_dev, acc_float, check_json);

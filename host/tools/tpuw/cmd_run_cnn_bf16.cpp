@@ -181,7 +181,10 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   const std::string host_op = net.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
   if (o.json) {
     json j = cnn_json(o, "bf16", array_n, tot, shape, classes, host_op);
-    if (ins.size() > 1) j["inputs"] = cnn_inputs_json(ins, in.rows, 2, {});
+    if (ins.size() > 1) {
+      j["input_features"] = features;  // every input's values per image, as the dense path's row
+      j["inputs"] = cnn_inputs_json(ins, in.rows, 2, {});
+    }
     add_cnn_json_results(j, o, "bf16", array_n, tot, labels.size(), acc_dev, acc_float, check_json);
     std::cout << j.dump(2) << "\n";
     return 0;

@@ -182,6 +182,7 @@ elif CASE == "multi_input_cnn_ref":
             expect(err <= tol * float(np.max(np.abs(want))), f"{name} {prec}: max error {err}")
             expect(j["check"]["cpu"] == "equal", f"{name} {prec}: {j['check']}")
             expect(j["model_kind"] == "cnn", j["model_kind"])
+            expect(j["input_features"] == sum(feats), j["input_features"])
             expect([i["name"] for i in j["inputs"]] == list(names), j["inputs"])
             for i, f in zip(j["inputs"], feats):
                 expect(i["features"] == f and i["bytes"] == CNN_ROWS * f * size and
