@@ -415,6 +415,10 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
 
 CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t> x_q, uint64_t batch) {
   net.check();
+  if (x_q.size() != batch * net.input_row()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("cnn: input has {} values, expected batch {} x {}", x_q.size(), batch, net.input_row()));
+  }
   CnnRunResult r;
   auto out = [&](size_t k) -> const std::vector<int8_t>& { return r.convs[k].y; };
   std::vector<int8_t> a;

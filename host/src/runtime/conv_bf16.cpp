@@ -508,10 +508,18 @@ std::vector<float> head_input(const Bf16Cnn& net, const std::vector<float>& x0, 
   return nn::rows_side_by_side(parts, batch);
 }
 
+void check_cnn_input(const Bf16Cnn& net, std::span<const float> x, uint64_t batch) {
+  if (x.size() != batch * net.input_row()) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 CNN: input has {} values, expected batch {} x {}", x.size(),
+                                                         batch, net.input_row()));
+  }
+}
+
 }  // namespace
 
 CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<const float> x, uint64_t batch) {
   net.check();
+  check_cnn_input(net, x, batch);
   require_bf16(device, "bf16 CNN");
   CnnBf16RunResult r;
   const std::vector<float> x0 = bf16_values(x);
@@ -566,6 +574,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
 std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
                                          uint32_t array_n) {
   net.check();
+  check_cnn_input(net, x, batch);
   const std::vector<float> x0 = bf16_values(x);
   std::vector<float> a = x0;
   std::vector<std::vector<float>> outs;

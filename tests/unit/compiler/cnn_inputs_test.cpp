@@ -255,6 +255,18 @@ TEST(CnnInputs, Refusals) {
           ErrorKind::kUnsupported, {"node 'cat' (Concat)", "reads the vector input 'v' inside the dense head"});
     }
   }
+  {  // input rows of the wrong width (the image without the vector) on the device: refused, int8 and bf16
+    const std::vector<float> x = input_rows(2, {72, 4}, {1.0f, 1.0f}, 561);
+    const nn::QCnn q = compile_quantized_cnn(graph_of(image_vector()), x, 2);
+    const Bf16Cnn net = compile_bf16_cnn(graph_of(image_vector()));
+    Device dev = Device::open("ref", BackendConfig{});
+    const std::vector<int8_t> short_q(2 * 72, 1);
+    const std::vector<float> short_f(2 * 72, 0.5f);
+    expect_error([&] { (void)runtime::run_cnn(dev, q, short_q, 2); }, ErrorKind::kInvalidArgument,
+                 {"input has 144 values, expected batch 2 x 76"});
+    expect_error([&] { (void)runtime::run_cnn_bf16(dev, net, short_f, 2); }, ErrorKind::kInvalidArgument,
+                 {"input has 144 values, expected batch 2 x 76"});
+  }
   // Training (tpuw train) runs one input for now: named.
   expect_error([&] { (void)build_cnn_training_model(graph_of(image_vector())); }, ErrorKind::kUnsupported,
                {"a CNN with several inputs ('x', 'v') cannot be trained yet"});
