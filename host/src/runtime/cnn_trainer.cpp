@@ -99,7 +99,8 @@ struct CnnTrainer::Impl {
   std::vector<float> conv_dx(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> dy, uint64_t rows) {
     if (device == nullptr) return conv_input_grad_bf16_host(l, dy, rows, array_n);
     uint64_t mc = 0;
-    ConvInputGradResult r = detail::conv_input_grad_cached(*cache, slot, l, dy, rows, &mc);
+    // The forward program of this layer (slot - kDx + kFwd) holds its weights: read in place.
+    ConvInputGradResult r = detail::conv_input_grad_cached(*cache, slot, l, dy, rows, &mc, slot - kDx + kFwd);
     cycles += r.run.cycles;
     macs += mc;
     host_bytes += r.host_bytes;
@@ -415,6 +416,7 @@ TrainStepReport CnnTrainer::step(std::span<const float> inputs, std::span<const 
   }
   ++m.steps;
   rep.cycles = m.cycles;
+  rep.host_layout_bytes = m.host_bytes;
   rep.macs = m.macs;
   const double peak = static_cast<double>(m.array_n) * m.array_n;
   rep.utilization = m.cycles > 0 ? static_cast<double>(m.macs) / (peak * static_cast<double>(m.cycles)) : 0.0;

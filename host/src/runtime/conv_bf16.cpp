@@ -209,8 +209,13 @@ std::vector<float> unpack_conv_bf16_output(const ConvPlan& p, std::span<const ui
 }
 
 ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
-                              uint64_t out_addr, std::span<const float> group_scale, bool group_bias) {
+                              uint64_t out_addr, std::span<const float> group_scale, bool group_bias,
+                              const ConvWeightSource* wsrc) {
   const uint64_t an = p.array_n, beat = 2 * uint64_t{p.beat}, kimg = p.images_per_tile;
+  if (wsrc != nullptr && wsrc->tile.size() != p.weight_tiles) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("compile_conv_bf16: {} weight tile sources for {} tiles",
+                                                         wsrc->tile.size(), p.weight_tiles));
+  }
   const bool grouped = !p.pixel_group.empty();
   if (grouped ? group_scale.size() != p.extra_groups + 1 : (!group_scale.empty() || group_bias)) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -260,7 +265,8 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
           const uint64_t slot =
               wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
           if (slot_holds[slot] != static_cast<int64_t>(wt)) {
-            for (const Transfer& t : split_transfer(slot * px, w_addr + wt * an * px, an * px, an, beat)) {
+            const uint64_t src = wsrc != nullptr ? wsrc->tile[wt] : wt;
+            for (const Transfer& t : split_transfer(slot * px, w_addr + src * an * px, an * px, an, beat)) {
               b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});
             }
             slot_holds[slot] = static_cast<int64_t>(wt);
@@ -268,6 +274,7 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
           isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
           lw.set("wb_addr", slot * px);
           lw.set("bf16", 1);
+          if (wsrc != nullptr && wsrc->transpose) lw.set("transpose", 1);
           b.emit(kC, std::move(lw), {r_w + slot}, {});
           for (uint64_t i = 0; i < nimg; ++i) {
             isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);

@@ -172,9 +172,7 @@ void split_conv_param_grads(const Bf16ConvLayer& l, std::span<const float> gm, C
   }
 }
 
-}  // namespace detail
-
-Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
+Bf16ConvLayer conv_input_grad_geometry(const Bf16ConvLayer& fwd) {
   fwd.check();
   if (fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -205,6 +203,16 @@ Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
   }
   tg.pad_bottom = static_cast<uint32_t>(bottom);
   tg.pad_right = static_cast<uint32_t>(right);
+  t.bias.assign(g.in_c, 0.0f);
+  t.relu = false;
+  return t;
+}
+
+}  // namespace detail
+
+Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
+  Bf16ConvLayer t = detail::conv_input_grad_geometry(fwd);
+  const nn::ConvGeometry& g = fwd.geom;
   const uint64_t C = g.in_c, O = g.out_c, KH = g.kernel_h, KW = g.kernel_w;
   t.w.assign(C * O * KH * KW, 0.0f);
   for (uint64_t o = 0; o < O; ++o) {
@@ -216,8 +224,6 @@ Bf16ConvLayer conv_input_grad_layer(const Bf16ConvLayer& fwd) {
       }
     }
   }
-  t.bias.assign(C, 0.0f);
-  t.relu = false;
   return t;
 }
 
@@ -241,7 +247,8 @@ std::vector<float> insert_grad_zeros(const Bf16ConvLayer& fwd, std::span<const f
 namespace detail {
 
 ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
-                                           std::span<const float> dy, uint64_t batch, uint64_t* macs) {
+                                           std::span<const float> dy, uint64_t batch, uint64_t* macs,
+                                           uint64_t fwd_slot) {
   ConvInputGradResult r;
   if (const std::vector<InputGradPhase> phases = conv_input_grad_phases(fwd); !phases.empty()) {
     check_size(dy, batch * fwd.geom.out_c * fwd.geom.out_h() * fwd.geom.out_w(), fwd, "the output gradient");
@@ -263,6 +270,16 @@ ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t sl
     r.run.cycles = cycles;
     if (macs != nullptr) *macs = m;
     return r;
+  }
+  if (fwd_slot != kNoSlot) {
+    const Bf16ConvLayer tg = conv_input_grad_geometry(fwd);
+    const std::vector<float> z = insert_grad_zeros(fwd, dy, batch);
+    if (cache.conv_input_grad(slot, fwd_slot, fwd, tg, z, batch, r.run)) {
+      r.dx = r.run.y;
+      r.host_bytes = 2 * z.size();  // no weights: the forward's, flipped and transposed by addressing
+      if (macs != nullptr) *macs = r.run.plan.macs();
+      return r;
+    }
   }
   const Bf16ConvLayer t = conv_input_grad_layer(fwd);
   const std::vector<float> z = insert_grad_zeros(fwd, dy, batch);

@@ -14,6 +14,9 @@ namespace {
 
 constexpr uint16_t kLowestBf16 = 0xFF7F;  // the max pool's pads (maxpool.h: never win a max)
 constexpr uint16_t kOneBf16 = 0x3F80;     // 1.0, the identity tile's diagonal
+// The value of the FENCEs between the programs of conv_param_grads (the driver keeps its own
+// fence values apart from the ones inside a program).
+constexpr uint32_t kDwFenceValue = 0x64570000;  // "dW"
 
 double utilization(uint64_t macs, uint32_t an, uint64_t cycles) {
   const double peak = static_cast<double>(an) * static_cast<double>(an);
@@ -98,6 +101,64 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
   return r;
+}
+
+bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& fwd,
+                                        const Bf16ConvLayer& t, std::span<const float> z, uint64_t batch,
+                                        ConvBf16RunResult& r) {
+  const Entry* f = find(fwd_slot, batch);
+  if (f == nullptr || f->bufs.size() != 4 || f->code.empty() || !same_geom(f->conv_plan.geom, fwd.geom) ||
+      fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
+    return false;
+  }
+  const ConvPlan& fp = f->conv_plan;
+  ConvPlan plan = plan_conv_bf16(device_->info().params, t.geom, batch);
+  if (plan.taps != fp.taps || plan.c_blocks != fp.o_blocks || plan.o_blocks != fp.c_blocks) return false;
+  // Tile (ob, tap, cb) of the transposed layer: the forward's (cb, taps - 1 - tap, ob), transposed.
+  ConvWeightSource src;
+  src.transpose = true;
+  src.tile.resize(plan.weight_tiles);
+  plan.zero_tile.assign(plan.weight_tiles, 0);
+  for (uint64_t ob = 0; ob < plan.o_blocks; ++ob) {
+    for (uint64_t tap = 0; tap < plan.taps; ++tap) {
+      for (uint64_t cb = 0; cb < plan.c_blocks; ++cb) {
+        const uint64_t wt = (ob * plan.taps + tap) * plan.c_blocks + cb;
+        const uint64_t ft = (cb * fp.taps + (fp.taps - 1 - tap)) * fp.c_blocks + ob;
+        src.tile[wt] = ft;
+        plan.zero_tile[wt] = fp.zero_tile.empty() ? 0 : fp.zero_tile[ft];
+      }
+    }
+  }
+  const uint64_t w_addr = f->bufs[1].addr();
+  Entry* e = find(slot, batch);
+  if (e == nullptr || e->conv_plan.zero_tile != plan.zero_tile || !same_geom(e->conv_plan.geom, t.geom) ||
+      e->in_addr != w_addr) {
+    e = &make(slot, batch);
+    e->conv_plan = plan;
+    e->in_addr = w_addr;  // the forward's weights this program reads
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(plan)));
+    e->bufs.push_back(alloc(conv_bf16_param_bytes(plan)));
+    e->bufs.push_back(alloc(conv_bf16_out_bytes(plan)));
+    const std::vector<float> bias(plan.o_blocks * plan.array_n, 0.0f);  // the transposed layer's: zero
+    device_->write(e->bufs[1], 0, bias.data(), bias.size() * 4);
+    e->code = compile_conv_bf16(plan, false, e->bufs[0].addr(), w_addr, e->bufs[1].addr(), e->bufs[2].addr(), {},
+                                false, &src)
+                  .code;
+  }
+  const std::vector<uint16_t> xin = pack_conv_bf16_input(plan, z);
+  device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+  r = ConvBf16RunResult{};
+  r.plan = std::move(plan);
+  r.perf = run(*e);
+  std::vector<uint16_t> packed(r.plan.out_bytes());
+  device_->read(e->bufs[2], 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(r.plan, packed);
+  r.cycles = r.perf.cycles;
+  r.instructions = e->code.size() + 1;
+  r.min_bytes = conv_bf16_min_bytes(r.plan);
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+  r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
+  return true;
 }
 
 ConvBf16RunResult TrainProgramCache::max_pool(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> x,
@@ -379,6 +440,21 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
                              .code);
       e->gemm_plans.push_back(gp);
     }
+    // One program for the layer: the blocks' convolutions and GEMMs in order, each behind a FENCE
+    // (the programs were compiled each for the whole device: the FENCE orders a GEMM behind the
+    // convolution that wrote its block, and each program's local rows behind the one before).
+    e->bufs.push_back(alloc(64));  // where the in-program FENCEs write (never read)
+    const uint64_t sink = e->bufs.back().addr();
+    for (const std::vector<isa::Word>& c : e->codes) {
+      if (c.empty()) continue;
+      if (!e->code.empty()) {
+        isa::Instr f = isa::make_instr(spec::Opcode::kFence);
+        f.set("value", kDwFenceValue);
+        f.set("host_addr", sink);
+        e->code.push_back(isa::encode(f));
+      }
+      e->code.insert(e->code.end(), c.begin(), c.end());
+    }
   }
   r.host_bytes = 0;
   if (own_input) {
@@ -394,13 +470,9 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
   std::vector<float> gm(M * O);
   r.gemm = Bf16GemmResult{};
   macs = 0;
+  r.gemm.perf = run(*e);
+  r.gemm.cycles = r.gemm.perf.cycles;
   for (uint64_t j = 0; j < blocks; ++j) {
-    for (int k = 0; k < 2; ++k) {
-      if (e->codes[2 * j + static_cast<uint64_t>(k)].empty()) continue;
-      device_->clear_perf();
-      device_->wait(device_->submit(e->codes[2 * j + static_cast<uint64_t>(k)]));
-      r.gemm.cycles += device_->perf().cycles;
-    }
     const Bf16GemmPlan& gp = e->gemm_plans[j];
     std::vector<float> cp(gp.c_bytes() / 4);
     device_->read(e->bufs[2 + 6 * j + 3], 0, cp.data(), gp.c_bytes());

@@ -114,6 +114,17 @@ class TrainProgramCache {
   bool conv_param_grads(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, std::span<const float> x,
                         std::span<const float> d, uint64_t batch, ConvParamGradResult& r, uint64_t& macs);
 
+  /// The input gradient of the Conv / AveragePool `fwd` (stride-1 or zero-insertion form: `t` is
+  /// conv_input_grad_geometry(fwd), `z` its input, insert_grad_zeros) reading the weights where the
+  /// forward program `fwd_slot` (conv(), this row count) uploaded them this step: the transposed
+  /// layer's tile (ob, tap, cb) is the forward's tile (cb, taps - 1 - tap, ob) entering the array
+  /// transposed (LOADW transpose), so the flip and transpose are addressing, not a host copy; its
+  /// all-zero tiles are the forward's. The same tiles, taps and order as the host-laid-out
+  /// transposed layer: dX bit for bit. Returns false (and does nothing) when there is no such
+  /// forward program.
+  bool conv_input_grad(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& fwd, const Bf16ConvLayer& t,
+                       std::span<const float> z, uint64_t batch, ConvBf16RunResult& r);
+
   /// Programs compiled so far (a figure for tests and benchmarks).
   uint64_t compiled() const { return compiled_; }
 
@@ -145,8 +156,15 @@ class TrainProgramCache {
 /// conv_input_grad_bf16 with the cache's programs: the stride phases (conv_input_grad_phases) in
 /// slots slot + (i + 1) << 40, else the zero-insertion convolution in `slot`. `macs` (may be null)
 /// gets the programs' multiply-accumulates; run.cycles is their sum (run's other figures: the last).
+/// With `fwd_slot` (the layer's forward program in the cache, kNoSlot: none) the stride-1 /
+/// zero-insertion form reads the forward's uploaded weights (TrainProgramCache::conv_input_grad).
+constexpr uint64_t kNoSlot = ~uint64_t{0};
 ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
-                                           std::span<const float> dy, uint64_t batch, uint64_t* macs);
+                                           std::span<const float> dy, uint64_t batch, uint64_t* macs,
+                                           uint64_t fwd_slot = kNoSlot);
+
+/// conv_input_grad_layer without the weights (w empty): the transposed layer's geometry.
+Bf16ConvLayer conv_input_grad_geometry(const Bf16ConvLayer& fwd);
 
 /// max_pool_backward_bf16 with the cache's programs: the routing in `slot`, the scatter
 /// convolution of overlapping windows in `slot` + 1.

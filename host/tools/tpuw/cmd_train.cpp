@@ -467,7 +467,7 @@ int train_command(const TrainOpts& o) {
   const bool show = rank == 0 && !o.quiet && (o.progress || isatty(fileno(stderr)) != 0);
   std::vector<EpochRecord> epochs;
   int64_t steps_run = 0, last_ck_step = ck ? ck->state.steps : -1;
-  uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, upd_busy = 0, loss_bytes = 0, macs = 0;
+  uint64_t cycles = 0, fwd = 0, bwd = 0, upd = 0, upd_busy = 0, loss_bytes = 0, layout_bytes = 0, macs = 0;
   double util_cycles = 0.0, loss_s = 0.0, train_s = 0.0;
   std::vector<float> xb(static_cast<size_t>(o.batch * features));
   std::vector<int64_t> yb(static_cast<size_t>(o.batch));
@@ -546,6 +546,7 @@ int train_command(const TrainOpts& o) {
       upd += rep.update_cycles;
       upd_busy += rep.update_busy_cycles;
       loss_bytes += rep.host_loss_bytes;
+      layout_bytes += rep.host_layout_bytes;
       loss_s += rep.host_loss_seconds;
       macs += rep.macs;
       util_cycles += rep.utilization * static_cast<double>(rep.cycles);
@@ -649,6 +650,7 @@ int train_command(const TrainOpts& o) {
     j["update_cycles_per_step"] = static_cast<double>(upd) * per;
     j["update_busy_cycles_per_step"] = static_cast<double>(upd_busy) * per;
     j["host_loss_bytes_per_step"] = static_cast<double>(loss_bytes) * per;
+    j["host_layout_bytes_per_step"] = static_cast<double>(layout_bytes) * per;
     j["host_loss_seconds_per_step"] = loss_s * per;
     j["macs_per_step"] = static_cast<double>(macs) * per;
     j["utilization"] = utilization;

@@ -74,8 +74,17 @@ std::vector<float> unpack_conv_bf16_output(const ConvPlan& plan, std::span<const
 /// scales in `group_scale`): per strip, one VECTOR SCALE per run of ACC rows that share a group
 /// (activate_runs) whose scale is not 1, then one ACTIVATE per strip, or with `group_bias` one per
 /// run reading its group's bias row (group g, block ob: bias row g * o_blocks + ob).
+/// With `wsrc`, the weight tiles are another program's packed weights (the input gradient of a
+/// convolution reads the forward program's, conv_train_bf16.h): tile wt of `plan` is tile
+/// wsrc->tile[wt] of the buffer at w_addr, and enters the array transposed when wsrc->transpose
+/// is set (LOADW transpose: no transposed copy in memory).
+struct ConvWeightSource {
+  std::vector<uint64_t> tile;  // per weight tile of the plan: its index in the w_addr buffer
+  bool transpose = false;
+};
 ConvProgram compile_conv_bf16(const ConvPlan& plan, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
-                              uint64_t out_addr, std::span<const float> group_scale = {}, bool group_bias = false);
+                              uint64_t out_addr, std::span<const float> group_scale = {}, bool group_bias = false,
+                              const ConvWeightSource* wsrc = nullptr);
 
 struct ConvBf16RunResult {
   std::vector<float> y;         // NCHW [batch][out_c][ho][wo], bf16 values

@@ -42,6 +42,9 @@ struct TrainStepReport {
   uint64_t update_busy_cycles = 0;
   double host_loss_seconds = 0.0;  ///< host time in the softmax cross-entropy at the logits
   uint64_t host_loss_bytes = 0;    ///< bytes moved between device memory and host for the loss
+  /// Bytes the host lays out or copies for the device programs besides the loss (the CNN trainer's
+  /// last_host_bytes(): inputs, gradients and weights it packs; 0 where every operand is resident).
+  uint64_t host_layout_bytes = 0;
   uint64_t macs = 0;               ///< multiply-accumulates the step needs (forward + backward)
   double utilization = 0.0;        ///< macs / (ArrayN^2 * cycles) over the whole step
 };

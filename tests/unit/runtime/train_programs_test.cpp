@@ -1,0 +1,174 @@
+// The CNN trainer's program cache (host/src/runtime/train_programs.h) on the ref backend:
+// - dX of a Conv / AveragePool reads the weights the forward program uploaded, flipped and
+//   transposed by its addressing (tile (ob, tap, cb) of the transposed layer is the forward's tile
+//   (cb, taps - 1 - tap, ob) with LOADW transpose): dX equals conv_input_grad_bf16_host bit for bit,
+//   the host lays out only dy (no weights), the forward's all-zero tiles stay skipped, and new
+//   weights in the next forward are what the next dX uses, without recompiling;
+// - dW/db with the im2col on the device run as one program per layer (the blocks' one-hot
+//   convolutions and GEMMs behind in-program FENCEs) and equal conv_param_grads_bf16_host.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+
+#include "tpuw/device.h"
+#include "tpuw/runtime/conv_train_bf16.h"
+#include "train_programs.h"
+
+namespace tpuw::runtime {
+namespace {
+
+using Kind = Bf16ConvLayer::Kind;
+
+ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
+                  uint32_t pad) {
+  ConvGeometry g;
+  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
+  g.stride_h = g.stride_w = stride;
+  g.dilation_h = g.dilation_w = dil;
+  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
+  return g;
+}
+
+std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+Bf16ConvLayer layer(const ConvGeometry& g, Kind kind, std::mt19937& rng) {
+  Bf16ConvLayer l;
+  l.name = kind == Kind::kAvgPool ? "pool" : "conv";
+  l.kind = kind;
+  l.geom = g;
+  const uint64_t T = uint64_t{g.kernel_h} * g.kernel_w;
+  if (kind == Kind::kAvgPool) {
+    l.w.assign(uint64_t{g.out_c} * g.in_c * T, 0.0f);
+    for (uint64_t o = 0; o < g.out_c; ++o) {
+      for (uint64_t t = 0; t < T; ++t) l.w[(o * g.in_c + o) * T + t] = 1.0f / static_cast<float>(T);
+    }
+    l.bias.assign(g.out_c, 0.0f);
+  } else {
+    l.w = normal(uint64_t{g.out_c} * g.in_c * T, rng, static_cast<float>(1.0 / std::sqrt(double(g.in_c) * double(T))));
+    l.bias.assign(g.out_c, 0.1f);
+  }
+  return l;
+}
+
+void expect_bits(std::span<const float> got, std::span<const float> want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << " element " << i << ": device " << got[i] << ", contract " << want[i];
+  }
+}
+
+struct Case {
+  const char* what;
+  unsigned array_n;
+  Kind kind;
+  ConvGeometry g;
+  uint64_t batch;
+};
+
+const Case kCases[] = {
+    {"3x3 s1 p1, two channel blocks each way", 16, Kind::kConv, geom(20, 7, 6, 18, 3, 1, 1, 1), 3},
+    {"3x3 d2 p2, N=4 (2 x 2 blocks)", 4, Kind::kConv, geom(5, 9, 8, 6, 3, 1, 2, 2), 2},
+    {"4x4 s1 p1, asymmetric channels", 4, Kind::kConv, geom(3, 8, 7, 9, 4, 1, 1, 1), 2},
+    {"1x1", 16, Kind::kConv, geom(17, 5, 5, 9, 1, 1, 1, 0), 4},
+    {"3x3 s2 p2 (zeros inserted)", 4, Kind::kConv, geom(4, 9, 9, 6, 3, 2, 1, 2), 2},
+    {"avg 3x3 s1, N=4: off-diagonal tiles zero", 4, Kind::kAvgPool, geom(10, 7, 7, 10, 3, 1, 1, 1), 2},
+};
+
+TEST(TrainPrograms, InputGradReadsTheForwardWeights) {
+  uint32_t seed = 7;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(seed++);
+    Bf16ConvLayer l = layer(c.g, c.kind, rng);
+    const std::vector<float> x = normal(c.batch * c.g.in_c * c.g.in_h * c.g.in_w, rng, 1.0f);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device dev = Device::open("ref", cfg);
+    detail::TrainProgramCache cache(dev);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(step);
+      if (step == 1 && c.kind == Kind::kConv) {
+        for (float& w : l.w) w *= -0.75f;  // the next step's weights: same zero tiles
+      }
+      cache.conv(0, l, x, c.batch);  // the forward uploads the weights
+      const uint64_t compiled = cache.compiled();
+      const std::vector<float> dy = normal(c.batch * c.g.out_c * c.g.out_h() * c.g.out_w(), rng, 1.0f);
+      uint64_t macs = 0;
+      const ConvInputGradResult r = detail::conv_input_grad_cached(cache, 1, l, dy, c.batch, &macs, 0);
+      expect_bits(r.dx, conv_input_grad_bf16_host(l, dy, c.batch, c.array_n), "dx");
+      EXPECT_EQ(r.host_bytes, 2 * insert_grad_zeros(l, dy, c.batch).size()) << "dy only: no weight layout";
+      EXPECT_GT(r.run.cycles, 0u);
+      EXPECT_GT(macs, 0u);
+      // Compiled in the first step (the forward and dX), reused in the second.
+      EXPECT_EQ(cache.compiled(), step == 0 ? compiled + 1 : compiled);
+      if (c.kind == Kind::kAvgPool) {
+        // The forward's all-zero tiles are the transposed layer's: skipped there too, so the MACs
+        // are those of the host-laid-out transposed layer's plan.
+        Device dev2 = Device::open("ref", cfg);
+        const ConvInputGradResult h = conv_input_grad_bf16(dev2, l, dy, c.batch);
+        EXPECT_EQ(macs, h.run.plan.macs());
+        EXPECT_EQ(r.run.cycles, h.run.cycles);
+      }
+    }
+  }
+}
+
+TEST(TrainPrograms, InputGradWithoutAForwardProgramLaysOutTheWeights) {
+  std::mt19937 rng(3);
+  const Bf16ConvLayer l = layer(geom(5, 6, 6, 7, 3, 1, 1, 1), Kind::kConv, rng);
+  BackendConfig cfg;
+  cfg.array_n = 4;
+  Device dev = Device::open("ref", cfg);
+  detail::TrainProgramCache cache(dev);
+  const std::vector<float> dy = normal(2 * 7 * 36, rng, 1.0f);
+  const ConvInputGradResult r = detail::conv_input_grad_cached(cache, 1, l, dy, 2, nullptr, 0);
+  expect_bits(r.dx, conv_input_grad_bf16_host(l, dy, 2, 4), "dx");
+  EXPECT_EQ(r.host_bytes, 2 * (dy.size() + l.w.size()));
+}
+
+TEST(TrainPrograms, ParamGradsAreOneProgramPerLayer) {
+  // N = 4: up to 14 column blocks of [im2col | 1] (a constant all-ones block included).
+  const Case cases[] = {
+      {"3x3 C=5 N=4: 12 blocks", 4, Kind::kConv, geom(5, 7, 6, 6, 3, 1, 1, 1), 2},
+      {"1x1 C=3 N=4: ones column alone in block 1", 4, Kind::kConv, geom(4, 5, 5, 5, 1, 1, 1, 0), 3},
+      {"3x3 s2 N=16", 16, Kind::kConv, geom(8, 10, 11, 16, 3, 2, 1, 1), 2},
+  };
+  uint32_t seed = 11;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(seed++);
+    const Bf16ConvLayer l = layer(c.g, c.kind, rng);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device dev = Device::open("ref", cfg);
+    detail::TrainProgramCache cache(dev);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(step);
+      const std::vector<float> x = normal(c.batch * c.g.in_c * c.g.in_h * c.g.in_w, rng, 1.0f);
+      const std::vector<float> dy = normal(c.batch * c.g.out_c * c.g.out_h() * c.g.out_w(), rng, 1.0f);
+      cache.conv(0, l, x, c.batch);  // the forward: its uploaded input is the im2col's
+      ConvParamGradResult r;
+      uint64_t macs = 0;
+      ASSERT_TRUE(cache.conv_param_grads(2, 0, l, x, conv_grad_rows(l, dy, c.batch), c.batch, r, macs));
+      const ConvParamGradResult want = conv_param_grads_bf16_host(l, x, dy, c.batch, c.array_n);
+      expect_bits(r.dw, want.dw, "dw");
+      expect_bits(r.db, want.db, "db");
+      EXPECT_EQ(r.host_bytes, 2 * dy.size()) << "the gradient rows only: x is the forward's upload";
+      EXPECT_GT(r.gemm.cycles, 0u);
+      EXPECT_EQ(r.gemm.cycles, r.gemm.perf.cycles) << "one program: its PERF_CYCLES are the layer's";
+      EXPECT_GT(macs, 0u);
+    }
+    EXPECT_EQ(cache.compiled(), 2u);  // the forward and the dW program, once
+  }
+}
+
+}  // namespace
+}  // namespace tpuw::runtime
