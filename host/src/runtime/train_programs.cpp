@@ -7,6 +7,7 @@
 
 #include "program_builder.h"
 #include "tpuw/error.h"
+#include "tpuw/numerics.h"
 #include "tpuw/runtime/maxpool.h"
 
 namespace tpuw::runtime::detail {
@@ -35,6 +36,100 @@ void require_vector(const Device& device, const char* what) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("{}: the {} device has no VECTOR unit (FEATURES.BF16 is 0)", what, device.info().backend));
   }
+}
+
+// The direct dW program (TrainProgramCache::conv_param_grads, docs/training.md "Convolutions and
+// pools"): dW^T = dT . [im2col(x) | 1] with dT = the output gradient transposed ([O][P] bf16, rows
+// padded to Pp = round_up(P, N) pixels), the im2col never formed. Per pass (groups of (tap, channel
+// block) columns whose O ACC rows each fit) and per block kb of N pixels in increasing order: LOAD
+// dT's N pixel columns of all O rows into a UB buffer (double buffered); per group, LOAD the
+// weight tile = the N pixels' input rows at the tap's position in the forward's packed input
+// (pack_conv_bf16_input: one DMA run per stretch of consecutive rows; the pixels past P from a
+// zero block), LOADW, MATMUL O rows accumulate = (kb > 0) into the group's ACC rows; the all-ones
+// column's tile (column 0 all 1.0) stays in a WB slot. Then STORE the pass's ACC rows (fp32 [group]
+// [O][N]). Each output is the contract GEMM's sum over the same pixel blocks in the same order.
+DirectDw direct_dw_shape(const DeviceParams& dp, const ConvPlan& pf, uint64_t O, uint64_t P) {
+  const uint64_t an = dp.array_n;
+  DirectDw d;
+  d.groups = pf.taps * pf.c_blocks + 1;
+  d.pp = (P + an - 1) / an * an;
+  d.per_pass = O == 0 ? 0 : std::min<uint64_t>(d.groups, dp.acc_depth / O);
+  d.passes = d.per_pass == 0 ? 0 : (d.groups + d.per_pass - 1) / d.per_pass;
+  return d;
+}
+
+std::vector<isa::Word> direct_dw_program(const DeviceParams& dp, const ConvPlan& pf, uint64_t O, uint64_t P,
+                                         const DirectDw& d, uint64_t in_addr, uint64_t dt_addr, uint64_t zero_addr,
+                                         uint64_t ones_addr, uint64_t out_addr) {
+  const ConvGeometry& g = pf.geom;
+  const uint64_t an = dp.array_n, px = 2 * an, beat = dp.dma_data_w / 8, kb_n = d.pp / an;
+  const uint64_t hw = pf.ho * pf.wo, slots = std::min<uint64_t>(dp.wb_depth / px - 1, 16);
+  const size_t r_w = 0, r_ones = slots, r_act = r_ones + 1, r_acc = r_act + 2;
+  Builder b(r_acc + 1);
+  const uint64_t ones_slot = slots;
+  for (const Transfer& t : split_transfer(ones_slot * px, ones_addr, an * px, an, beat)) {
+    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_ones});
+  }
+  // The input row of pixel p (batch-major, then oy, ox) at tap (ky, kx), channel block cb.
+  auto in_row = [&](uint64_t p, uint64_t tap, uint64_t cb) {
+    const uint64_t bi = p / hw, q = p % hw, oy = q / pf.wo, ox = q % pf.wo;
+    const uint64_t Y = oy * g.stride_h + (tap / g.kernel_w) * g.dilation_h;
+    const uint64_t X = ox * g.stride_w + (tap % g.kernel_w) * g.dilation_w;
+    const uint64_t row = ((Y % g.stride_h) * g.stride_w + X % g.stride_w) * pf.hq * pf.wq + (Y / g.stride_h) * pf.wq +
+                         X / g.stride_w;
+    return (cb * pf.batch + bi) * pf.img_rows + row;
+  };
+  uint64_t ring = 0;
+  for (uint64_t pass = 0; pass < d.passes; ++pass) {
+    const uint64_t g0 = pass * d.per_pass, ng = std::min(d.per_pass, d.groups - g0);
+    for (uint64_t kb = 0; kb < kb_n; ++kb) {
+      const uint64_t ab = kb % 2, act_row = 2 * ab * O;
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, Transfer{act_row, dt_addr + kb * px, O, px, 2 * d.pp}),
+             {}, {r_act + ab});
+      for (uint64_t gi = 0; gi < ng; ++gi) {
+        const uint64_t grp = g0 + gi;
+        uint64_t slot = ones_slot;
+        if (grp + 1 < d.groups) {
+          const uint64_t tap = grp / pf.c_blocks, cb = grp % pf.c_blocks;
+          slot = ring++ % slots;
+          // Runs of consecutive input rows; the pixels past P read zeros.
+          uint64_t r = 0;
+          while (r < an) {
+            const uint64_t p = kb * an + r;
+            if (p >= P) {
+              b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb,
+                                   Transfer{slot * px + 2 * r, zero_addr, an - r, px, px}),
+                     {}, {r_w + slot});
+              break;
+            }
+            const uint64_t row0 = in_row(p, tap, cb);
+            uint64_t len = 1;
+            while (r + len < an && p + len < P && in_row(p + len, tap, cb) == row0 + len) ++len;
+            b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb,
+                                 Transfer{slot * px + 2 * r, in_addr + row0 * px, len, px, px}),
+                   {}, {r_w + slot});
+            r += len;
+          }
+        }
+        isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
+        lw.set("wb_addr", slot * px);
+        lw.set("bf16", 1);
+        b.emit(kC, std::move(lw), {slot == ones_slot ? r_ones : r_w + slot}, {});
+        isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+        mm.set("bf16", 1);
+        mm.set("accumulate", kb > 0 ? 1 : 0);
+        mm.set("swap", 1);
+        mm.set("ub_addr", act_row);
+        mm.set("acc_addr", gi * O);
+        mm.set("rows", O);
+        b.emit(kC, std::move(mm), {r_act + ab}, {r_acc}, /*is_matmul=*/true);
+      }
+    }
+    for (const Transfer& t : split_transfer(0, out_addr + g0 * O * 4 * an, ng * O * 4 * an, 4 * an, beat)) {
+      b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {r_acc}, {});
+    }
+  }
+  return merge_program(b, 96, 2 * 96 + 24).code;
 }
 
 }  // namespace
@@ -158,6 +253,80 @@ bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const 
   r.min_bytes = conv_bf16_min_bytes(r.plan);
   r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
+  return true;
+}
+
+bool TrainProgramCache::conv_param_grads_direct(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l,
+                                                const ConvPlan& pf, const DirectDw& dd, std::span<const float> x,
+                                                std::span<const float> d, uint64_t batch, ConvParamGradResult& r,
+                                                uint64_t& macs) {
+  const ConvGeometry& g = l.geom;
+  const DeviceParams& dp = device_->info().params;
+  const uint64_t an = dp.array_n, C = g.in_c, T = uint64_t{g.kernel_h} * g.kernel_w, CT = C * T, O = g.out_c;
+  const uint64_t P = batch * g.out_h() * g.out_w();
+  // The forward program's uploaded input, when it is this layer's at this row count.
+  uint64_t in_addr = 0;
+  bool own_input = true;
+  if (const Entry* f = find(fwd_slot, batch);
+      f != nullptr && f->bufs.size() == 4 && !f->code.empty() && same_geom(f->conv_plan.geom, g)) {
+    in_addr = f->bufs[0].addr();
+    own_input = false;
+  }
+  Entry* e = find(slot, batch);
+  if (e == nullptr || !e->direct || !same_geom(e->conv_plan.geom, g) ||
+      (!own_input && e->in_addr != in_addr) || (own_input && e->in_addr != e->bufs[0].addr())) {
+    e = &make(slot, batch);
+    e->direct = true;
+    e->conv_plan = pf;
+    e->bufs.push_back(alloc(conv_bf16_in_bytes(pf)));  // [0] the input, when the forward's is not usable
+    e->in_addr = own_input ? e->bufs[0].addr() : in_addr;
+    e->bufs.push_back(alloc(2 * O * dd.pp));           // [1] dT [O][Pp]
+    e->bufs.push_back(alloc(2 * an * an));             // [2] zeros: the pixel rows past P
+    e->bufs.push_back(alloc(2 * an * an));             // [3] the all-ones column's tile
+    e->bufs.push_back(alloc(dd.groups * O * 4 * an));  // [4] dW^T per group [O][N] fp32
+    const std::vector<uint16_t> zero(an * an, 0);
+    device_->write(e->bufs[2], 0, zero.data(), zero.size() * 2);
+    std::vector<uint16_t> ones(an * an, 0);
+    for (uint64_t k = 0; k < an; ++k) ones[k * an] = kOneBf16;
+    device_->write(e->bufs[3], 0, ones.data(), ones.size() * 2);
+    std::vector<uint16_t> dt(O * dd.pp, 0);  // the padding columns stay +0
+    device_->write(e->bufs[1], 0, dt.data(), dt.size() * 2);
+    e->code = direct_dw_program(dp, pf, O, P, dd, e->in_addr, e->bufs[1].addr(), e->bufs[2].addr(),
+                                e->bufs[3].addr(), e->bufs[4].addr());
+  }
+  r.host_bytes = 0;
+  if (own_input) {
+    const std::vector<uint16_t> xin = pack_conv_bf16_input(pf, x);
+    device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
+    r.host_bytes += 2 * xin.size();
+  }
+  {
+    // d is [P][O] (conv_grad_rows); the program reads its transpose, bf16 rows of Pp pixels.
+    std::vector<uint16_t> dt(O * dd.pp, 0);
+    for (uint64_t p = 0; p < P; ++p) {
+      for (uint64_t o = 0; o < O; ++o) dt[o * dd.pp + p] = num::bf16_from_float(d[p * O + o]);
+    }
+    device_->write(e->bufs[1], 0, dt.data(), dt.size() * 2);
+    r.host_bytes += 2 * d.size();
+  }
+  r.gemm = Bf16GemmResult{};
+  r.gemm.perf = run(*e);
+  r.gemm.cycles = r.gemm.perf.cycles;
+  std::vector<float> out(dd.groups * O * an);
+  device_->read(e->bufs[4], 0, out.data(), out.size() * 4);
+  std::vector<float> gm((CT + 1) * O);
+  for (uint64_t grp = 0; grp + 1 < dd.groups; ++grp) {
+    const uint64_t tap = grp / pf.c_blocks, cb = grp % pf.c_blocks;
+    for (uint64_t n = 0; n < an && cb * an + n < C; ++n) {
+      const uint64_t c = cb * an + n;
+      for (uint64_t o = 0; o < O; ++o) gm[(c * T + tap) * O + o] = out[(grp * O + o) * an + n];
+    }
+  }
+  for (uint64_t o = 0; o < O; ++o) gm[CT * O + o] = out[((dd.groups - 1) * O + o) * an];
+  split_conv_param_grads(l, gm, r);
+  r.gemm.plan = plan_gemm_bf16(dp, conv_param_grad_spec(l, batch));
+  macs = r.gemm.plan.macs();
+  r.gemm.utilization = utilization(macs, static_cast<uint32_t>(an), r.gemm.cycles);
   return true;
 }
 
@@ -373,6 +542,35 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
   };
   const ConvPlan p0 = plan_conv_bf16(dp, block_layer(0).geom, batch);
   if (p0.wo_stored != p0.wo) return false;
+  last_dw_direct_ = false;
+  if (dw_mode_ != DwMode::kOneHot) {
+    const ConvPlan pf = plan_conv_bf16(dp, g, batch);
+    const DirectDw dd = direct_dw_shape(dp, pf, O, K);
+    const uint64_t px = 2 * an, beat = dp.dma_data_w / 8;
+    const bool fits = dd.passes > 0 && 4 * O <= dp.ub_depth && dp.wb_depth / px >= 4 && px % beat == 0 &&
+                      (4 * an) % beat == 0 && O <= kMaxRowsField;
+    // Cycles, estimated (the DMA moves `beat` bytes a cycle, a weight tile shifts in N cycles): the
+    // direct program streams a weight tile of 2N^2 bytes per (tap, channel block) and pixel block;
+    // the one-hot one streams every output pixel row once per tap of each block through the MXU,
+    // then per block a GEMM moving an A and a B tile per pixel block.
+    const uint64_t kbs = dd.pp / an, tile_cycles = std::max<uint64_t>(an, 2 * an * an / beat) + 4;
+    const uint64_t direct = dd.passes * kbs * (O * px / beat) + kbs * ((dd.groups - 1) * tile_cycles + an + 4);
+    uint64_t one_hot = 0;
+    for (uint64_t j = 0; j < blocks; ++j) {
+      uint64_t taps = 0, last = ~uint64_t{0};
+      for (uint64_t col = j * an; col < std::min<uint64_t>(M, (j + 1) * an); ++col) {
+        if (col < CT && col / C != last) {
+          ++taps;
+          last = col / C;
+        }
+      }
+      one_hot += taps * p0.c_blocks * batch * p0.acc_rows + kbs * (2 * tile_cycles);
+    }
+    if (fits && (dw_mode_ == DwMode::kDirect || direct < one_hot)) {
+      last_dw_direct_ = true;
+      return conv_param_grads_direct(slot, fwd_slot, l, pf, dd, x, d, batch, r, macs);
+    }
+  }
   // The forward program's uploaded input, when its layout is this one's.
   uint64_t in_addr = 0;
   bool own_input = true;
@@ -391,7 +589,7 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
     }
   }
   Entry* e = find(slot, batch);
-  if (e == nullptr || !same_geom(e->conv_plan.geom, p0.geom) || e->codes.size() != 2 * blocks ||
+  if (e == nullptr || e->direct || !same_geom(e->conv_plan.geom, p0.geom) || e->codes.size() != 2 * blocks ||
       (!own_input && e->in_addr != in_addr) || (own_input && e->in_addr != e->bufs[0].addr())) {
     e = &make(slot, batch);
     e->conv_plan = p0;

@@ -75,6 +75,14 @@ uint64_t max_pool_route_check(std::span<const float> m, std::span<const float> d
 Bf16ConvLayer max_pool_one_hot_layer(const Bf16ConvLayer& pool);
 std::vector<float> max_pool_taps_as_channels(const Bf16ConvLayer& pool, std::span<const float> g, uint64_t batch);
 
+/// The shape of conv_param_grads' direct dW program (train_programs.cpp): groups of columns of
+/// [im2col | 1] (one per tap and input-channel block, the last the all-ones column), how many
+/// share the ACC in one pass, and the pixels padded to whole blocks of N.
+struct DirectDw {
+  uint64_t groups = 0;
+  uint64_t per_pass = 0, passes = 0, pp = 0;
+};
+
 /// Device programs compiled once per (slot, rows) and run again with new data: a slot is the
 /// caller's name for one program of a step (a layer and a role); a different row count (the last
 /// partial batch) gets its own entry. Weights are uploaded every run; a bf16 convolution is
@@ -125,6 +133,13 @@ class TrainProgramCache {
   bool conv_input_grad(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& fwd, const Bf16ConvLayer& t,
                        std::span<const float> z, uint64_t batch, ConvBf16RunResult& r);
 
+  /// How conv_param_grads forms dW: kAuto takes the direct program where its estimated cycles are
+  /// fewer than the one-hot im2col's (tests force either).
+  enum class DwMode : uint8_t { kAuto, kOneHot, kDirect };
+  void set_dw_mode(DwMode m) { dw_mode_ = m; }
+  /// Whether the last conv_param_grads ran the direct program.
+  bool last_dw_direct() const { return last_dw_direct_; }
+
   /// Programs compiled so far (a figure for tests and benchmarks).
   uint64_t compiled() const { return compiled_; }
 
@@ -140,7 +155,11 @@ class TrainProgramCache {
     uint64_t in_addr = 0;
     std::vector<std::vector<isa::Word>> codes;
     std::vector<Bf16GemmPlan> gemm_plans;
+    bool direct = false;  // conv_param_grads' direct program (not the one-hot blocks)
   };
+  bool conv_param_grads_direct(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, const ConvPlan& pf,
+                               const DirectDw& dd, std::span<const float> x, std::span<const float> d,
+                               uint64_t batch, ConvParamGradResult& r, uint64_t& macs);
   Entry* find(uint64_t slot, uint64_t rows);
   ReluBackwardResult elementwise(uint64_t slot, std::span<const float> a, std::span<const float> b,
                                  std::span<const VecStep> steps, const char* what);
@@ -151,6 +170,8 @@ class TrainProgramCache {
   Device* device_;
   std::map<std::pair<uint64_t, uint64_t>, Entry> entries_;
   uint64_t compiled_ = 0;
+  DwMode dw_mode_ = DwMode::kAuto;
+  bool last_dw_direct_ = false;
 };
 
 /// conv_input_grad_bf16 with the cache's programs: the stride phases (conv_input_grad_phases) in

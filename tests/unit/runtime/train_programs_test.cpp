@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "tpuw/device.h"
@@ -134,6 +136,93 @@ TEST(TrainPrograms, InputGradWithoutAForwardProgramLaysOutTheWeights) {
   EXPECT_EQ(r.host_bytes, 2 * (dy.size() + l.w.size()));
 }
 
+TEST(TrainPrograms, DirectParamGradsMatchTheContract) {
+  // The direct dW program (no im2col: weight tiles gathered from the forward's packed input) ==
+  // conv_param_grads_bf16_host bit for bit, for one and several channel blocks, strides (phase-split
+  // input), dilation, asymmetric pads, a partial last pixel block, and ACC passes.
+  struct DCase {
+    const char* what;
+    unsigned array_n;
+    ConvGeometry g;
+    uint64_t batch;
+  };
+  std::vector<DCase> cases = {
+      {"3x3 s1 p1, C=20 (two channel blocks), O=18", 16, geom(20, 7, 6, 18, 3, 1, 1, 1), 3},
+      {"4x4 C=8 O=16 (the Fashion conv2)", 16, geom(8, 14, 14, 16, 4, 1, 1, 0), 2},
+      {"3x3 s2, asymmetric pads", 16, geom(8, 10, 11, 16, 3, 2, 1, 1), 2},
+      {"3x3 d2 p2", 16, geom(5, 9, 8, 6, 3, 1, 2, 2), 2},
+      {"5x5 s2 p2", 16, geom(12, 12, 12, 10, 5, 2, 1, 2), 1},
+      {"1x1 C=1", 16, geom(1, 5, 5, 3, 1, 1, 1, 0), 3},
+      {"3x3 N=4", 4, geom(5, 7, 6, 6, 3, 1, 1, 1), 2},
+  };
+  cases[2].g.pad_bottom = 0;
+  cases[2].g.pad_right = 2;
+  uint32_t seed = 21;
+  for (const DCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(seed++);
+    const Bf16ConvLayer l = layer(c.g, Kind::kConv, rng);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device dev = Device::open("ref", cfg);
+    detail::TrainProgramCache cache(dev);
+    cache.set_dw_mode(detail::TrainProgramCache::DwMode::kDirect);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE(step);
+      const std::vector<float> x = normal(c.batch * c.g.in_c * c.g.in_h * c.g.in_w, rng, 1.0f);
+      const std::vector<float> dy = normal(c.batch * c.g.out_c * c.g.out_h() * c.g.out_w(), rng, 1.0f);
+      if (step == 0) cache.conv(0, l, x, c.batch);  // step 1: no forward upload of x, its own
+      ConvParamGradResult r;
+      uint64_t macs = 0;
+      ASSERT_TRUE(cache.conv_param_grads(2, step == 0 ? 0 : 5, l, x, conv_grad_rows(l, dy, c.batch), c.batch, r, macs));
+      EXPECT_TRUE(cache.last_dw_direct());
+      const ConvParamGradResult want = conv_param_grads_bf16_host(l, x, dy, c.batch, c.array_n);
+      expect_bits(r.dw, want.dw, "dw");
+      expect_bits(r.db, want.db, "db");
+      EXPECT_GT(r.gemm.cycles, 0u);
+      EXPECT_GT(macs, 0u);
+    }
+  }
+}
+
+TEST(TrainPrograms, DwModeIsChosenByEstimatedCycles) {
+  // The Fashion CNN's layers at batch 32: conv1 (C = 1, 3x3) keeps the one-hot im2col (each
+  // gathered weight tile would carry 1 of 16 columns), conv2 (C = 8, 4x4) takes the direct program;
+  // the choice is the cheaper one as measured.
+  Device dev = Device::open("ref", BackendConfig{});
+  std::mt19937 rng(5);
+  for (int which = 0; which < 2; ++which) {
+    const ConvGeometry g = which == 0 ? geom(1, 28, 28, 8, 3, 1, 1, 1) : geom(8, 14, 14, 16, 4, 1, 1, 1);
+    const uint64_t batch = 32;
+    const Bf16ConvLayer l = layer(g, Kind::kConv, rng);
+    const std::vector<float> x = normal(batch * g.in_c * g.in_h * g.in_w, rng, 1.0f);
+    const std::vector<float> dy = normal(batch * g.out_c * g.out_h() * g.out_w(), rng, 1.0f);
+    const std::vector<float> d = conv_grad_rows(l, dy, batch);
+    uint64_t cycles[3] = {};
+    bool direct[3] = {};
+    for (int mode = 0; mode < 3; ++mode) {
+      detail::TrainProgramCache cache(dev);
+      cache.set_dw_mode(static_cast<detail::TrainProgramCache::DwMode>(mode));
+      cache.conv(0, l, x, batch);
+      ConvParamGradResult r;
+      uint64_t macs = 0;
+      ASSERT_TRUE(cache.conv_param_grads(2, 0, l, x, d, batch, r, macs));
+      cycles[mode] = r.gemm.cycles;
+      direct[mode] = cache.last_dw_direct();
+      const ConvParamGradResult want = conv_param_grads_bf16_host(l, x, dy, batch, 16);
+      expect_bits(r.dw, want.dw, "dw");
+      expect_bits(r.db, want.db, "db");
+    }
+    EXPECT_EQ(direct[0], which == 1);
+    EXPECT_FALSE(direct[1]);
+    EXPECT_TRUE(direct[2]);
+    // (A program's cycles vary by a few with the DMA's state: within 0.1%.)
+    EXPECT_LE(static_cast<double>(cycles[0]), 1.001 * static_cast<double>(std::min(cycles[1], cycles[2])));
+    std::printf("%s: one-hot %llu cycles, direct %llu\n", which == 0 ? "conv1" : "conv2",
+                static_cast<unsigned long long>(cycles[1]), static_cast<unsigned long long>(cycles[2]));
+  }
+}
+
 TEST(TrainPrograms, ParamGradsAreOneProgramPerLayer) {
   // N = 4: up to 14 column blocks of [im2col | 1] (a constant all-ones block included).
   const Case cases[] = {
@@ -150,6 +239,7 @@ TEST(TrainPrograms, ParamGradsAreOneProgramPerLayer) {
     cfg.array_n = c.array_n;
     Device dev = Device::open("ref", cfg);
     detail::TrainProgramCache cache(dev);
+    cache.set_dw_mode(detail::TrainProgramCache::DwMode::kOneHot);
     for (int step = 0; step < 2; ++step) {
       SCOPED_TRACE(step);
       const std::vector<float> x = normal(c.batch * c.g.in_c * c.g.in_h * c.g.in_w, rng, 1.0f);
