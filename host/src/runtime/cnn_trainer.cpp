@@ -75,11 +75,36 @@ struct CnnTrainer::Impl {
   }
   bool cached = true;  // false for logits(): evaluation batches of any size are not kept
 
+  // Tap lanes: a Conv with one input channel and 2 .. N taps runs on the device as a 1x1
+  // convolution over its im2col, tap t in lane t (in_c = taps), so each output pixel is one MATMUL
+  // row instead of one per tap, and its dW GEMM gathers one weight tile per pixel block instead of
+  // one per tap. Same sums as the tap-by-tap program: there each tap's column sum holds one product
+  // (exact), added to the ACC tap after tap; here the products are summed down the column in the
+  // same tap order, the same roundings (docs/training.md "Tap lanes"). The input of such a layer,
+  // as im2col planes [b][tap][ho][wo], is kept per forward slot for the dW.
+  std::map<uint64_t, std::vector<float>> lane_x;
+  bool tap_lanes(const Bf16ConvLayer& l) const {
+    const uint64_t taps = uint64_t{l.geom.kernel_h} * l.geom.kernel_w;
+    return device != nullptr && l.kind == Kind::kConv && l.geom.in_c == 1 && taps > 1 && taps <= array_n;
+  }
+  static Bf16ConvLayer lane_layer(const Bf16ConvLayer& l) { return detail::tap_lane_layer(l); }
+  static std::vector<float> lane_input(const Bf16ConvLayer& l, std::span<const float> x, uint64_t rows) {
+    return detail::tap_lane_input(l, x, rows);
+  }
   // A Conv / AveragePool: the bf16 convolution program; a MaxPool: the inference max-pool program
   // (identity-weight taps + VECTOR MAX; contract max_pool_bf16_host, which multiplies nothing).
   std::vector<float> conv_fwd(uint64_t slot, const Bf16ConvLayer& l, std::span<const float> a, uint64_t rows) {
     const bool pool = l.kind == Kind::kMaxPool;
     if (device == nullptr) return pool ? max_pool_bf16_host(l, a, rows, array_n) : conv2d_bf16_host(l, a, rows, array_n);
+    if (tap_lanes(l)) {
+      const Bf16ConvLayer t = lane_layer(l);
+      std::vector<float> xl = lane_input(l, a, rows);
+      ConvBf16RunResult r = cached ? cache->conv(slot, t, xl, rows) : run_conv2d_bf16(*device, t, xl, rows);
+      cycles += r.cycles;
+      macs += r.plan.macs();
+      if (cached) lane_x[slot] = std::move(xl);
+      return std::move(r.y);
+    }
     ConvBf16RunResult r = cached ? cache->conv(slot, l, a, rows)
                                  : (pool ? run_max_pool_bf16(*device, l, a, rows) : run_conv2d_bf16(*device, l, a, rows));
     cycles += r.cycles;
@@ -130,9 +155,13 @@ struct CnnTrainer::Impl {
     const std::vector<float> d = conv_grad_rows(l, dy, rows);
     ConvParamGradResult r;
     // The im2col on the device (one-hot convolutions over the forward's uploaded input), where the
-    // layout allows; else laid out here.
+    // layout allows; else laid out here. A tap-lanes layer: the 1x1 layer over the forward's planes
+    // (its dW [O][taps] is the layer's [O][1][KH][KW]).
     uint64_t mc = 0;
-    if (cache->conv_param_grads(slot, slot - kDw + kFwd, l, x, d, rows, r, mc)) {
+    const auto lx = lane_x.find(slot - kDw + kFwd);
+    const bool lanes = tap_lanes(l) && lx != lane_x.end();
+    if (lanes ? cache->conv_param_grads(slot, slot - kDw + kFwd, lane_layer(l), lx->second, d, rows, r, mc)
+              : cache->conv_param_grads(slot, slot - kDw + kFwd, l, x, d, rows, r, mc)) {
       cycles += r.gemm.cycles;
       macs += mc;
       host_bytes += r.host_bytes;

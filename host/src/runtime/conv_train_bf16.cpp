@@ -246,6 +246,48 @@ std::vector<float> insert_grad_zeros(const Bf16ConvLayer& fwd, std::span<const f
 
 namespace detail {
 
+Bf16ConvLayer tap_lane_layer(const Bf16ConvLayer& l) {
+  require_conv(l, "tap lanes");
+  if (l.geom.in_c != 1) {
+    throw Error(ErrorKind::kInternal, fmt::format("tap lanes of '{}': {} input channels, not 1", l.name, l.geom.in_c));
+  }
+  Bf16ConvLayer t;
+  t.name = l.name;
+  t.kind = Bf16ConvLayer::Kind::kConv;
+  t.geom.in_c = l.geom.kernel_h * l.geom.kernel_w;
+  t.geom.in_h = l.geom.out_h();
+  t.geom.in_w = l.geom.out_w();
+  t.geom.out_c = l.geom.out_c;
+  t.geom.kernel_h = t.geom.kernel_w = 1;
+  t.w = l.w;  // [O][1][KH][KW] is [O][taps][1][1]
+  t.bias = l.bias;
+  t.relu = l.relu;
+  return t;
+}
+std::vector<float> tap_lane_input(const Bf16ConvLayer& l, std::span<const float> x, uint64_t rows) {
+  const ConvGeometry& g = l.geom;
+  const uint64_t H = g.in_h, W = g.in_w, ho = g.out_h(), wo = g.out_w(), KW = g.kernel_w,
+                 T = uint64_t{g.kernel_h} * KW;
+  check_size(x, rows * H * W, l, "the input");
+  std::vector<float> o(rows * T * ho * wo, 0.0f);  // +0 outside the image, as the padding
+  for (uint64_t b = 0; b < rows; ++b) {
+    for (uint64_t t = 0; t < T; ++t) {
+      float* dst = o.data() + (b * T + t) * ho * wo;
+      for (uint64_t oy = 0; oy < ho; ++oy) {
+        const int64_t iy = static_cast<int64_t>(oy * g.stride_h + (t / KW) * g.dilation_h) - g.pad_top;
+        if (iy < 0 || iy >= static_cast<int64_t>(H)) continue;
+        for (uint64_t ox = 0; ox < wo; ++ox) {
+          const int64_t ix = static_cast<int64_t>(ox * g.stride_w + (t % KW) * g.dilation_w) - g.pad_left;
+          if (ix < 0 || ix >= static_cast<int64_t>(W)) continue;
+          dst[oy * wo + ox] = x[(b * H + static_cast<uint64_t>(iy)) * W + static_cast<uint64_t>(ix)];
+        }
+      }
+    }
+  }
+  return o;
+}
+
+
 ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t slot, const Bf16ConvLayer& fwd,
                                            std::span<const float> dy, uint64_t batch, uint64_t* macs,
                                            uint64_t fwd_slot) {

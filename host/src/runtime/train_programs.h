@@ -184,6 +184,14 @@ ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t sl
                                            std::span<const float> dy, uint64_t batch, uint64_t* macs,
                                            uint64_t fwd_slot = kNoSlot);
 
+/// Tap lanes (the CNN trainer, docs/training.md): a Conv with one input channel and 2 .. N taps as
+/// a 1x1 convolution over its im2col, tap t (ky * KW + kx) in input channel t: the layer (in_c =
+/// taps, in_h x in_w = the output's, the same weights, bias and ReLU) and its input, NCHW
+/// [rows][taps][Ho][Wo] (+0 where the tap falls on padding). Its outputs and its dW are the
+/// layer's bit for bit.
+Bf16ConvLayer tap_lane_layer(const Bf16ConvLayer& l);
+std::vector<float> tap_lane_input(const Bf16ConvLayer& l, std::span<const float> x, uint64_t rows);
+
 /// conv_input_grad_layer without the weights (w empty): the transposed layer's geometry.
 Bf16ConvLayer conv_input_grad_geometry(const Bf16ConvLayer& fwd);
 

@@ -15,6 +15,8 @@
 #include <random>
 
 #include "tpuw/device.h"
+#include "tpuw/error.h"
+#include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "train_programs.h"
 
@@ -221,6 +223,55 @@ TEST(TrainPrograms, DwModeIsChosenByEstimatedCycles) {
     std::printf("%s: one-hot %llu cycles, direct %llu\n", which == 0 ? "conv1" : "conv2",
                 static_cast<unsigned long long>(cycles[1]), static_cast<unsigned long long>(cycles[2]));
   }
+}
+
+TEST(TrainPrograms, TapLanesAreTheLayerBitForBit) {
+  // A Conv with one input channel as a 1x1 convolution over its im2col (tap t in lane t): the
+  // forward output and dW/db (direct and one-hot) equal the layer's contract bit for bit, for pads,
+  // stride 2, dilation and 16 taps at N = 16 (every lane), and 4 taps at N = 4.
+  struct LCase {
+    const char* what;
+    unsigned array_n;
+    ConvGeometry g;
+    uint64_t batch;
+  };
+  std::vector<LCase> cases = {
+      {"3x3 p1 (the Fashion conv1)", 16, geom(1, 12, 12, 8, 3, 1, 1, 1), 3},
+      {"4x4 s2 p1: 16 taps", 16, geom(1, 11, 10, 5, 4, 2, 1, 1), 2},
+      {"3x3 d2 p2, asymmetric pads", 16, geom(1, 9, 8, 20, 3, 1, 2, 2), 2},
+      {"2x2 N=4", 4, geom(1, 6, 7, 6, 2, 1, 1, 0), 2},
+  };
+  cases[2].g.pad_bottom = 1;
+  uint32_t seed = 31;
+  for (const LCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(seed++);
+    Bf16ConvLayer l = layer(c.g, Kind::kConv, rng);
+    l.relu = true;
+    const std::vector<float> x = normal(c.batch * c.g.in_h * c.g.in_w, rng, 1.0f);
+    const std::vector<float> dy = normal(c.batch * c.g.out_c * c.g.out_h() * c.g.out_w(), rng, 1.0f);
+    const Bf16ConvLayer t = detail::tap_lane_layer(l);
+    const std::vector<float> xl = detail::tap_lane_input(l, x, c.batch);
+    EXPECT_EQ(t.geom.in_c, uint64_t{c.g.kernel_h} * c.g.kernel_w);
+    BackendConfig cfg;
+    cfg.array_n = c.array_n;
+    Device dev = Device::open("ref", cfg);
+    const ConvParamGradResult want = conv_param_grads_bf16_host(l, x, dy, c.batch, c.array_n);
+    for (const auto mode : {detail::TrainProgramCache::DwMode::kDirect, detail::TrainProgramCache::DwMode::kOneHot}) {
+      detail::TrainProgramCache cache(dev);
+      cache.set_dw_mode(mode);
+      const ConvBf16RunResult y = cache.conv(0, t, xl, c.batch);
+      expect_bits(y.y, conv2d_bf16_host(l, x, c.batch, c.array_n), "y");
+      ConvParamGradResult r;
+      uint64_t macs = 0;
+      ASSERT_TRUE(cache.conv_param_grads(2, 0, t, xl, conv_grad_rows(l, dy, c.batch), c.batch, r, macs));
+      expect_bits(r.dw, want.dw, "dw");
+      expect_bits(r.db, want.db, "db");
+    }
+  }
+  std::mt19937 rng(1);
+  const Bf16ConvLayer two = layer(geom(2, 5, 5, 3, 3, 1, 1, 1), Kind::kConv, rng);
+  EXPECT_THROW(detail::tap_lane_layer(two), Error);
 }
 
 TEST(TrainPrograms, ParamGradsAreOneProgramPerLayer) {
