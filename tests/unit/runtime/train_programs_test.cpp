@@ -156,6 +156,8 @@ TEST(TrainPrograms, DirectParamGradsMatchTheContract) {
       {"5x5 s2 p2", 16, geom(12, 12, 12, 10, 5, 2, 1, 2), 1},
       {"1x1 C=1", 16, geom(1, 5, 5, 3, 1, 1, 1, 0), 3},
       {"3x3 N=4", 4, geom(5, 7, 6, 6, 3, 1, 1, 1), 2},
+      // 19 groups of O = 256 ACC rows: more than the 4096 ACC rows, two passes over the pixels.
+      {"3x3 C=32 O=256: two ACC passes", 16, geom(32, 5, 4, 256, 3, 1, 1, 1), 2},
   };
   cases[2].g.pad_bottom = 0;
   cases[2].g.pad_right = 2;
