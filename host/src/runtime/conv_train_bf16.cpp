@@ -110,6 +110,13 @@ std::vector<InputGradPhase> conv_input_grad_phases(const Bf16ConvLayer& fwd) {
       const int64_t ew = static_cast<int64_t>(wo) - dw.base - static_cast<int64_t>(dw.dil * (dw.count - 1));
       pg.pad_bottom = static_cast<uint32_t>(std::max<int64_t>(0, static_cast<int64_t>(ph.rows) - eh));
       pg.pad_right = static_cast<uint32_t>(std::max<int64_t>(0, static_cast<int64_t>(ph.cols) - ew));
+      for (uint64_t a = 0; a < dh.count; ++a) {
+        for (uint64_t b = 0; b < dw.count; ++b) {
+          const uint64_t ky = dh.first + a * dh.dil * g.stride_h / g.dilation_h;
+          const uint64_t kx = dw.first + b * dw.dil * g.stride_w / g.dilation_w;
+          ph.fwd_tap.push_back((KH - 1 - ky) * KW + (KW - 1 - kx));  // the transposed kernel is flipped
+        }
+      }
       l.w.assign(C * O * dh.count * dw.count, 0.0f);
       for (uint64_t co = 0; co < C * O; ++co) {
         for (uint64_t a = 0; a < dh.count; ++a) {
@@ -299,10 +306,16 @@ ConvInputGradResult conv_input_grad_cached(TrainProgramCache& cache, uint64_t sl
     for (size_t i = 0; i < phases.size(); ++i) {
       const InputGradPhase& ph = phases[i];
       if (!ph.empty) {
-        r.run = cache.conv(slot + ((uint64_t{i} + 1) << 40), ph.layer, dy, batch);
+        // The phase's taps read from the forward's uploaded tiles where there is a forward program.
+        const uint64_t ps = slot + ((uint64_t{i} + 1) << 40);
+        if (fwd_slot != kNoSlot && cache.conv_input_grad(ps, fwd_slot, fwd, ph.layer, dy, batch, r.run, ph.fwd_tap)) {
+          r.host_bytes += 2 * dy.size();
+        } else {
+          r.run = cache.conv(ps, ph.layer, dy, batch);
+          r.host_bytes += 2 * (dy.size() + ph.layer.w.size());
+        }
         cycles += r.run.cycles;
         m += r.run.plan.macs();
-        r.host_bytes += 2 * (dy.size() + ph.layer.w.size());
         place_input_grad_phase(fwd, ph, r.run.y, batch, r.dx);
       } else {
         place_input_grad_phase(fwd, ph, {}, batch, r.dx);

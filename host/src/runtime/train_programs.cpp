@@ -200,7 +200,7 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
 
 bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& fwd,
                                         const Bf16ConvLayer& t, std::span<const float> z, uint64_t batch,
-                                        ConvBf16RunResult& r) {
+                                        ConvBf16RunResult& r, std::span<const uint64_t> fwd_tap) {
   const Entry* f = find(fwd_slot, batch);
   if (f == nullptr || f->bufs.size() != 4 || f->code.empty() || !same_geom(f->conv_plan.geom, fwd.geom) ||
       fwd.kind == Bf16ConvLayer::Kind::kMaxPool) {
@@ -208,7 +208,10 @@ bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const 
   }
   const ConvPlan& fp = f->conv_plan;
   ConvPlan plan = plan_conv_bf16(device_->info().params, t.geom, batch);
-  if (plan.taps != fp.taps || plan.c_blocks != fp.o_blocks || plan.o_blocks != fp.c_blocks) return false;
+  if ((fwd_tap.empty() ? plan.taps != fp.taps : plan.taps != fwd_tap.size()) || plan.c_blocks != fp.o_blocks ||
+      plan.o_blocks != fp.c_blocks) {
+    return false;
+  }
   // Tile (ob, tap, cb) of the transposed layer: the forward's (cb, taps - 1 - tap, ob), transposed.
   ConvWeightSource src;
   src.transpose = true;
@@ -218,7 +221,9 @@ bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const 
     for (uint64_t tap = 0; tap < plan.taps; ++tap) {
       for (uint64_t cb = 0; cb < plan.c_blocks; ++cb) {
         const uint64_t wt = (ob * plan.taps + tap) * plan.c_blocks + cb;
-        const uint64_t ft = (cb * fp.taps + (fp.taps - 1 - tap)) * fp.c_blocks + ob;
+        const uint64_t ftap = fwd_tap.empty() ? fp.taps - 1 - tap : fwd_tap[tap];
+        if (ftap >= fp.taps) return false;
+        const uint64_t ft = (cb * fp.taps + ftap) * fp.c_blocks + ob;
         src.tile[wt] = ft;
         plan.zero_tile[wt] = fp.zero_tile.empty() ? 0 : fp.zero_tile[ft];
       }

@@ -32,6 +32,7 @@ struct InputGradPhase {
   uint64_t rows = 0, cols = 0;  // dX pixels of the phase (ceil((H - py) / s_h) x ...)
   bool empty = false;           // no tap lands on dy: the phase is +0
   Bf16ConvLayer layer;          // in_c = out_c of the forward, input dy [ho][wo]; output >= rows x cols
+  std::vector<uint64_t> fwd_tap;  // per tap of `layer`: the forward layer's tap it is (flipped)
 };
 /// The phases; empty when the layer has stride 1 or a phase would read dy from a positive offset
 /// (a forward pad near the dilated kernel extent): then the zeros are inserted (insert_grad_zeros).
@@ -126,12 +127,15 @@ class TrainProgramCache {
   /// conv_input_grad_geometry(fwd), `z` its input, insert_grad_zeros) reading the weights where the
   /// forward program `fwd_slot` (conv(), this row count) uploaded them this step: the transposed
   /// layer's tile (ob, tap, cb) is the forward's tile (cb, taps - 1 - tap, ob) entering the array
-  /// transposed (LOADW transpose), so the flip and transpose are addressing, not a host copy; its
+  /// transposed (LOADW transpose), so the flip and transpose are addressing, not an upload; its
   /// all-zero tiles are the forward's. The same tiles, taps and order as the host-laid-out
   /// transposed layer: dX bit for bit. Returns false (and does nothing) when there is no such
   /// forward program.
+  /// A stride phase (conv_input_grad_phases) passes its layer as `t` and its taps' forward taps
+  /// as `fwd_tap` (empty: the whole flipped kernel, tap i is the forward's taps - 1 - i).
   bool conv_input_grad(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& fwd, const Bf16ConvLayer& t,
-                       std::span<const float> z, uint64_t batch, ConvBf16RunResult& r);
+                       std::span<const float> z, uint64_t batch, ConvBf16RunResult& r,
+                       std::span<const uint64_t> fwd_tap = {});
 
   /// How conv_param_grads forms dW: kAuto takes the direct program where its estimated cycles are
   /// fewer than the one-hot im2col's (tests force either).

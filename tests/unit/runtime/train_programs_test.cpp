@@ -84,6 +84,12 @@ const Case kCases[] = {
     {"1x1", 16, Kind::kConv, geom(17, 5, 5, 9, 1, 1, 1, 0), 4},
     {"3x3 s2 p2 (zeros inserted)", 4, Kind::kConv, geom(4, 9, 9, 6, 3, 2, 1, 2), 2},
     {"avg 3x3 s1, N=4: off-diagonal tiles zero", 4, Kind::kAvgPool, geom(10, 7, 7, 10, 3, 1, 1, 1), 2},
+    // Stride phases: each phase's taps are forward taps (every (s/gcd(s, d))-th, flipped).
+    {"3x3 s2 p1 (phases), two channel blocks", 16, Kind::kConv, geom(20, 9, 8, 18, 3, 2, 1, 1), 2},
+    {"4x4 s2 d3 p1 (phases)", 16, Kind::kConv, geom(7, 15, 14, 9, 4, 2, 3, 1), 2},
+    {"5x5 s2 p2 N=4 (phases)", 4, Kind::kConv, geom(6, 12, 11, 5, 5, 2, 1, 2), 2},
+    {"2x2 s3 (a phase no tap reaches)", 4, Kind::kConv, geom(3, 10, 10, 5, 2, 3, 1, 0), 2},
+    {"avg 3x3 s2 (phases, zero tiles)", 4, Kind::kAvgPool, geom(6, 9, 9, 6, 3, 2, 1, 1), 2},
 };
 
 TEST(TrainPrograms, InputGradReadsTheForwardWeights) {
@@ -108,17 +114,28 @@ TEST(TrainPrograms, InputGradReadsTheForwardWeights) {
       uint64_t macs = 0;
       const ConvInputGradResult r = detail::conv_input_grad_cached(cache, 1, l, dy, c.batch, &macs, 0);
       expect_bits(r.dx, conv_input_grad_bf16_host(l, dy, c.batch, c.array_n), "dx");
-      EXPECT_EQ(r.host_bytes, 2 * insert_grad_zeros(l, dy, c.batch).size()) << "dy only: no weight layout";
+      const std::vector<detail::InputGradPhase> phases = detail::conv_input_grad_phases(l);
+      uint64_t programs = 1;
+      if (phases.empty()) {
+        EXPECT_EQ(r.host_bytes, 2 * insert_grad_zeros(l, dy, c.batch).size()) << "dy only: no weight layout";
+      } else {
+        // Per phase dy, and dX interleaved: no weights (the host path adds 2 bytes per phase weight).
+        programs = 0;
+        for (const detail::InputGradPhase& ph : phases) programs += ph.empty ? 0 : 1;
+        EXPECT_EQ(r.host_bytes, 2 * (programs * dy.size() + r.dx.size()));
+      }
       EXPECT_GT(r.run.cycles, 0u);
       EXPECT_GT(macs, 0u);
       // Compiled in the first step (the forward and dX), reused in the second.
-      EXPECT_EQ(cache.compiled(), step == 0 ? compiled + 1 : compiled);
+      EXPECT_EQ(cache.compiled(), step == 0 ? compiled + programs : compiled);
       if (c.kind == Kind::kAvgPool) {
         // The forward's all-zero tiles are the transposed layer's: skipped there too, so the MACs
         // are those of the host-laid-out transposed layer's plan.
         Device dev2 = Device::open("ref", cfg);
-        const ConvInputGradResult h = conv_input_grad_bf16(dev2, l, dy, c.batch);
-        EXPECT_EQ(macs, h.run.plan.macs());
+        detail::TrainProgramCache host_laid_out(dev2);
+        uint64_t macs_h = 0;
+        const ConvInputGradResult h = detail::conv_input_grad_cached(host_laid_out, 1, l, dy, c.batch, &macs_h);
+        EXPECT_EQ(macs, macs_h);
         EXPECT_EQ(r.run.cycles, h.run.cycles);
       }
     }
