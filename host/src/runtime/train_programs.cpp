@@ -546,7 +546,7 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
     return b;
   };
   const ConvPlan p0 = plan_conv_bf16(dp, block_layer(0).geom, batch);
-  if (p0.wo_stored != p0.wo) return false;
+  const bool one_hot_ok = p0.wo_stored == p0.wo;  // the one-hot blocks are stored as whole pixel rows
   last_dw_direct_ = false;
   if (dw_mode_ != DwMode::kOneHot) {
     const ConvPlan pf = plan_conv_bf16(dp, g, batch);
@@ -571,11 +571,12 @@ bool TrainProgramCache::conv_param_grads(uint64_t slot, uint64_t fwd_slot, const
       }
       one_hot += taps * p0.c_blocks * batch * p0.acc_rows + kbs * (2 * tile_cycles);
     }
-    if (fits && (dw_mode_ == DwMode::kDirect || direct < one_hot)) {
+    if (fits && (dw_mode_ == DwMode::kDirect || !one_hot_ok || direct < one_hot)) {
       last_dw_direct_ = true;
       return conv_param_grads_direct(slot, fwd_slot, l, pf, dd, x, d, batch, r, macs);
     }
   }
+  if (!one_hot_ok) return false;
   // The forward program's uploaded input, when its layout is this one's.
   uint64_t in_addr = 0;
   bool own_input = true;

@@ -117,8 +117,11 @@ class TrainProgramCache {
   /// convolution's input, d the output gradient as pixel rows (conv_grad_rows). When the forward
   /// program `fwd_slot` has the same input layout its uploaded input is read in place. The values
   /// are conv_param_grads_bf16_host's (the same GEMM sums in the same order) for finite inputs that
-  /// are not -0 (the identity MATMUL gives +0). Returns false (and does nothing) where the layout
-  /// does not apply (output rows padded for the DMA: wo_stored != wo); the caller then lays out
+  /// are not -0 (the identity MATMUL gives +0). Where the direct program (DwMode; docs/training.md
+  /// "The direct dW GEMM") is estimated cheaper, or the one-hot blocks do not apply, it runs
+  /// instead: no im2col, values conv_param_grads_bf16_host's bit for bit (-0 included). Returns
+  /// false (and does nothing) where neither applies (one-hot blocks' output rows padded for the
+  /// DMA, wo_stored != wo, and the direct program not fitting the device); the caller then lays out
   /// the im2col on the host.
   bool conv_param_grads(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, std::span<const float> x,
                         std::span<const float> d, uint64_t batch, ConvParamGradResult& r, uint64_t& macs);
