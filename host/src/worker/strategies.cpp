@@ -25,12 +25,18 @@
 #include "tpuw/error.h"
 
 namespace tpuw::worker {
+
+uint64_t auto_micro_batch(uint64_t batch, unsigned devices) {
+  constexpr uint64_t kMaxAutoMicroBatch = 256;
+  constexpr uint64_t kAutoMicroBatchesPerDevice = 4;
+  const uint64_t per = kAutoMicroBatchesPerDevice * std::max(1u, devices);
+  return std::clamp<uint64_t>((batch + per - 1) / per, 1, kMaxAutoMicroBatch);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kNetworkKeyPrefix = "network/";
-constexpr uint64_t kMaxAutoMicroBatch = 256;
-constexpr uint64_t kAutoMicroBatchesPerDevice = 4;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -228,11 +234,6 @@ std::vector<T> collect(std::vector<std::future<T>>& futures, const std::function
 
 uint64_t layer_macs(const nn::QLayer& l) { return uint64_t{l.k} * l.n; }
 
-uint64_t auto_micro_batch(uint64_t batch, unsigned devices) {
-  const uint64_t per = kAutoMicroBatchesPerDevice * std::max(1u, devices);
-  return std::clamp<uint64_t>((batch + per - 1) / per, 1, kMaxAutoMicroBatch);
-}
-
 // Micro-batch j of the input: a span into it, or (last, short one) a zero-padded copy in `pad`.
 std::span<const int8_t> micro_input(std::span<const int8_t> x, uint64_t batch, uint64_t k, uint64_t mb, uint64_t j,
                                     std::vector<int8_t>& pad) {
@@ -373,6 +374,71 @@ NetworkStrategyResult run_data(Worker& worker, const nn::QNetwork& net, std::spa
     du.role = fmt::format("{}", fmt::join(parts, ", "));
   }
   return res;
+}
+
+// ---- data parallel, programs compiled per micro-batch (CNNs) -----------------------------------------
+struct MicroOut {
+  uint64_t first = 0, count = 0;  // micro-batches
+  TaskUse use;
+};
+
+StrategyReport micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batch, const MicroBatchFn& run,
+                             runtime::Trace* trace) {
+  if (batch == 0) throw Error(ErrorKind::kInvalidArgument, "micro-batches: batch must be >= 1");
+  const unsigned k_dev = worker.size();
+  const uint64_t mb = micro_batch > 0 ? std::min(micro_batch, batch) : auto_micro_batch(batch, k_dev);
+  const uint64_t m = (batch + mb - 1) / mb;
+  const uint64_t tasks = std::min<uint64_t>(k_dev, m);
+  const auto t0 = Clock::now();
+  std::vector<std::future<MicroOut>> futures;
+  for (uint64_t t = 0; t < tasks; ++t) {
+    const uint64_t first = t * m / tasks, last = (t + 1) * m / tasks;
+    futures.push_back(worker.submit(
+        [&run, trace, batch, mb, first, count = last - first](DeviceSlot& slot) {
+          MicroOut out;
+          out.first = first;
+          out.count = count;
+          out.use.device = slot.index;
+          const runtime::Trace::Track track =
+              trace != nullptr ? trace->host_thread(driver_thread(slot.index)) : runtime::Trace::Track{};
+          for (uint64_t j = first; j < first + count; ++j) {
+            const uint64_t r0 = j * mb, rows = std::min(mb, batch - r0);
+            auto span = runtime::Trace::scope(trace, track,
+                                              trace != nullptr ? fmt::format("micro-batch {} (rows {}-{})", j, r0, r0 + rows - 1)
+                                                               : std::string());
+            const auto a = Clock::now();
+            const MicroBatchUse u = run(slot, j, r0, rows);
+            const auto b = Clock::now();
+            span.end();
+            out.use.busy.emplace_back(a, b);
+            out.use.busy_s += seconds(b - a);
+            out.use.perf += u.perf;
+            out.use.macs += u.macs;
+            out.use.rows += rows;
+            ++out.use.items;
+          }
+          return out;
+        },
+        TaskOptions{std::nullopt, fmt::format("data micro-batches {}-{}", first, last - 1)}));
+  }
+  std::vector<MicroOut> outs = collect(futures);
+  const auto t1 = Clock::now();
+  StrategyReport rep;
+  rep.strategy = "data";
+  rep.micro_batch = mb;
+  rep.micro_batches = m;
+  std::vector<TaskUse> uses;
+  for (const MicroOut& d : outs) uses.push_back(d.use);
+  finish_report(rep, uses, k_dev, k_dev, t0, t1);
+  for (DeviceUse& du : rep.per_device) {
+    std::vector<std::string> parts;
+    for (const MicroOut& d : outs) {
+      if (d.use.device != du.index) continue;
+      parts.push_back(fmt::format("rows {}-{}", d.first * mb, std::min(batch, (d.first + d.count) * mb) - 1));
+    }
+    du.role = fmt::format("{}", fmt::join(parts, ", "));
+  }
+  return rep;
 }
 
 // ---- pipeline -------------------------------------------------------------------------------------
@@ -578,6 +644,11 @@ NetworkStrategyResult run_network_parallel(Worker& worker, const nn::QNetwork& n
   check_input(worker, net, input_q, batch);
   return options.strategy == Strategy::kPipeline ? run_pipeline(worker, net, input_q, batch, options)
                                                  : run_data(worker, net, input_q, batch, options);
+}
+
+StrategyReport run_micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batch, const MicroBatchFn& run,
+                                 runtime::Trace* trace) {
+  return micro_batches(worker, batch, micro_batch, run, trace);
 }
 
 GemmStrategyResult gemm_parallel(Worker& worker, std::span<const int8_t> a, std::span<const int8_t> b,

@@ -64,6 +64,7 @@ struct RunOpts {
   MultiOpts multi;
   double mpi_timeout = 120.0;     // under mpirun: seconds a rank waits for the others
   std::string inject_rank_fail;   // hidden, tests: "R" (rank R's run fails) or "R:exit" (rank R exits)
+  std::string inject_fault;       // hidden, tests: "J" (a CNN on several devices: the device running micro-batch J faults, once)
 };
 
 namespace {
@@ -972,15 +973,18 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
 // A model with convolutions or pooling: on one device through cmd_run_cnn.cpp (int8) or
 // cmd_run_cnn_bf16.cpp (bf16).
 int run_cnn_branch(const RunOpts& o) {
-  if (multi_selected(o.multi)) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one device for now (no --devices/--strategy)", o.model));
+  if (!o.multi.strategy.empty() && o.multi.strategy != "data") {
+    // Pipeline stages split a dense network's layers over the devices; a CNN's layers are separate
+    // programs with their own host-memory hand-over, not stages of one compiled network.
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: --strategy {}: a CNN runs data-parallel only (--strategy data: images split into "
+                            "micro-batches over the devices)",
+                            o.model, o.multi.strategy));
   }
   if (launched_by_mpirun()) {
     // Every rank would run the whole CNN and write the same --output: refuse on every rank alike.
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: a CNN runs on one rank for now (not under mpirun)", o.model));
-  }
-  if (!o.trace.empty()) {
-    throw Error(ErrorKind::kUnsupported, fmt::format("{}: --trace records dense-layer models only for now", o.model));
+    throw Error(ErrorKind::kUnsupported,
+                fmt::format("{}: a CNN runs on one rank for now (not under mpirun; use --devices K)", o.model));
   }
   // The files as the report names them: FILE for one input (NAME=FILE with its name: the FILE),
   // NAME=FILE, ... for several (cnn_report.h, load_cnn_inputs, checks them).
@@ -1004,6 +1008,10 @@ int run_cnn_branch(const RunOpts& o) {
   c.json = o.json;
   c.quiet = o.quiet;
   c.check = o.check;
+  c.multi = multi_selected(o.multi);
+  c.devices = o.multi.devices;
+  c.trace = o.trace;
+  c.inject_fault = o.inject_fault;
   return o.precision == "bf16" ? run_cnn_bf16_model(c) : run_cnn_model(c);
 }
 
@@ -1017,8 +1025,11 @@ int run_command(const RunOpts& opts) {
     throw Error(ErrorKind::kInvalidArgument,
                 "--calibrate sets int8 activation scales; --precision bf16 needs no calibration");
   }
-  if (bf16 && multi_selected(o.multi)) {
-    throw Error(ErrorKind::kInvalidArgument, "--precision bf16 runs on one device (no --devices/--strategy)");
+  const bool cnn = is_cnn_model(o.model);
+  if (bf16 && multi_selected(o.multi) && !cnn) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "--precision bf16 runs a dense-layer model on one device (no --devices/--strategy; a CNN runs on "
+                "several)");
   }
   if (!(o.mpi_timeout > 0)) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
@@ -1026,7 +1037,10 @@ int run_command(const RunOpts& opts) {
   std::unique_ptr<Trace> trace_owner = o.trace.empty() ? nullptr : std::make_unique<Trace>();
   Trace* trace = trace_owner.get();
   // ---- inputs (everything checked before the device is opened) --------------------------------
-  if (is_cnn_model(o.model)) return run_cnn_branch(o);
+  if (cnn) return run_cnn_branch(o);
+  if (!o.inject_fault.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "--inject-fault: for a CNN on several devices only");
+  }
   auto import_span = Trace::scope(trace, main_track(trace), "import model and inputs");
   const nn::FloatNetwork net = nn::import_onnx(o.model);
   if (net.layers.empty()) {
@@ -1202,6 +1216,9 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
       ->capture_default_str();
   sub->add_option("--inject-rank-failure", o->inject_rank_fail,
                   "tests: under mpirun, rank R fails (R) or exits without a word (R:exit)")
+      ->group("");
+  sub->add_option("--inject-fault", o->inject_fault,
+                  "tests: a CNN on several devices: the device that runs micro-batch J faults before it (once)")
       ->group("");
 }
 

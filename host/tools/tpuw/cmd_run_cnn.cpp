@@ -22,6 +22,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/runtime/trace.h"
 
 namespace tpuw::cli {
 
@@ -112,8 +114,8 @@ int run_cnn_model(const CnnRunOpts& o) {
   CnnImages calib;
   if (!o.calibrates.empty()) calib = load_cnn_inputs(o.calibrates, ins, "--calibrate", false);
   const CnnImages& cal = o.calibrates.empty() ? in : calib;
-  const CnnInput& shape = first_image(ins);
   check_output_path(o.output);
+  check_trace_path(o.trace, o.output);
   const DeviceParams* params = find_device_config(o.array_n);
   if (params == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration", o.array_n));
@@ -158,21 +160,36 @@ int run_cnn_model(const CnnRunOpts& o) {
   const std::vector<int8_t> x_q = nn::quantize_cnn_input(q, in.x);
 
   CnnTotals tot(q.convs.size(), q.head.layers.size(), in.rows, o.batch);
-  BackendConfig bc;
-  bc.array_n = o.array_n;
-  bc.memory.size = cnn_memory_bytes(*params, q, tot.chunk);
-  Device dev = Device::open(o.backend, bc);
-  const unsigned array_n = dev.info().params.array_n;
+  cnn_chunking(o, tot);
+  std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
 
   // ---- run --------------------------------------------------------------------------------------
+  // Each micro-batch's result, by j, until absorbed in order (several devices run them at once). A
+  // convolution's map that is no graph output is dropped as soon as the run ends.
+  std::vector<bool> keep_map(q.convs.size(), false);
+  for (const nn::CnnOutput& out : q.outputs) {
+    if (out.layer >= 0) keep_map[static_cast<size_t>(out.layer)] = true;
+  }
+  std::vector<runtime::CnnRunResult> results(tot.chunks);
+  const CnnRunFn run = [&](Device& dev, unsigned device, uint64_t j, uint64_t r0, uint64_t n) {
+    runtime::CnnRunResult r =
+        runtime::run_cnn(dev, q, std::span<const int8_t>(x_q).subspan(r0 * features, n * features), n);
+    worker::MicroBatchUse use;
+    use.macs = r.macs;
+    for (size_t i = 0; i < r.convs.size(); ++i) {
+      use.perf += r.convs[i].perf;
+      trace_cnn_program(trace.get(), dev, device, fmt::format("{} (micro-batch {})", q.convs[i].name, j), r.convs[i].perf);
+      if (!keep_map[i]) std::vector<int8_t>().swap(r.convs[i].y);
+    }
+    use.perf += r.head.perf;
+    trace_cnn_program(trace.get(), dev, device, fmt::format("dense head (micro-batch {})", j), r.head.perf);
+    results[j] = std::move(r);
+    return use;
+  };
   std::vector<int32_t> raw;
   raw.reserve(in.rows * classes);
-  for (uint64_t c = 0; c < tot.chunks; ++c) {
-    const uint64_t r0 = c * tot.chunk, n = std::min(tot.chunk, in.rows - r0);
-    const auto t0 = std::chrono::steady_clock::now();
-    const runtime::CnnRunResult r =
-        runtime::run_cnn(dev, q, std::span<const int8_t>(x_q).subspan(r0 * features, n * features), n);
-    tot.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const CnnAbsorbFn absorb = [&](uint64_t j, uint64_t r0, uint64_t n) {
+    const runtime::CnnRunResult r = std::move(results[j]);
     if (r.output_i32.size() != n * classes) {
       throw Error(ErrorKind::kInternal,
                   fmt::format("CNN run returned {} outputs, expected {}", r.output_i32.size(), n * classes));
@@ -181,7 +198,7 @@ int run_cnn_model(const CnnRunOpts& o) {
     for (size_t k = 0; k < q.outputs.size(); ++k) {
       if (q.outputs[k].layer < 0) continue;
       if (q.outputs[k].indices) {
-        // Indices of this chunk's images: the device counts from image 0 of the chunk.
+        // Indices of this micro-batch's images: the device counts from image 0 of the micro-batch.
         const runtime::ConvRunResult& cr = r.convs.at(static_cast<size_t>(q.outputs[k].layer));
         const nn::ConvGeometry& gg = cr.plan.geom;
         const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
@@ -203,7 +220,10 @@ int run_cnn_model(const CnnRunOpts& o) {
     }
     tot.add_head(r.head.perf, r.head.min_bytes, r.head.instructions);
     tot.macs += r.macs;
-  }
+  };
+  const unsigned array_n =
+      run_cnn_batches(o, tot, cnn_memory_bytes(*params, q, tot.chunk), run, absorb, trace.get());
+  if (trace != nullptr) trace->write(o.trace);
 
   // ---- outputs ----------------------------------------------------------------------------------
   std::vector<float> y;
@@ -298,7 +318,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   // ---- report -----------------------------------------------------------------------------------
   const std::string host_op = q.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
   if (o.json) {
-    json j = cnn_json(o, "int8", array_n, tot, shape, classes, host_op);
+    json j = cnn_json(o, "int8", array_n, tot, ins, classes, host_op);
     j["input_scale"] = q.input_scale;
     if (ins.size() > 1) {
       j["input_features"] = features;  // every input's values per image, as the dense path's row
@@ -318,7 +338,7 @@ int run_cnn_model(const CnnRunOpts& o) {
       q.has_head() ? fmt::format("[batch, {}]", classes)
                    : fmt::format("feature map [batch, {}]", fmt::join(out_shape.begin() + 1, out_shape.end(), ", "));
   print_cnn_inputs(o, ins, in.rows, 1);
-  print_cnn_header(o, shape, q.convs.size(), q.head.layers.size(), host_op, out_desc);
+  print_cnn_header(o, ins, q.convs.size(), q.head.layers.size(), host_op, out_desc);
   std::string scales = fmt::format("input scale {:.6g}", q.input_scale);
   if (ins.size() > 1) {
     std::vector<std::string> sc;

@@ -15,7 +15,11 @@ struct CnnRunOpts {
   std::vector<std::string> inputs, calibrates;           // as given: FILE or NAME=FILE each
   std::string backend = "rtl";
   unsigned array_n = 16;
-  uint64_t batch = 0;  // 0: all rows in one run
+  uint64_t batch = 0;  // 0: all rows in one run (several devices: the micro-batch, 0 = automatic)
+  bool multi = false;    // --devices / --strategy given: data-parallel over a Worker (cnn_report.h)
+  unsigned devices = 1;  // --devices K
+  std::string trace;     // --trace FILE (Chrome trace-event JSON, docs/tracing.md)
+  std::string inject_fault;  // hidden, tests: "J": a memory fault on the device that runs micro-batch J, once
   bool json = false;
   bool quiet = false;
   bool check = false;

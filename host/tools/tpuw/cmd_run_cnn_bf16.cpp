@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -70,8 +71,8 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   std::vector<CnnInput> ins = cnn_model_inputs(g, o.model);
   const Bf16Cnn net = compiler::compile_bf16_cnn(g);
   const CnnImages in = load_cnn_inputs(o.inputs, ins, "--input", true);
-  const CnnInput& shape = first_image(ins);
   check_output_path(o.output);
+  check_trace_path(o.trace, o.output);
   const DeviceParams* params = find_device_config(o.array_n);
   if (params == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration", o.array_n));
@@ -81,29 +82,46 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
   const uint64_t features = net.input_row();  // every input's values per image
   CnnTotals tot(net.convs.size(), net.head.layers.size(), in.rows, o.batch);
-  BackendConfig bc;
-  bc.array_n = o.array_n;
-  bc.memory.size = memory_bytes(*params, net, tot.chunk);
-  Device dev = Device::open(o.backend, bc);
-  const unsigned array_n = dev.info().params.array_n;
+  cnn_chunking(o, tot);
+  std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
 
   // ---- run --------------------------------------------------------------------------------------
+  // Each micro-batch's result, by j, until absorbed in order (several devices run them at once);
+  // the layers' maps are dropped as soon as the run ends (only the output and Indices are kept).
+  std::vector<runtime::CnnBf16RunResult> results(tot.chunks);
+  const CnnRunFn run = [&](Device& dev, unsigned device, uint64_t j, uint64_t r0, uint64_t n) {
+    runtime::CnnBf16RunResult r =
+        runtime::run_cnn_bf16(dev, net, std::span<const float>(in.x).subspan(r0 * features, n * features), n);
+    worker::MicroBatchUse use;
+    use.macs = r.macs;
+    for (size_t i = 0; i < r.convs.size(); ++i) {
+      use.perf += r.convs[i].perf;
+      trace_cnn_program(trace.get(), dev, device, fmt::format("{} (micro-batch {})", net.convs[i].name, j),
+                        r.convs[i].perf);
+      if (i < r.functions.size()) {
+        use.perf += r.functions[i].perf;
+        trace_cnn_program(trace.get(), dev, device,
+                          fmt::format("{} (micro-batch {})", net.convs[i].act.node, j), r.functions[i].perf);
+      }
+      std::vector<float>().swap(r.convs[i].y);
+    }
+    use.perf += r.head.perf;
+    trace_cnn_program(trace.get(), dev, device, fmt::format("dense head (micro-batch {})", j), r.head.perf);
+    results[j] = std::move(r);
+    return use;
+  };
   std::vector<float> y;
   y.reserve(in.rows * classes);
   std::vector<std::vector<int64_t>> pool_indices(net.indices_outputs.size());  // max pools' Indices outputs
-  for (uint64_t c = 0; c < tot.chunks; ++c) {
-    const uint64_t r0 = c * tot.chunk, n = std::min(tot.chunk, in.rows - r0);
-    const auto t0 = std::chrono::steady_clock::now();
-    const runtime::CnnBf16RunResult r =
-        runtime::run_cnn_bf16(dev, net, std::span<const float>(in.x).subspan(r0 * features, n * features), n);
-    tot.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const CnnAbsorbFn absorb = [&](uint64_t j, uint64_t r0, uint64_t n) {
+    const runtime::CnnBf16RunResult r = std::move(results[j]);
     if (r.output.size() != n * classes) {
       throw Error(ErrorKind::kInternal, fmt::format("bf16 CNN run returned {} outputs, expected {}", r.output.size(),
                                                     n * classes));
     }
     y.insert(y.end(), r.output.begin(), r.output.end());
     for (size_t k = 0; k < net.indices_outputs.size(); ++k) {
-      // The device counts from image 0 of the chunk.
+      // The device counts from image 0 of the micro-batch.
       const runtime::ConvBf16RunResult& cr = r.convs.at(static_cast<size_t>(net.indices_outputs[k].layer));
       const nn::ConvGeometry& gg = net.convs[static_cast<size_t>(net.indices_outputs[k].layer)].geom;
       const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
@@ -132,7 +150,9 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     }
     tot.add_head(r.head.perf, r.head.min_bytes, r.head.instructions);
     tot.macs += r.macs;
-  }
+  };
+  const unsigned array_n = run_cnn_batches(o, tot, memory_bytes(*params, net, tot.chunk), run, absorb, trace.get());
+  if (trace != nullptr) trace->write(o.trace);
 
   // ---- outputs ----------------------------------------------------------------------------------
   json check_json = nullptr;
@@ -180,7 +200,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   // ---- report -----------------------------------------------------------------------------------
   const std::string host_op = net.head.host_op == nn::HostOp::kSoftmax ? "softmax" : "none";
   if (o.json) {
-    json j = cnn_json(o, "bf16", array_n, tot, shape, classes, host_op);
+    json j = cnn_json(o, "bf16", array_n, tot, ins, classes, host_op);
     if (ins.size() > 1) {
       j["input_features"] = features;  // every input's values per image, as the dense path's row
       j["inputs"] = cnn_inputs_json(ins, in.rows, 2, {});
@@ -190,7 +210,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     return 0;
   }
   print_cnn_inputs(o, ins, in.rows, 2);
-  print_cnn_header(o, shape, net.convs.size(), net.head.layers.size(), host_op, fmt::format("[batch, {}]", classes));
+  print_cnn_header(o, ins, net.convs.size(), net.head.layers.size(), host_op, fmt::format("[batch, {}]", classes));
   fmt::print("bf16: input and weights rounded to bf16 (round-to-nearest-even), fp32 accumulation and bias, bf16 "
              "activations between layers, fp32 outputs; no calibration\n");
   print_cnn_layers(o, "bf16", array_n, tot);

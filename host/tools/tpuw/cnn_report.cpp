@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include "tpuw/error.h"
 #include "tpuw/nn/float_network.h"
 #include "tpuw/runtime/npy.h"
+#include "tpuw/sim_control.h"
 
 namespace tpuw::cli {
 
@@ -222,6 +225,112 @@ void check_output_path(const std::string& output) {
   if (fs::is_directory(output, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: is a directory", output));
 }
 
+void check_trace_path(const std::string& trace, const std::string& output) {
+  if (trace.empty()) return;
+  const fs::path parent = fs::path(trace).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: directory {} does not exist", trace, parent.string()));
+  }
+  if (fs::is_directory(trace, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: is a directory", trace));
+  if (!output.empty() && fs::path(trace) == fs::path(output)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: the same file as --output", trace));
+  }
+}
+
+void cnn_chunking(const CnnRunOpts& o, CnnTotals& t) {
+  if (o.multi) {
+    t.chunk = o.batch == 0 ? worker::auto_micro_batch(t.rows, o.devices) : std::min(o.batch, t.rows);
+  } else {
+    t.chunk = o.batch == 0 ? t.rows : std::min(o.batch, t.rows);
+  }
+  t.chunks = (t.rows + t.chunk - 1) / t.chunk;
+}
+
+void trace_cnn_program(runtime::Trace* trace, Device& dev, unsigned device, const std::string& name,
+                       const PerfCounters& perf) {
+  if (trace == nullptr || perf.cycles == 0) return;
+  trace->device_program(device, runtime::trace_device_name(dev), name, perf);
+}
+
+unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, const CnnRunFn& run,
+                         const CnnAbsorbFn& absorb, runtime::Trace* trace) {
+  if (!o.inject_fault.empty() && !o.multi) {
+    throw Error(ErrorKind::kInvalidArgument, "--inject-fault needs --devices");
+  }
+  if (!o.multi) {
+    BackendConfig bc;
+    bc.array_n = o.array_n;
+    bc.memory.size = memory;
+    const runtime::Trace::Track main = trace != nullptr ? trace->host_thread("main") : runtime::Trace::Track{};
+    auto open_span = runtime::Trace::scope(trace, main, "open device");
+    Device dev = Device::open(o.backend, bc);
+    open_span.end();
+    for (uint64_t j = 0; j < t.chunks; ++j) {
+      const uint64_t r0 = j * t.chunk, n = std::min(t.chunk, t.rows - r0);
+      auto span = runtime::Trace::scope(trace, main, fmt::format("batch {} ({} rows)", j, n));
+      const auto t0 = std::chrono::steady_clock::now();
+      run(dev, 0, j, r0, n);
+      t.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      span.end();
+      absorb(j, r0, n);
+    }
+    return dev.info().params.array_n;
+  }
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config.array_n = o.array_n;
+  wo.config.memory.size = memory;
+  wo.devices = o.devices;
+  const runtime::Trace::Track main = trace != nullptr ? trace->host_thread("main") : runtime::Trace::Track{};
+  auto open_span = runtime::Trace::scope(trace, main, fmt::format("open {} devices", wo.devices));
+  worker::Worker w(wo);
+  open_span.end();
+  unsigned array_n = o.array_n;
+  auto run_span =
+      runtime::Trace::scope(trace, main, fmt::format("{} images on {} devices (data)", t.rows, w.size()));
+  // --inject-fault J (tests): the device that runs micro-batch J first gets a memory fault just
+  // before it (its next access answers with an error), once; the Worker resets that device and runs
+  // the whole task (its range of micro-batches) again on another device. Tasks are not pinned, so
+  // the micro-batch, not the device, names the fault.
+  std::optional<uint64_t> fault;
+  if (!o.inject_fault.empty()) {
+    try {
+      size_t used = 0;
+      fault = std::stoull(o.inject_fault, &used);
+      if (used != o.inject_fault.size()) throw std::invalid_argument("trailing characters");
+    } catch (const std::exception&) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--inject-fault {}: expected a micro-batch number", o.inject_fault));
+    }
+    if (*fault >= t.chunks) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("--inject-fault {}: the run has {} micro-batches", o.inject_fault, t.chunks));
+    }
+  }
+  std::atomic<bool> fired{false};
+  worker::StrategyReport rep = worker::run_micro_batches(
+      w, t.rows, t.chunk,
+      [&](worker::DeviceSlot& slot, uint64_t j, uint64_t r0, uint64_t n) {
+        if (fault && j == *fault && !fired.exchange(true)) {
+          if (SimControl* sim = slot.device.backend().sim_control()) sim->inject_memory_fault(true);
+        }
+        return run(slot.device, slot.index, j, r0, n);
+      },
+      trace);
+  run_span.end();
+  t.events = w.events();
+  for (const worker::DeviceStats& st : w.stats()) t.failures += st.failures;
+  // Every device has the configuration's ARRAY_N; ask one (a device thread owns it): the report's N.
+  array_n = w.submit([](worker::DeviceSlot& slot) { return slot.device.info().params.array_n; }).get();
+  for (uint64_t j = 0; j < t.chunks; ++j) {
+    const uint64_t r0 = j * t.chunk;
+    absorb(j, r0, std::min(t.chunk, t.rows - r0));
+  }
+  t.wall = rep.wall_s;
+  t.strategy = std::move(rep);
+  return array_n;
+}
+
 uint64_t cnn_memory_size(uint64_t need, uint64_t rows) {
   need += 8ull << 20;
   const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
@@ -310,8 +419,9 @@ FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector
   return f;
 }
 
-json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t, const CnnInput& in,
-              uint32_t classes, const std::string& host_op) {
+json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
+              const std::vector<CnnInput>& ins, uint32_t classes, const std::string& host_op) {
+  const CnnInput& in = first_image(ins);
   json j;
   j["model"] = o.model;
   j["input"] = o.input;
@@ -323,10 +433,24 @@ json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, cons
   j["rows"] = t.rows;
   j["batch"] = t.chunk;
   j["batches"] = t.chunks;
-  j["input_shape"] = {in.c, in.h, in.w};
+  if (ins.size() == 1) {
+    j["input_shape"] = {in.c, in.h, in.w};
+  } else {
+    json shapes = json::object();  // every input by name: an image [C, H, W], a vector [C]
+    for (const CnnInput& s : ins) shapes[s.name] = s.image ? json{s.c, s.h, s.w} : json{s.c};
+    j["input_shape"] = shapes;
+  }
   j["input_features"] = in.features();
   j["output_features"] = classes;
   j["host_op"] = host_op;
+  if (t.strategy) {
+    // --devices: the dense path's keys (devices, strategy, wall_s, overlap, micro_batch, ...,
+    // per_device); the per-layer figures below are summed over every device.
+    const json rep = strategy_report_json(*t.strategy, array_n);
+    for (auto it = rep.begin(); it != rep.end(); ++it) j[it.key()] = it.value();
+    j["failures"] = t.failures;
+    j["events"] = t.events;
+  }
   return j;
 }
 
@@ -363,10 +487,12 @@ void add_cnn_json_results(json& j, const CnnRunOpts& o, const char* precision, u
   j["output"] = o.output.empty() ? json(nullptr) : json(o.output);
 }
 
-void print_cnn_header(const CnnRunOpts& o, const CnnInput& in, size_t conv_layers, size_t dense_layers,
+void print_cnn_header(const CnnRunOpts& o, const std::vector<CnnInput>& ins, size_t conv_layers, size_t dense_layers,
                       const std::string& host_op, const std::string& output) {
-  fmt::print("{}: input '{}' [batch, {}, {}, {}] -> {} convolution/pooling layer{} + {} dense layer{}{} -> {}\n", o.model,
-             in.name, in.c, in.h, in.w, conv_layers, conv_layers == 1 ? "" : "s", dense_layers,
+  std::vector<std::string> parts;
+  for (const CnnInput& in : ins) parts.push_back(fmt::format("'{}' {}", in.name, cnn_input_shape(in)));
+  fmt::print("{}: input{} {} -> {} convolution/pooling layer{} + {} dense layer{}{} -> {}\n", o.model,
+             ins.size() == 1 ? "" : "s", fmt::join(parts, ", "), conv_layers, conv_layers == 1 ? "" : "s", dense_layers,
              dense_layers == 1 ? "" : "s", host_op == "softmax" ? " -> softmax (host)" : "", output);
 }
 
@@ -378,6 +504,17 @@ void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array
              "{:.3f} s, {:.1f} images/s\n",
              t.rows, o.backend, array_n, t.chunks, t.chunks == 1 ? "" : "es", t.chunk, t.perf.cycles,
              ratio(t.perf.cycles, t.rows), util(t.macs, array_n, t.perf.cycles), t.wall, images_per_s(t));
+  if (t.strategy) {
+    const worker::StrategyReport& r = *t.strategy;
+    fmt::print("  on {} device{}, strategy {} (micro-batches of {} images): overlap {:.2f} (sum of busy time / (devices "
+               "x wall))\n",
+               r.devices, r.devices == 1 ? "" : "s", r.strategy, r.micro_batch, r.overlap);
+    print_strategy_report(r, array_n);
+    if (t.failures > 0) {
+      // What the Worker did about them (each failed task ran again, the output is the fault-free one).
+      for (const std::string& e : t.events) fmt::print("  {}\n", e);
+    }
+  }
   fmt::print("  {:<3} {:<28} {:<26} {:>10} {:>6} {:>10} {:>10} {:>10} {:>6}  {}\n", "#", "layer", "shape", "cycles",
              "util", "rd bytes", "wr bytes", "min bytes", "x min", "cycles went to: mxu / w-stall / w-shift / dma-wait / act");
   for (size_t i = 0; i < t.layers.size(); ++i) {

@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,8 @@
 #include "tpuw/device.h"
 #include "tpuw/nn/qconv.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/runtime/trace.h"
+#include "tpuw/worker/strategies.h"
 
 namespace tpuw::cli {
 
@@ -66,6 +71,8 @@ std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages&
 
 /// Throws Error(kInvalidArgument) when --output cannot be written: its directory is missing or it is one.
 void check_output_path(const std::string& output);
+/// The same for --trace, and a --trace that is the --output file.
+void check_trace_path(const std::string& trace, const std::string& output);
 
 /// Host memory for a batch of `rows` images whose layers need `need` bytes: with 8 MiB of slack,
 /// rounded up to MiB, at least 64 MiB; throws Error(kInvalidArgument) above 4 GiB.
@@ -86,8 +93,11 @@ struct CnnTotals {
   size_t convs = 0;
   PerfCounters perf;  // every program's PERF counters
   uint64_t macs = 0, min_bytes = 0, instructions = 0;
-  double wall = 0;                          // seconds in the runs
+  double wall = 0;                          // seconds in the runs (several devices: the whole run's wall)
   uint64_t rows = 0, chunk = 0, chunks = 0;  // images, rows per batch, batches
+  std::optional<worker::StrategyReport> strategy;  // --devices/--strategy: what each device did
+  std::vector<std::string> events;                 // the Worker's: failures, resets, retries
+  uint64_t failures = 0;                           // task runs that ended in a device fault / timeout
 
   CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows, uint64_t batch);
 
@@ -101,6 +111,29 @@ struct CnnTotals {
   /// One batch of the head's program as a whole.
   void add_head(const PerfCounters& p, uint64_t head_min_bytes, uint64_t head_instructions);
 };
+
+/// How the batches of a CNN run (both precisions): on one device in --batch chunks, or with
+/// --devices/--strategy data-parallel over a tpuw::worker::Worker (worker::run_micro_batches:
+/// micro-batches of --batch rows, 0 = automatic, contiguous ranges per device, a faulted device's
+/// range retried on another). Rows are independent in every CNN layer, so the output is the same
+/// bits for any device count and micro-batch.
+///   chunking: sets t.chunk / t.chunks (call before sizing host memory with t.chunk);
+///   run:      runs micro-batch j (rows [r0, r0+rows)) on `dev` (index `device`), keeps its result
+///             by j and answers its counters; called from the device's thread;
+///   absorb:   takes micro-batch j's kept result into the totals, in order j = 0, 1, ...
+/// `memory` is the host memory one device needs for t.chunk rows. Sets t.wall (and t.strategy);
+/// returns the device's ARRAY_N. `trace` (may be null): host spans per micro-batch on "device D
+/// driver" (one device: "main"); the run callback lays its programs on the device (trace_cnn_program).
+using CnnRunFn = std::function<worker::MicroBatchUse(Device& dev, unsigned device, uint64_t j, uint64_t r0, uint64_t rows)>;
+using CnnAbsorbFn = std::function<void(uint64_t j, uint64_t r0, uint64_t rows)>;
+void cnn_chunking(const CnnRunOpts& o, CnnTotals& t);
+unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, const CnnRunFn& run,
+                         const CnnAbsorbFn& absorb, runtime::Trace* trace);
+/// --trace: one device program (a convolution, pooling, function or dense-head program) on device
+/// `device`'s tracks, `perf` its PERF counters; nothing when `trace` is null or the program ran on the
+/// host (no cycles).
+void trace_cnn_program(runtime::Trace* trace, Device& dev, unsigned device, const std::string& name,
+                       const PerfCounters& perf);
 
 /// With several graph outputs each goes to OUT.NAME.npy (characters other than letters, digits,
 /// '_', '-' and '.' in NAME become '_'); `output` empty: none.
@@ -118,18 +151,21 @@ struct FloatAgreement {
 FloatAgreement compare_with_float(const std::vector<float>& y, const std::vector<float>& yf, uint32_t classes,
                                   bool class_scores = true);
 
-/// The --json report up to "host_op"; `precision` is "int8" or "bf16".
+/// The --json report up to "host_op"; `precision` is "int8" or "bf16". "input_shape": [C, H, W] of
+/// a model with one input; with several, {"NAME": [C, H, W] or [C] (a vector), ...} for every input.
 nlohmann::ordered_json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
-                                const CnnInput& in, uint32_t classes, const std::string& host_op);
+                                const std::vector<CnnInput>& ins, uint32_t classes, const std::string& host_op);
 /// The rest of the --json report: "layers" to "output" (check: null without --check).
 void add_cnn_json_results(nlohmann::ordered_json& j, const CnnRunOpts& o, const char* precision, unsigned array_n,
                           const CnnTotals& t, size_t label_rows, double acc_dev, double acc_float,
                           const nlohmann::ordered_json& check);
 
-/// The first line: the model, its input and layers, and `output` (what a row of the output is).
-void print_cnn_header(const CnnRunOpts& o, const CnnInput& in, size_t conv_layers, size_t dense_layers,
+/// The first line: the model, its inputs (every one's shape) and layers, and `output` (what a row of
+/// the output is).
+void print_cnn_header(const CnnRunOpts& o, const std::vector<CnnInput>& ins, size_t conv_layers, size_t dense_layers,
                       const std::string& host_op, const std::string& output);
-/// The run's line, the per-layer table and the totals.
+/// The run's line (several devices: and each device's share, busy time and the overlap), the
+/// per-layer table and the totals.
 void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t);
 /// The accuracy line (--labels), `check_line` (--check; printed when not empty) and the --output line.
 void print_cnn_tail(const CnnRunOpts& o, const char* precision, size_t label_rows, double acc_dev, double acc_float,

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -127,6 +128,31 @@ struct GemmStrategyResult {
 /// submit + wait) and a program span on device D.
 GemmStrategyResult gemm_parallel(Worker& worker, std::span<const int8_t> a, std::span<const int8_t> b,
                                  const runtime::GemmShape& shape, runtime::Trace* trace = nullptr);
+
+/// What one micro-batch of run_micro_batches did on its device (its callback's answer).
+struct MicroBatchUse {
+  PerfCounters perf;  // PERF_* of its programs (cycles = device busy cycles)
+  uint64_t macs = 0;  // useful multiply-accumulates
+};
+
+/// Runs micro-batch j (rows [first_row, first_row + rows)) on the slot's device; called from that
+/// device's thread. It keeps its result where the caller indexed it by j (each j is run by one task
+/// at a time; a retried task runs its micro-batches again and overwrites what the failed run kept).
+using MicroBatchFn = std::function<MicroBatchUse(DeviceSlot& slot, uint64_t j, uint64_t first_row, uint64_t rows)>;
+
+/// Data parallelism for work whose rows are independent and that compiles its own programs per
+/// call (CNNs: runtime::run_cnn / run_cnn_bf16 per micro-batch): `batch` rows cut into micro-batches
+/// of `micro_batch` rows (0 = automatic, as run_network_parallel's; the last one is short, not
+/// padded), device tasks take contiguous ranges of micro-batches exactly as the data strategy's
+/// (one task per device, not pinned: the Worker retries a faulted task on another device). Each
+/// micro-batch is timed as busy time of the device that ran it; `trace` (may be null) gets a host
+/// span per micro-batch on the track "device D driver" (the callback lays its programs on the
+/// device). Returns the report (strategy "data"); throws the first task's error.
+StrategyReport run_micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batch, const MicroBatchFn& run,
+                                 runtime::Trace* trace = nullptr);
+
+/// The automatic micro-batch of `batch` rows on `devices` devices: about 4 per device, at most 256.
+uint64_t auto_micro_batch(uint64_t batch, unsigned devices);
 
 /// Contiguous stages [first, last] (inclusive) of `layer_macs` for min(stages, layers) stages that
 /// minimise the largest stage sum (ties: earlier cuts). stages >= 1.
