@@ -4,11 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
 
 #include "strategies_test.h"
+#include "tpuw/compiler/conv.h"
+#include "tpuw/compiler/onnx_importer.h"
+#include "tpuw/nn/qconv.h"
+#include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/network.h"
+#include "tpuw/sim_control.h"
 
 namespace tpuw::worker {
 namespace {
@@ -248,6 +254,121 @@ TEST(Runtime, SplitRunMatchesRunNetworkWithTwoBatchesInFlight) {
   const runtime::NetworkPlan big = runtime::plan_network(dev.info().params, q, 200);
   const runtime::CompiledNetwork pb = runtime::compile_network(big, runtime::network_addresses(w, b0));
   EXPECT_THROW(runtime::submit_network(dev, pb, b0, random_i8(200 * 70, 3)), Error);
+}
+
+// ---- run_micro_batches: a CNN's images over K devices --------------------------------------------
+// examples/digits/digits_cnn.onnx quantized on its test split.
+struct DigitsCnn {
+  nn::QCnn q;
+  std::vector<int8_t> x_q;
+  uint64_t rows = 0;
+  DigitsCnn() {
+    const compiler::Graph g = compiler::import_onnx_file(kDigits + "/digits_cnn.onnx");
+    const npy::Array test_x = npy::load(kDigits + "/test_x.npy");
+    const std::vector<float> x = strategies_test::as_float(test_x);
+    rows = test_x.shape[0];
+    q = compiler::compile_quantized_cnn(g, x, rows);
+    x_q = nn::quantize_cnn_input(q, x);
+  }
+};
+
+// run_cnn per micro-batch through run_micro_batches (the way tpuw run drives a CNN on K devices):
+// the micro-batches' outputs in order, and the report. `fault_at`: the device running that
+// micro-batch first gets a memory fault just before it (once).
+struct CnnOverDevices {
+  std::vector<int32_t> out;
+  StrategyReport report;
+  uint64_t cycles = 0;  // sum of every micro-batch's programs
+};
+CnnOverDevices cnn_over_devices(Worker& w, const DigitsCnn& d, uint64_t mb, std::optional<uint64_t> fault_at = {}) {
+  const uint64_t f = d.q.input_row();
+  const uint64_t m = (d.rows + (mb == 0 ? auto_micro_batch(d.rows, w.size()) : mb) - 1) /
+                     (mb == 0 ? auto_micro_batch(d.rows, w.size()) : mb);
+  std::vector<runtime::CnnRunResult> res(m);
+  std::atomic<bool> fired{false};
+  CnnOverDevices r;
+  r.report = run_micro_batches(w, d.rows, mb, [&](DeviceSlot& slot, uint64_t j, uint64_t r0, uint64_t n) {
+    if (fault_at && j == *fault_at && !fired.exchange(true)) slot.device.backend().sim_control()->inject_memory_fault(true);
+    res.at(j) = runtime::run_cnn(slot.device, d.q, std::span<const int8_t>(d.x_q).subspan(r0 * f, n * f), n);
+    return MicroBatchUse{PerfCounters{.cycles = res[j].cycles}, res[j].macs};
+  });
+  for (const runtime::CnnRunResult& x : res) {
+    r.out.insert(r.out.end(), x.output_i32.begin(), x.output_i32.end());
+    r.cycles += x.cycles;
+  }
+  return r;
+}
+
+class CnnMicroBatches : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(CnnMicroBatches, BitIdenticalToOneDeviceForAnyMicroBatch) {
+  const unsigned k_dev = GetParam();
+  const DigitsCnn d;
+  Device dev = Device::open("ref", {});
+  const std::vector<int32_t> want = runtime::run_cnn(dev, d.q, d.x_q, d.rows).output_i32;
+  ASSERT_EQ(want, nn::forward_cnn_int_raw(d.q, d.x_q, d.rows));
+  Worker w(ref_options(k_dev));
+  for (const uint64_t mb : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{64}, d.rows}) {
+    if (mb == 1 && k_dev != 2) continue;  // one image per run: slow on ref, once is enough
+    const CnnOverDevices r = cnn_over_devices(w, d, mb);
+    EXPECT_EQ(r.out, want) << "micro-batch " << mb;
+    const StrategyReport& rep = r.report;
+    const uint64_t eff = mb == 0 ? rep.micro_batch : std::min(mb, d.rows);
+    EXPECT_EQ(rep.strategy, "data");
+    EXPECT_EQ(rep.devices, k_dev);
+    EXPECT_EQ(rep.micro_batch, eff);
+    EXPECT_EQ(rep.micro_batches, (d.rows + eff - 1) / eff);
+    uint64_t items = 0, rows = 0, cycles = 0;
+    for (const DeviceUse& du : rep.per_device) {
+      EXPECT_LT(du.index, k_dev);
+      EXPECT_GT(du.busy_s, 0.0);
+      EXPECT_FALSE(du.role.empty());
+      items += du.items;
+      rows += du.rows;
+      cycles += du.perf.cycles;
+    }
+    EXPECT_EQ(items, rep.micro_batches);
+    EXPECT_EQ(rows, d.rows);  // no padding: the last micro-batch is short
+    EXPECT_EQ(cycles, r.cycles);
+    EXPECT_GT(rep.overlap, 0.0);
+    EXPECT_LE(rep.overlap, 1.0 + 1e-9);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, CnnMicroBatches, ::testing::Values(1u, 2u, 3u));
+
+TEST(CnnMicroBatches, FaultedDeviceRangeRunsAgainOnTheOther) {
+  const DigitsCnn d;
+  Worker w(ref_options(2));
+  const std::vector<int32_t> want = cnn_over_devices(w, d, 50).out;
+  const CnnOverDevices r = cnn_over_devices(w, d, 50, 1);
+  EXPECT_EQ(r.out, want);
+  uint64_t failures = 0, items = 0;
+  for (const DeviceStats& s : w.stats()) failures += s.failures;
+  for (const DeviceUse& du : r.report.per_device) items += du.items;
+  EXPECT_EQ(failures, 1u);
+  EXPECT_EQ(items, r.report.micro_batches);  // the failed run is not counted, its retry is
+  EXPECT_EQ(w.healthy(), 2u);
+}
+
+TEST(CnnMicroBatches, BatchZeroAndTheCallersErrors) {
+  Worker w(ref_options(2));
+  const MicroBatchFn nothing = [](DeviceSlot&, uint64_t, uint64_t, uint64_t) { return MicroBatchUse{}; };
+  EXPECT_THROW(run_micro_batches(w, 0, 4, nothing), Error);
+  // A callback's own error (not a device fault) reaches the caller unchanged, not retried.
+  std::atomic<int> runs{0};
+  try {
+    run_micro_batches(w, 8, 4, [&](DeviceSlot&, uint64_t j, uint64_t, uint64_t) -> MicroBatchUse {
+      ++runs;
+      if (j == 1) throw Error(ErrorKind::kInvalidArgument, "bad micro-batch");
+      return {};
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("bad micro-batch"), std::string::npos);
+  }
+  EXPECT_EQ(runs.load(), 2);
 }
 
 }  // namespace
