@@ -13,6 +13,8 @@
 //   With --devices K / --strategy data|pipeline the rows run on K devices (tpuw/worker/strategies.h,
 //   --batch is then the micro-batch) and the report gives each device's share, busy time and the
 //   overlap instead of the per-layer table.
+//   A CNN (cmd_run_cnn.cpp, cmd_run_cnn_bf16.cpp) takes --devices K too: its images in micro-batches
+//   over a Worker (cnn_report.h run_cnn_batches; --strategy data only), the per-layer table kept.
 //   Under `mpirun -np P` the rows are split into P contiguous blocks, one per rank, and gathered on
 //   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md).
 #include "cmd_run.h"
@@ -970,8 +972,8 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
   return kOk;
 }
 
-// A model with convolutions or pooling: on one device through cmd_run_cnn.cpp (int8) or
-// cmd_run_cnn_bf16.cpp (bf16).
+// A model with convolutions or pooling: through cmd_run_cnn.cpp (int8) or cmd_run_cnn_bf16.cpp
+// (bf16), on one device or (--devices K) data-parallel on K.
 int run_cnn_branch(const RunOpts& o) {
   if (!o.multi.strategy.empty() && o.multi.strategy != "data") {
     // Pipeline stages split a dense network's layers over the devices; a CNN's layers are separate
