@@ -277,18 +277,6 @@ unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, con
     }
     return dev.info().params.array_n;
   }
-  worker::WorkerOptions wo;
-  wo.backend = o.backend;
-  wo.config.array_n = o.array_n;
-  wo.config.memory.size = memory;
-  wo.devices = o.devices;
-  const runtime::Trace::Track main = trace != nullptr ? trace->host_thread("main") : runtime::Trace::Track{};
-  auto open_span = runtime::Trace::scope(trace, main, fmt::format("open {} devices", wo.devices));
-  worker::Worker w(wo);
-  open_span.end();
-  unsigned array_n = o.array_n;
-  auto run_span =
-      runtime::Trace::scope(trace, main, fmt::format("{} images on {} devices (data)", t.rows, w.size()));
   // --inject-fault J (tests): the device that runs micro-batch J first gets a memory fault just
   // before it (its next access answers with an error), once; the Worker resets that device and runs
   // the whole task (its range of micro-batches) again on another device. Tasks are not pinned, so
@@ -307,6 +295,17 @@ unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, con
                   fmt::format("--inject-fault {}: the run has {} micro-batches", o.inject_fault, t.chunks));
     }
   }
+  worker::WorkerOptions wo;
+  wo.backend = o.backend;
+  wo.config.array_n = o.array_n;
+  wo.config.memory.size = memory;
+  wo.devices = o.devices;
+  const runtime::Trace::Track main = trace != nullptr ? trace->host_thread("main") : runtime::Trace::Track{};
+  auto open_span = runtime::Trace::scope(trace, main, fmt::format("open {} devices", wo.devices));
+  worker::Worker w(wo);
+  open_span.end();
+  auto run_span =
+      runtime::Trace::scope(trace, main, fmt::format("{} images on {} devices (data)", t.rows, w.size()));
   std::atomic<bool> fired{false};
   worker::StrategyReport rep = worker::run_micro_batches(
       w, t.rows, t.chunk,
@@ -321,7 +320,8 @@ unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, con
   t.events = w.events();
   for (const worker::DeviceStats& st : w.stats()) t.failures += st.failures;
   // Every device has the configuration's ARRAY_N; ask one (a device thread owns it): the report's N.
-  array_n = w.submit([](worker::DeviceSlot& slot) { return slot.device.info().params.array_n; }).get();
+  const unsigned array_n =
+      w.submit([](worker::DeviceSlot& slot) { return slot.device.info().params.array_n; }).get();
   for (uint64_t j = 0; j < t.chunks; ++j) {
     const uint64_t r0 = j * t.chunk;
     absorb(j, r0, std::min(t.chunk, t.rows - r0));
