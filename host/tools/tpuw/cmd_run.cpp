@@ -1202,7 +1202,8 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
       ->capture_default_str();
   add_multi_options(sub, o->multi, {"data", "pipeline"},
                     "how the rows use several devices: data (micro-batches spread over the devices, weights "
-                    "mirrored) or pipeline (layers split into stages, one device each); default data");
+                    "mirrored) or pipeline (layers split into stages, one device each; not for CNNs); default "
+                    "data");
   sub->add_flag("--check", o->check,
                 "compare the device's output with the CPU model bit for bit (int8: the int32 output against the "
                 "integer model; bf16: the fp32 output against the bf16 contract); exit 3 on a difference");

@@ -26,6 +26,9 @@
 //             j+1 while stage 1 works on j. Hand-over channels keep every item, so a stage that
 //             fails and is retried by the Worker restarts from its first micro-batch and produces
 //             the same items again (delivery is idempotent).
+//   micro-batches (run_micro_batches: CNNs, whose runs compile their own programs) The data
+//             strategy's split without resident weights: contiguous ranges of micro-batches per
+//             device, each micro-batch one call of the caller's function on the slot's device.
 //   columns   (GEMM) B's columns are cut into one block per device (multiples of ArrayN, balanced);
 //             A goes to every device; each block is one runtime::gemm task; the C blocks are
 //             assembled column-wise.
