@@ -265,7 +265,7 @@ bool add_int8_output_layer(Graph& g) {
   d.op = Op::kDense;
   d.op_type = "Dense";
   d.name = ld.name + ".output";
-  d.origin = {"identity after " + ld.name + " (int8 table, int32 output)"};
+  d.origin = {"int32 output (identity) after " + ld.name};
   d.inputs = {t, g.add_constant(d.name + ".w", DType::kFloat32, {f, f}, std::move(wd)),
               g.add_constant(d.name + ".b", DType::kFloat32, {f}, std::move(bd))};
   d.outputs = {y};
@@ -336,8 +336,6 @@ size_t fuse_activations(Graph& g) {
     if (!removed[i]) kept.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(kept);
-
-  add_int8_output_layer(g);
   return count;
 }
 

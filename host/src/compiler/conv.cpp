@@ -1015,7 +1015,6 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
   const std::vector<float>& flat_calib = acts[static_cast<size_t>(flat.outputs[0])];
   Graph hg = graph_of_float_network(head);
-  add_int8_output_layer(hg);  // a function on the head's last layer: its table needs an int8 output
   quantize(hg, flat_calib, rows);
   net.head = lower_to_qnetwork(hg);
 
