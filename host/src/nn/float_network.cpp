@@ -96,7 +96,8 @@ std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, st
   }
   std::vector<std::vector<float>> outs;
   outs.reserve(net.layers.size());
-  const std::vector<float> x_dev = net.input_steps.empty() ? std::vector<float>{} : apply_input_steps(net.input_steps, x, net.input_features);
+  const std::vector<float> x_dev =
+      net.input_steps.empty() ? std::vector<float>{} : apply_input_steps(net.input_steps, x, net.input_features);
   std::span<const float> in = net.input_steps.empty() ? x : std::span<const float>(x_dev);
   for (const DenseLayer& l : net.layers) {
     std::vector<float> y(batch * l.n);
@@ -141,7 +142,8 @@ std::vector<std::vector<float>> split_outputs(const FloatNetwork& net, std::span
 
 std::vector<float> forward_float(const FloatNetwork& net, std::span<const float> x, uint64_t batch) {
   std::vector<std::vector<float>> outs = forward_float_layers(net, x, batch);
-  std::vector<float> y = outs.empty() ? apply_input_steps(net.input_steps, x, net.input_features) : std::move(outs.back());
+  std::vector<float> y =
+      outs.empty() ? apply_input_steps(net.input_steps, x, net.input_features) : std::move(outs.back());
   apply_host_ops(y, net.output_features(), net.host_op, net.host_steps);
   return y;
 }

@@ -155,7 +155,9 @@ class IndicesHooks final : public detail::MaxPoolHooks {
     return true;
   }
   void after_matmul(const detail::MaxPoolStrip& st, uint64_t tap, uint64_t i) override {
-    if (tap == 0) st.b.emit(kC, vec(spec::VecOp::kScale, I(st) + i * p_.acc_rows, idx(0), 0, p_.acc_rows, kOne), {r_c_}, {r_i_ + st.sb});
+    if (tap > 0) return;
+    st.b.emit(kC, vec(spec::VecOp::kScale, I(st) + i * p_.acc_rows, idx(0), 0, p_.acc_rows, kOne), {r_c_},
+              {r_i_ + st.sb});
   }
   // D = S - R; R = max(R, S); I += (D > 0 ? IDX_t - I : 0), per image for IDX_t - I (one image's constants).
   bool combine(const detail::MaxPoolStrip& st, uint64_t tap) override {
