@@ -234,10 +234,50 @@ size_t fuse_gelu(Graph& g) {
   }
 }
 
+bool add_int8_output_layer(Graph& g) {
+  size_t last = g.nodes.size();
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op == Op::kDense) last = i;
+  }
+  if (last == g.nodes.size() || dense_activation(g, g.nodes[last]).none()) return false;
+  const ValueId y = g.nodes[last].outputs[0];
+  const Dims dy = *g.value(y).shape;
+  const int64_t f = *checked_elements(features(dy));
+  if (f > kMaxFeatureMapFeatures) {
+    g.fail(ErrorKind::kUnsupported, g.nodes[last],
+           fmt::format("the network's last layer ends in {} over {} features; the int8 output layer after it "
+                       "(identity, F x F weights) is limited to {}", nn::act_name(dense_activation(g, g.nodes[last])), f,
+                       kMaxFeatureMapFeatures));
+  }
+  const auto uf = static_cast<size_t>(f);
+  TensorData wd, bd;
+  wd.f.assign(uf * uf, 0.0);
+  for (size_t j = 0; j < uf; ++j) wd.f[j * uf + j] = 1.0;
+  bd.f.assign(uf, 0.0);
+  Value v;
+  v.name = g.value(y).name + ".table";
+  v.dtype = g.value(y).dtype;
+  v.shape = dy;
+  const ValueId t = g.add_value(std::move(v));
+  Node& ld = g.nodes[last];
+  ld.outputs[0] = t;  // the Dense with the function now defines t; the identity defines y
+  Node d;
+  d.op = Op::kDense;
+  d.op_type = "Dense";
+  d.name = ld.name + ".output";
+  d.origin = {"int32 output (identity) after " + ld.name};
+  d.inputs = {t, g.add_constant(d.name + ".w", DType::kFloat32, {f, f}, std::move(wd)),
+              g.add_constant(d.name + ".b", DType::kFloat32, {f}, std::move(bd))};
+  d.outputs = {y};
+  d.set_attr("relu", int_attr(0));
+  g.nodes.insert(g.nodes.begin() + static_cast<ptrdiff_t>(last) + 1, std::move(d));
+  return true;
+}
+
 size_t fuse_activations(Graph& g) {
   for (const Node& n : g.nodes) {
     if (n.op == Op::kConv || n.op == Op::kAveragePool || n.op == Op::kGlobalAveragePool || n.op == Op::kMaxPool) {
-      return 0;  // the convolution path has no lookup tables yet: its lowering reports the functions
+      return 0;  // a CNN compiler places the functions itself (conv layers, dense head)
     }
   }
   size_t count = 0;
@@ -296,45 +336,6 @@ size_t fuse_activations(Graph& g) {
     if (!removed[i]) kept.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(kept);
-
-  // The last Dense keeps an int32 output: an identity layer after a last Dense with a function.
-  size_t last = g.nodes.size();
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (g.nodes[i].op == Op::kDense) last = i;
-  }
-  if (last < g.nodes.size() && !dense_activation(g, g.nodes[last]).none()) {
-    const ValueId y = g.nodes[last].outputs[0];
-    const Dims dy = *g.value(y).shape;
-    const int64_t f = *checked_elements(features(dy));
-    if (f > kMaxFeatureMapFeatures) {
-      g.fail(ErrorKind::kUnsupported, g.nodes[last],
-             fmt::format("the network's last layer ends in {} over {} features; the int8 output layer after it "
-                         "(identity, F x F weights) is limited to {}", nn::act_name(dense_activation(g, g.nodes[last])), f,
-                         kMaxFeatureMapFeatures));
-    }
-    const auto uf = static_cast<size_t>(f);
-    TensorData wd, bd;
-    wd.f.assign(uf * uf, 0.0);
-    for (size_t j = 0; j < uf; ++j) wd.f[j * uf + j] = 1.0;
-    bd.f.assign(uf, 0.0);
-    Value v;
-    v.name = g.value(y).name + ".table";
-    v.dtype = g.value(y).dtype;
-    v.shape = dy;
-    const ValueId t = g.add_value(std::move(v));
-    Node& ld = g.nodes[last];
-    ld.outputs[0] = t;  // the Dense with the function now defines t; the identity defines y
-    Node d;
-    d.op = Op::kDense;
-    d.op_type = "Dense";
-    d.name = ld.name + ".output";
-    d.origin = {"identity after " + ld.name + " (int8 table, int32 output)"};
-    d.inputs = {t, g.add_constant(d.name + ".w", DType::kFloat32, {f, f}, std::move(wd)),
-                g.add_constant(d.name + ".b", DType::kFloat32, {f}, std::move(bd))};
-    d.outputs = {y};
-    d.set_attr("relu", int_attr(0));
-    g.nodes.insert(g.nodes.begin() + static_cast<ptrdiff_t>(last) + 1, std::move(d));
-  }
   return count;
 }
 

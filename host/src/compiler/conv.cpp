@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cnn_head.h"
 #include "pass_util.h"
 #include "pool_groups.h"
 #include "tpuw/compiler/activations.h"
@@ -1126,36 +1127,8 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   }
   head.input_features = static_cast<uint32_t>((*g.value(act).shape)[1]);
   for (; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    for (const ValueId v : n.inputs) {
-      if (ins.vector_input(g, v) >= 0) {
-        g.fail(ErrorKind::kUnsupported, n,
-               fmt::format("reads the vector input '{}' inside the dense head; a vector input joins the head only in a "
-                           "Concat with the flattened map right after the Flatten (a Concat of an input with a hidden "
-                           "activation is not supported)", g.value(v).name));
-      }
-    }
-    if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
-      g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
-    }
-    if (n.op == Op::kDense) {
-      nn::DenseLayer l;
-      l.name = n.origin.empty() ? n.label() : n.origin.front();
-      for (size_t k = 1; k < n.origin.size(); ++k) l.name += " + " + n.origin[k];
-      const Value& w = g.value(n.inputs[1]);
-      l.k = static_cast<uint32_t>((*w.shape)[0]);
-      l.n = static_cast<uint32_t>((*w.shape)[1]);
-      l.w.assign(w.data->f.begin(), w.data->f.end());
-      const Value& b = g.value(n.inputs[2]);
-      l.b.assign(b.data->f.begin(), b.data->f.end());
-      l.relu = attr_int(g, n, "relu", 0) != 0;
-      head.layers.push_back(std::move(l));
-    } else if (n.op == Op::kSoftmax) {
-      head.host_op = nn::HostOp::kSoftmax;
-    } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
-      g.fail(ErrorKind::kUnsupported, n, "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, Softmax)");
-    }
-    act = n.outputs[0];
+    detail::add_head_node(g, ins, g.nodes[i], act, head);
+    act = g.nodes[i].outputs[0];
   }
   if (head.layers.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs at least one dense layer after the Flatten");
   check_inputs_used(head_src);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "cnn_head.h"
 #include "pass_util.h"
 #include "pool_groups.h"
 #include "tpuw/compiler/activations.h"
@@ -404,45 +405,8 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
            "then Flatten/Reshape and dense layers");
   }
   for (; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    for (const ValueId v : n.inputs) {
-      if (ins.vector_input(g, v) >= 0) {
-        g.fail(ErrorKind::kUnsupported, n,
-               fmt::format("reads the vector input '{}' inside the dense head; a vector input joins the head only in a "
-                           "Concat with the flattened map right after the Flatten (a Concat of an input with a hidden "
-                           "activation is not supported)", g.value(v).name));
-      }
-    }
-    if (n.inputs[0] != act || head.host_op != nn::HostOp::kNone) {
-      g.fail(ErrorKind::kUnsupported, n, "is not part of the dense head's chain");
-    }
-    if (n.op == Op::kDense) {
-      nn::DenseLayer l;
-      l.name = layer_name(n);
-      const Value& w = g.value(n.inputs[1]);
-      l.k = static_cast<uint32_t>((*w.shape)[0]);
-      l.n = static_cast<uint32_t>((*w.shape)[1]);
-      l.w.assign(w.data->f.begin(), w.data->f.end());
-      const Value& b = g.value(n.inputs[2]);
-      l.b.assign(b.data->f.begin(), b.data->f.end());
-      l.relu = attr_int(g, n, "relu", 0) != 0;
-      head.layers.push_back(std::move(l));
-    } else if (is_activation_op(n.op) && !head.layers.empty() && head.layers.back().act.none()) {
-      // A function after a dense layer (after its fused Relu, if any): VECTOR ops on the layer's
-      // finished fp32 strips (run_network_bf16's GEMM finish hook), as in the dense path.
-      head.layers.back().act = activation_of(g, n);
-      head.layers.back().act.node = n.label();
-      head.layers.back().name += " + " + n.label();
-    } else if (n.op == Op::kSoftmax && g.value(act).shape->size() == 2) {
-      head.host_op = nn::HostOp::kSoftmax;
-    } else if (n.op != Op::kFlatten && n.op != Op::kReshape) {
-      g.fail(ErrorKind::kUnsupported, n,
-             head.layers.empty() || !is_activation_op(n.op)
-                 ? "is not supported in a CNN's dense head (Gemm/MatMul, Add, Relu, one function after each, Softmax)"
-                 : fmt::format("follows another function ({}) on dense layer '{}'", head.layers.back().act.node,
-                               head.layers.back().name));
-    }
-    act = n.outputs[0];
+    detail::add_head_node(g, ins, g.nodes[i], act, head);
+    act = g.nodes[i].outputs[0];
   }
   if (act != out0.value) {
     g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers", out0.name));

@@ -7,7 +7,9 @@
 // their Softmax). Every value the chain computes has a tap: after how many layers, and which host
 // operators since; every graph output must be a tap of the last layer's output. Dense nodes become layers; a Reshape, Flatten, Squeeze
 // or Unsqueeze only changes the feature shape; Softmax, LogSoftmax and LayerNormalization end the
-// chain on the host (nn::HostStep), followed only by more of them and by layout changes. An Add or
+// chain on the host (nn::HostStep), followed only by more of them and by layout changes -- unless
+// they read the graph input before any device operator: then they run on the raw input rows before
+// the device (nn::FloatNetwork::input_steps) and the chain goes on. An Add or
 // Relu that fusion could not merge is handled like the old importer did (bias / ReLU of the last
 // layer) or reported.
 #include <fmt/format.h>
@@ -156,8 +158,8 @@ class Lowering {
     return r;
   }
 
-  // A model whose operators are all shape changes or host operators (a Flatten, a Softmax) still
-  // runs one device program: an identity layer (exact in int8: w_q = 127 on the diagonal and
+  // A model whose operators are all shape changes or host operators (a Flatten, a Softmax: input
+  // steps then) still runs one device program: an identity layer (exact in int8: w_q = 127 on the diagonal and
   // requantization by 1/127; exact in bf16).
   void identity_layer() {
     if (net_.input_features > kMaxIdentityFeatures) {
@@ -284,7 +286,8 @@ class Lowering {
     }
   }
 
-  // Softmax / LogSoftmax / LayerNormalization: a host operator after the device program (fp32).
+  // Softmax / LogSoftmax / LayerNormalization: a host operator (fp32) after the device program, or
+  // before it when no device operator precedes it (nn::FloatNetwork::input_steps).
   void host_step(const Node& n) {
     const Tap& in = require_activation_anywhere(0);
     std::vector<nn::HostStep> steps = in.steps;
@@ -326,6 +329,14 @@ class Lowering {
       }
     } else {
       st.op = n.op == Op::kSoftmax ? nn::HostOp::kSoftmax : nn::HostOp::kLogSoftmax;
+    }
+    if (stage_ == Stage::kInput && net_.layers.empty() && in.steps.empty() && net_.input_parts.empty()) {
+      // Before any device operator (it reads the graph input, or a layout change of it): it runs
+      // on the raw input rows in fp32 before the device program (and before int8 quantization),
+      // and the chain goes on from its output as if that were the graph input.
+      net_.input_steps.push_back(std::move(st));
+      set_output(n.outputs[0], {}, &in);
+      return;
     }
     last_host_ = st.name;
     steps.push_back(std::move(st));

@@ -98,6 +98,9 @@ TensorData ints(std::vector<int64_t> i) {
 }  // namespace
 
 void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
+  // A function on the last Dense is a lookup table, which needs an int8 output: an identity layer
+  // with the int32 output follows it.
+  add_int8_output_layer(g);
   size_t dense_count = 0;
   for (const Node& n : g.nodes) {
     switch (n.op) {
@@ -258,7 +261,7 @@ void quantize(Graph& g, std::span<const float> calib, uint64_t rows) {
     const bool relu = attr_int(g, n, "relu", 0) != 0;
     const nn::Activation act = dense_activation(g, n);
     if (!act.none() && last) {
-      g.fail(ErrorKind::kInternal, n, "the last dense layer has a function (fuse_activations puts a layer after it)");
+      g.fail(ErrorKind::kInternal, n, "the last dense layer has a function (add_int8_output_layer puts a layer after it)");
     }
     const ValueId wq_id = g.add_constant(w_name + ".q", DType::kInt8, Dims{k, cols}, ints(std::move(w_q)));
     const ValueId bq_id = g.add_constant(b_name + ".q", DType::kInt32, Dims{cols}, ints(std::move(bias_q)));

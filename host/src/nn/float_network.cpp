@@ -81,6 +81,12 @@ void apply_host_ops(std::span<float> y, uint32_t cols, HostOp op, std::span<cons
   for (const HostStep& s : steps) apply_host_step(y, cols, s);
 }
 
+std::vector<float> apply_input_steps(std::span<const HostStep> steps, std::span<const float> x, uint32_t cols) {
+  std::vector<float> y(x.begin(), x.end());
+  apply_host_ops(y, cols, HostOp::kNone, steps);
+  return y;
+}
+
 std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, std::span<const float> x,
                                                      uint64_t batch) {
   if (x.size() != batch * net.input_features) {
@@ -90,7 +96,9 @@ std::vector<std::vector<float>> forward_float_layers(const FloatNetwork& net, st
   }
   std::vector<std::vector<float>> outs;
   outs.reserve(net.layers.size());
-  std::span<const float> in = x;
+  const std::vector<float> x_dev =
+      net.input_steps.empty() ? std::vector<float>{} : apply_input_steps(net.input_steps, x, net.input_features);
+  std::span<const float> in = net.input_steps.empty() ? x : std::span<const float>(x_dev);
   for (const DenseLayer& l : net.layers) {
     std::vector<float> y(batch * l.n);
     std::vector<double> acc(l.n);
@@ -134,7 +142,8 @@ std::vector<std::vector<float>> split_outputs(const FloatNetwork& net, std::span
 
 std::vector<float> forward_float(const FloatNetwork& net, std::span<const float> x, uint64_t batch) {
   std::vector<std::vector<float>> outs = forward_float_layers(net, x, batch);
-  std::vector<float> y = outs.empty() ? std::vector<float>(x.begin(), x.end()) : std::move(outs.back());
+  std::vector<float> y =
+      outs.empty() ? apply_input_steps(net.input_steps, x, net.input_features) : std::move(outs.back());
   apply_host_ops(y, net.output_features(), net.host_op, net.host_steps);
   return y;
 }

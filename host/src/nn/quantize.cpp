@@ -65,7 +65,10 @@ int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool r
                           relu);
 }
 
-std::vector<int8_t> quantize_input(const QNetwork& net, std::span<const float> x) {
+std::vector<int8_t> quantize_input(const QNetwork& net, std::span<const float> x_raw) {
+  const std::vector<float> x_dev =
+      net.input_steps.empty() ? std::vector<float>{} : apply_input_steps(net.input_steps, x_raw, net.input_features);
+  const std::span<const float> x = net.input_steps.empty() ? x_raw : std::span<const float>(x_dev);
   std::vector<int8_t> q(x.size());
   if (net.input_part_scales.size() > 1) {
     // Several graph inputs side by side in each row: every part with its own scale.

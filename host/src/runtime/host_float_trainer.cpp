@@ -111,6 +111,10 @@ TrainableModel describe_trainable(Graph g) {
   compiler::remove_dead_code(g);
   compiler::verify(g);
   const nn::FloatNetwork net = compiler::lower_to_float_network(g);  // the chain checks
+  if (!net.input_steps.empty()) {
+    g.fail(ErrorKind::kUnsupported, fmt::format("node '{}' runs on the graph input on the host; training supports host "
+                                                "operators only at the end (the loss)", net.input_steps[0].name));
+  }
   if (!net.outputs.empty()) {
     g.fail(ErrorKind::kUnsupported, fmt::format("the graph has {} outputs ({} first); training needs one", net.outputs.size(),
                                                 net.outputs[0].name));

@@ -13,6 +13,9 @@
 //                [tap > 0: VECTOR IMAX R, S -> R over the strip's rows]
 //       ACTIVATE R -> UB staging (the int8 value, ReLU)
 //       for image i, for output row oy: STORE staging rows oy*wq .. + wo_stored -> host
+// A variant (detail::MaxPoolHooks, maxpool_emit.h; the Indices program of maxpool_indices.cpp)
+// adds ACC rows after S, steps around each MATMUL, its own combining step per tap, per stored row,
+// and may run the strips channel-block-major (each loading its block of the input).
 #include "tpuw/runtime/maxpool.h"
 
 #include <fmt/format.h>
@@ -68,7 +71,9 @@ uint64_t max_pool_min_bytes(const ConvPlan& p) {
 namespace detail {
 
 ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_addr, uint64_t w_addr,
-                          uint64_t param_addr, uint64_t out_addr) {
+                          uint64_t param_addr, uint64_t out_addr, MaxPoolHooks* hooks) {
+  MaxPoolHooks plain;
+  MaxPoolHooks& h = hooks != nullptr ? *hooks : plain;
   // bf16: a pixel is a UB row pair of 2-byte elements, the host beat doubles, no param rows.
   const uint64_t esz = bf16 ? 2 : 1, ub = bf16 ? 2 : 1;
   const uint64_t an = p.array_n, beat = esz * uint64_t{p.beat}, kimg = p.images_per_tile;
@@ -82,15 +87,17 @@ ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_a
     }
   }
   // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1];
-  // ACC [R 0 | R 1 | S 0 | S 1 | params (int8)] (one of each when plan.buffers == 1).
+  // ACC [R 0 | R 1 | S 0 | S 1 | the hooks' rows | params (int8)] (one of each when plan.buffers == 1).
   const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
   const uint64_t stage_rows = kimg * p.acc_rows;
   const uint64_t s_row = p.buffers * stage_rows;
-  const uint64_t params_row = 2 * p.buffers * stage_rows;
+  const uint64_t hook_row = 2 * p.buffers * stage_rows;
+  const uint64_t params_row = hook_row + h.acc_rows();
   const uint64_t px = esz * an;  // bytes of a pixel and of a weight tile row
-  // Resources: WB slot, input buffers (2), staging (2), R (2), S (2), params.
+  // Resources: WB slot, input buffers (2), staging (2), R (2), S (2), params, the hooks'.
   const size_t r_w = 0, r_in = 1, r_stage = 3, r_acc = 5, r_s = 7, r_par = 9;
-  Builder b(r_par + 1);
+  h.place(hook_row, r_par + 1);
+  Builder b(r_par + 1 + h.resources());
 
   if (!bf16) {
     for (const Transfer& t : split_transfer(params_row, param_addr, 3 * 4 * an, 4 * an, beat)) {
@@ -105,68 +112,81 @@ ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_a
   if (bf16) lw.set("bf16", 1);
   b.emit(kC, std::move(lw), {r_w}, {});
   bool swap = true;  // the first MATMUL swaps the identity in; it stays for the whole program
-  uint64_t strip = 0;
-  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
+  // One strip per (tile, channel block): tile-major, every block of a tile loaded at once, or
+  // block-major (hooks), each strip loading its block alone. Either way the input crosses once.
+  const bool blocks_outer = h.blocks_outer();
+  const uint64_t steps = p.tiles * p.o_blocks;
+  for (uint64_t step = 0; step < steps; ++step) {
+    const uint64_t tile = blocks_outer ? step % p.tiles : step / p.o_blocks;
+    const uint64_t ob = blocks_outer ? step / p.tiles : step % p.o_blocks;
+    const uint64_t strip = step;
     const uint64_t img0 = tile * kimg;
     const uint64_t nimg = std::min(kimg, p.batch - img0);
-    const uint64_t ib = tile % p.buffers;
+    const uint64_t load = blocks_outer ? step : tile;  // the input load this strip reads
+    const uint64_t ib = load % p.buffers;
     const uint64_t in_base = ib * in_buf_rows;
-    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-      for (const Transfer& t :
-           split_transfer(ub * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
+    if (blocks_outer || ob == 0) {
+      for (uint64_t cb = blocks_outer ? ob : 0; cb < (blocks_outer ? ob + 1 : p.c_blocks); ++cb) {
+        const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
+        for (const Transfer& t :
+             split_transfer(ub * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
+          b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
+        }
       }
     }
-    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
-      const uint64_t sb = strip % p.buffers;
-      const uint64_t acc_base = sb * stage_rows;
-      const uint64_t s_base = s_row + sb * stage_rows;
-      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
-      for (uint64_t tap = 0; tap < p.taps; ++tap) {
-        const uint64_t dst = tap == 0 ? acc_base : s_base;
-        for (uint64_t i = 0; i < nimg; ++i) {
-          isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-          if (bf16) mm.set("bf16", 1);
-          mm.set("accumulate", 0);
-          mm.set("swap", swap ? 1 : 0);
-          swap = false;
-          mm.set("ub_addr", ub * (in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]));
-          mm.set("acc_addr", dst + i * p.acc_rows);
-          mm.set("rows", p.acc_rows);
-          b.emit(kC, std::move(mm), {r_in + ib}, {tap == 0 ? r_acc + sb : r_s + sb}, /*is_matmul=*/true);
-        }
-        if (tap == 0) continue;
-        // IMAX: the int32 words of int8 MATMULs; MAX: the fp32 words of bf16 ones.
-        isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-        v.set("op", static_cast<uint64_t>(bf16 ? spec::VecOp::kMax : spec::VecOp::kImax));
-        v.set("dst_addr", acc_base);
-        v.set("a_addr", acc_base);
-        v.set("b_addr", s_base);
-        v.set("rows", nimg * p.acc_rows);
-        b.emit(kC, std::move(v), {r_acc + sb, r_s + sb}, {r_acc + sb});
-      }
-      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-      if (bf16) act.set("bf16", 1);
-      act.set("relu", relu ? 1 : 0);
-      act.set("bias", 0);
-      act.set("acc_addr", acc_base);
-      act.set("ub_addr", ub * stage_base);
-      act.set("rows", nimg * p.acc_rows);
-      if (!bf16) {
-        act.set("bias_addr", params_row);
-        act.set("qparam_addr", params_row + 1);
-      }
-      b.emit(kC, std::move(act), bf16 ? std::vector<size_t>{r_acc + sb} : std::vector<size_t>{r_acc + sb, r_par},
-             {r_stage + sb});
+    const uint64_t sb = strip % p.buffers;
+    const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
+    const MaxPoolStrip st{b, tile, ob, nimg, sb, sb * stage_rows, s_row + sb * stage_rows, r_acc + sb, r_s + sb,
+                          nimg * p.acc_rows};
+    h.begin_strip(st);
+    for (uint64_t tap = 0; tap < p.taps; ++tap) {
+      const uint64_t dst = tap == 0 ? st.r : st.s;
+      const size_t r_dst = tap == 0 ? st.r_res : st.s_res;
       for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
-        for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(ub * (stage_base + i * p.acc_rows + oy * p.wq),
-                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
-            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
-          }
+        const bool acc = h.before_matmul(st, tap, i, dst + i * p.acc_rows);
+        isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+        if (bf16) mm.set("bf16", 1);
+        mm.set("accumulate", acc ? 1 : 0);
+        mm.set("swap", swap ? 1 : 0);
+        swap = false;
+        mm.set("ub_addr", ub * (in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]));
+        mm.set("acc_addr", dst + i * p.acc_rows);
+        mm.set("rows", p.acc_rows);
+        b.emit(kC, std::move(mm), acc ? std::vector<size_t>{r_in + ib, r_dst} : std::vector<size_t>{r_in + ib}, {r_dst},
+               /*is_matmul=*/true);
+        h.after_matmul(st, tap, i);
+      }
+      if (tap == 0 || h.combine(st, tap)) continue;
+      // IMAX: the int32 words of int8 MATMULs; MAX: the fp32 words of bf16 ones.
+      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+      v.set("op", static_cast<uint64_t>(bf16 ? spec::VecOp::kMax : spec::VecOp::kImax));
+      v.set("dst_addr", st.r);
+      v.set("a_addr", st.r);
+      v.set("b_addr", st.s);
+      v.set("rows", st.rows);
+      b.emit(kC, std::move(v), {st.r_res, st.s_res}, {st.r_res});
+    }
+    isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+    if (bf16) act.set("bf16", 1);
+    act.set("relu", relu ? 1 : 0);
+    act.set("bias", !bf16 && h.int8_bias() ? 1 : 0);
+    act.set("acc_addr", st.r);
+    act.set("ub_addr", ub * stage_base);
+    act.set("rows", st.rows);
+    if (!bf16) {
+      act.set("bias_addr", params_row);
+      act.set("qparam_addr", params_row + 1);
+    }
+    b.emit(kC, std::move(act), bf16 ? std::vector<size_t>{st.r_res} : std::vector<size_t>{st.r_res, r_par},
+           {r_stage + sb});
+    for (uint64_t i = 0; i < nimg; ++i) {
+      const uint64_t blk = ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored;
+      for (uint64_t oy = 0; oy < p.ho; ++oy) {
+        for (const Transfer& t : split_transfer(ub * (stage_base + i * p.acc_rows + oy * p.wq),
+                                                out_addr + (blk + oy * p.wo_stored) * px, p.wo_stored * px, an, beat)) {
+          b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
         }
+        h.store_row(st, i, oy, blk + oy * p.wo_stored);
       }
     }
   }

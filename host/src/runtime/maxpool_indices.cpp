@@ -1,17 +1,14 @@
 // MaxPool with Indices on the device, int8 and bf16 (see tpuw/runtime/maxpool_indices.h and
 // docs/network_compiler.md, "MaxPool's Indices on the device").
 //
-// Sequential meaning of the program (program_builder.h derives the tokens):
-//   [int8: LOAD ACC params <- (bias -0x4B000100, mult 1, shift 0)]
-//   LOAD WB slot 0 <- the identity tile; LOADW slot 0 (swapped in by the first MATMUL, for good)
-//   for tile t (UB input buffer t%2):
-//     for channel block cb: LOAD UB input buffer <- the tile's images of block cb
-//     for channel block ob (strip s; ACC R, S, D, I and UB staging s%2):
-//       [ob changed: LOAD ACC constants <- block ob's KP_t and IDX_t]
-//       tap 0: per image: SCALE R = KP_0; MATMUL acc -> R; SCALE I = IDX_0
-//       tap t: per image: SCALE S = KP_t; MATMUL acc -> S; SUB D = S - R; MAX R = R, S;
-//              per image: SUB S = IDX_t - I; SELECT S = (D, S); ADD I = I + S
-//       ACTIVATE R -> UB staging; STORE staging rows -> values; STORE ACC I rows -> indices
+// The max-pool program (detail::emit_max_pool, maxpool.cpp) with IndicesHooks: strips run
+// channel-block-major, and per strip (ACC R, S, D, I and UB staging s%2) the hooks add
+//   [first strip of block ob: LOAD ACC constants <- block ob's KP_t and IDX_t, once]
+//   tap 0: per image: SCALE R = KP_0; MATMUL acc -> R; SCALE I = IDX_0
+//   tap t: per image: SCALE S = KP_t; MATMUL acc -> S; SUB D = S - R; MAX R = R, S;
+//          per image: SUB S = IDX_t - I; SELECT S = (D, S); ADD I = I + S
+//   after each values STORE row: STORE ACC I row -> indices
+// and the int8 ACTIVATE's bias (-0x4B000100) from the param rows.
 #include "tpuw/runtime/maxpool_indices.h"
 
 #include <fmt/format.h>
@@ -20,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "maxpool_emit.h"
 #include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/maxpool.h"
@@ -36,7 +34,6 @@ using detail::kS;
 using detail::split_transfer;
 using detail::Transfer;
 
-constexpr uint64_t kLookahead = 96;            // as compile_max_pool
 constexpr uint32_t kIndexBase = 0x4B000000;    // fp32 2^23: 2^23 + i has the bits kIndexBase + i
 constexpr uint32_t kInt8Base = 0x4B000100;     // int8 S = 2^23 + 256 + v
 constexpr uint32_t kInt8PadBase = 0x4B0000FF;  // a pad tap: one below, so -128 from a pad loses
@@ -118,12 +115,89 @@ std::vector<uint32_t> max_pool_index_constants(const ConvPlan& p, bool bf16, boo
   return out;
 }
 
+namespace {
+
+// The argmax beside the max (detail::emit_max_pool's hooks). ACC rows after R and S:
+// [D 0 | D 1 | I 0 | I 1 | the constants of one channel block]. The strips run block-major, so a
+// block's constants (2 * taps * acc_rows rows) are loaded once, when its first strip starts.
+class IndicesHooks final : public detail::MaxPoolHooks {
+ public:
+  IndicesHooks(const ConvPlan& p, bool bf16, uint64_t const_addr, uint64_t idx_addr)
+      : p_(p), const_addr_(const_addr), idx_addr_(idx_addr), beat_((bf16 ? 2 : 1) * uint64_t{p.beat}),
+        stage_(p.images_per_tile * p.acc_rows), region_(p.buffers * stage_) {}
+
+  uint64_t acc_rows() const override { return 2 * region_ + const_rows(p_); }
+  size_t resources() const override { return 5; }  // D (2), I (2), constants
+  void place(uint64_t acc_row, size_t first) override {
+    d_row_ = acc_row;
+    i_row_ = acc_row + region_;
+    c_row_ = acc_row + 2 * region_;
+    r_d_ = first;
+    r_i_ = first + 2;
+    r_c_ = first + 4;
+  }
+  bool blocks_outer() const override { return true; }
+  bool int8_bias() const override { return true; }  // -kInt8Base: S's base back off the values
+
+  void begin_strip(const detail::MaxPoolStrip& st) override {
+    if (loaded_ob_ == st.ob) return;
+    loaded_ob_ = st.ob;
+    const uint64_t acc_px = 4 * uint64_t{p_.array_n};
+    for (const Transfer& t : split_transfer(c_row_, const_addr_ + st.ob * const_rows(p_) * acc_px,
+                                            const_rows(p_) * acc_px, acc_px, beat_)) {
+      st.b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_c_});
+    }
+  }
+  // Tap t starts from its KP_t (a pad's base below every value), the MATMUL adds the value.
+  bool before_matmul(const detail::MaxPoolStrip& st, uint64_t tap, uint64_t, uint64_t dst) override {
+    st.b.emit(kC, vec(spec::VecOp::kScale, dst, kp(tap), 0, p_.acc_rows, kOne), {r_c_},
+              {tap == 0 ? st.r_res : st.s_res});
+    return true;
+  }
+  void after_matmul(const detail::MaxPoolStrip& st, uint64_t tap, uint64_t i) override {
+    if (tap > 0) return;
+    st.b.emit(kC, vec(spec::VecOp::kScale, I(st) + i * p_.acc_rows, idx(0), 0, p_.acc_rows, kOne), {r_c_},
+              {r_i_ + st.sb});
+  }
+  // D = S - R; R = max(R, S); I += (D > 0 ? IDX_t - I : 0), per image for IDX_t - I (one image's constants).
+  bool combine(const detail::MaxPoolStrip& st, uint64_t tap) override {
+    const uint64_t D = d_row_ + st.sb * stage_, ar = p_.acc_rows;
+    const size_t rd = r_d_ + st.sb, ri = r_i_ + st.sb;
+    st.b.emit(kC, vec(spec::VecOp::kSub, D, st.s, st.r, st.rows), {st.s_res, st.r_res}, {rd});
+    st.b.emit(kC, vec(spec::VecOp::kMax, st.r, st.r, st.s, st.rows), {st.r_res, st.s_res}, {st.r_res});
+    for (uint64_t i = 0; i < st.nimg; ++i) {
+      st.b.emit(kC, vec(spec::VecOp::kSub, st.s + i * ar, idx(tap), I(st) + i * ar, ar), {r_c_, ri}, {st.s_res});
+    }
+    st.b.emit(kC, vec(spec::VecOp::kSelect, st.s, D, st.s, st.rows), {rd, st.s_res}, {st.s_res});
+    st.b.emit(kC, vec(spec::VecOp::kAdd, I(st), I(st), st.s, st.rows), {ri, st.s_res}, {ri});
+    return true;
+  }
+  void store_row(const detail::MaxPoolStrip& st, uint64_t i, uint64_t oy, uint64_t out_row) override {
+    const uint64_t acc_px = 4 * uint64_t{p_.array_n};
+    for (const Transfer& t : split_transfer(I(st) + i * p_.acc_rows + oy * p_.wq, idx_addr_ + out_row * acc_px,
+                                            p_.wo_stored * acc_px, acc_px, beat_)) {
+      st.b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {r_i_ + st.sb}, {});
+    }
+  }
+
+ private:
+  uint64_t kp(uint64_t tap) const { return c_row_ + 2 * tap * p_.acc_rows; }
+  uint64_t idx(uint64_t tap) const { return kp(tap) + p_.acc_rows; }
+  uint64_t I(const detail::MaxPoolStrip& st) const { return i_row_ + st.sb * stage_; }
+
+  const ConvPlan& p_;
+  uint64_t const_addr_, idx_addr_, beat_;
+  uint64_t stage_, region_;  // ACC rows of one strip buffer, of the two
+  uint64_t d_row_ = 0, i_row_ = 0, c_row_ = 0;
+  size_t r_d_ = 0, r_i_ = 0, r_c_ = 0;
+  uint64_t loaded_ob_ = ~uint64_t{0};
+};
+
+}  // namespace
+
 ConvProgram compile_max_pool_indices(const ConvPlan& p, bool bf16, bool relu, uint64_t in_addr, uint64_t w_addr,
                                      uint64_t param_addr, uint64_t const_addr, uint64_t out_addr, uint64_t idx_addr) {
-  const uint64_t an = p.array_n, kimg = p.images_per_tile, ar = p.acc_rows;
-  const uint64_t esz = bf16 ? 2 : 1;         // bytes of an element in UB / WB / the values output
-  const uint64_t ub = bf16 ? 2 : 1;          // UB rows per pixel
-  const uint64_t beat = esz * uint64_t{p.beat};
+  const uint64_t beat = (bf16 ? 2 : 1) * uint64_t{p.beat};
   for (uint64_t addr : {in_addr, w_addr, param_addr, const_addr, out_addr, idx_addr}) {
     if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
       throw Error(ErrorKind::kInvalidArgument,
@@ -131,119 +205,8 @@ ConvProgram compile_max_pool_indices(const ConvPlan& p, bool bf16, bool relu, ui
                               addr, beat));
     }
   }
-  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1];
-  // ACC [R 0 | R 1 | S 0 | S 1 | D 0 | D 1 | I 0 | I 1 | constants | params].
-  const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
-  const uint64_t stage_rows = kimg * ar;
-  const uint64_t region = p.buffers * stage_rows;
-  const uint64_t s_row = region, d_row = 2 * region, i_row = 3 * region, c_row = 4 * region;
-  const uint64_t params_row = c_row + const_rows(p);
-  const uint64_t px = esz * an;  // bytes of a pixel (and of a weight tile row)
-  const uint64_t acc_px = 4 * an;
-  const size_t r_w = 0, r_in = 1, r_stage = 3, r_r = 5, r_s = 7, r_d = 9, r_i = 11, r_c = 13, r_par = 14;
-  Builder b(r_par + 1);
-
-  if (!bf16) {
-    for (const Transfer& t : split_transfer(params_row, param_addr, 3 * acc_px, acc_px, beat)) {
-      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
-    }
-  }
-  for (const Transfer& t : split_transfer(0, w_addr, an * px, an, beat)) {
-    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w});
-  }
-  isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-  lw.set("wb_addr", 0);
-  if (bf16) lw.set("bf16", 1);
-  b.emit(kC, std::move(lw), {r_w}, {});
-  bool swap = true;
-  uint64_t strip = 0;
-  uint64_t loaded_ob = p.o_blocks;  // none yet
-  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
-    const uint64_t img0 = tile * kimg;
-    const uint64_t nimg = std::min(kimg, p.batch - img0);
-    const uint64_t ib = tile % p.buffers;
-    const uint64_t in_base = ib * in_buf_rows;
-    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-      for (const Transfer& t :
-           split_transfer(ub * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
-      }
-    }
-    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
-      const uint64_t sb = strip % p.buffers;
-      const uint64_t R = sb * stage_rows, S = s_row + sb * stage_rows, D = d_row + sb * stage_rows,
-                     I = i_row + sb * stage_rows;
-      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
-      const uint64_t all = nimg * ar;
-      if (loaded_ob != ob) {
-        loaded_ob = ob;
-        for (const Transfer& t : split_transfer(c_row, const_addr + ob * const_rows(p) * acc_px,
-                                                const_rows(p) * acc_px, acc_px, beat)) {
-          b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_c});
-        }
-      }
-      for (uint64_t tap = 0; tap < p.taps; ++tap) {
-        const uint64_t kp = c_row + 2 * tap * ar, idx = kp + ar;
-        const uint64_t dst = tap == 0 ? R : S;
-        const size_t r_dst = tap == 0 ? r_r + sb : r_s + sb;
-        for (uint64_t i = 0; i < nimg; ++i) {
-          b.emit(kC, vec(spec::VecOp::kScale, dst + i * ar, kp, 0, ar, kOne), {r_c}, {r_dst});
-          isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-          if (bf16) mm.set("bf16", 1);
-          mm.set("accumulate", 1);
-          mm.set("swap", swap ? 1 : 0);
-          swap = false;
-          mm.set("ub_addr", ub * (in_base + (ob * kimg + i) * p.img_rows + p.tap_offset[tap]));
-          mm.set("acc_addr", dst + i * ar);
-          mm.set("rows", ar);
-          b.emit(kC, std::move(mm), {r_in + ib, r_dst}, {r_dst}, /*is_matmul=*/true);
-          if (tap == 0) b.emit(kC, vec(spec::VecOp::kScale, I + i * ar, idx, 0, ar, kOne), {r_c}, {r_i + sb});
-        }
-        if (tap == 0) continue;
-        b.emit(kC, vec(spec::VecOp::kSub, D, S, R, all), {r_s + sb, r_r + sb}, {r_d + sb});
-        b.emit(kC, vec(spec::VecOp::kMax, R, R, S, all), {r_r + sb, r_s + sb}, {r_r + sb});
-        for (uint64_t i = 0; i < nimg; ++i) {
-          b.emit(kC, vec(spec::VecOp::kSub, S + i * ar, idx, I + i * ar, ar), {r_c, r_i + sb}, {r_s + sb});
-        }
-        b.emit(kC, vec(spec::VecOp::kSelect, S, D, S, all), {r_d + sb, r_s + sb}, {r_s + sb});
-        b.emit(kC, vec(spec::VecOp::kAdd, I, I, S, all), {r_i + sb, r_s + sb}, {r_i + sb});
-      }
-      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-      if (bf16) {
-        act.set("bf16", 1);
-        act.set("bias", 0);
-      } else {
-        act.set("bias", 1);
-        act.set("bias_addr", params_row);
-        act.set("qparam_addr", params_row + 1);
-      }
-      act.set("relu", relu ? 1 : 0);
-      act.set("acc_addr", R);
-      act.set("ub_addr", ub * stage_base);
-      act.set("rows", all);
-      b.emit(kC, std::move(act), bf16 ? std::vector<size_t>{r_r + sb} : std::vector<size_t>{r_r + sb, r_par},
-             {r_stage + sb});
-      for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t blk = ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored;
-        for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(ub * (stage_base + i * ar + oy * p.wq),
-                                                  out_addr + (blk + oy * p.wo_stored) * px, p.wo_stored * px, an,
-                                                  beat)) {
-            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
-          }
-          for (const Transfer& t : split_transfer(I + i * ar + oy * p.wq, idx_addr + (blk + oy * p.wo_stored) * acc_px,
-                                                  p.wo_stored * acc_px, acc_px, beat)) {
-            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kAcc, t), {r_i + sb}, {});
-          }
-        }
-      }
-    }
-  }
-  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
-  ConvProgram prog;
-  detail::take_merged(std::move(merged), prog);
-  return prog;
+  IndicesHooks hooks(p, bf16, const_addr, idx_addr);
+  return detail::emit_max_pool(p, bf16, relu, in_addr, w_addr, param_addr, out_addr, &hooks);
 }
 
 template <class T>

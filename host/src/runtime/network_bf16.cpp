@@ -100,7 +100,7 @@ uint64_t network_bf16_memory_bytes(const DeviceParams& params, const nn::FloatNe
 std::vector<float> forward_bf16_host(const nn::FloatNetwork& net, std::span<const float> input, uint64_t batch,
                                      uint32_t array_n) {
   check_network(net, batch, input.size());
-  std::vector<float> x(input.begin(), input.end());
+  std::vector<float> x = nn::apply_input_steps(net.input_steps, input, net.input_features);
   for (float& v : x) v = bf16::round(v);
   for (size_t l = 0; l < net.layers.size(); ++l) {
     const nn::DenseLayer& ly = net.layers[l];
@@ -124,9 +124,13 @@ std::vector<float> forward_bf16_host(const nn::FloatNetwork& net, std::span<cons
   return x;
 }
 
-Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& net, std::span<const float> input,
+Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& net, std::span<const float> raw_input,
                                       uint64_t batch, const Bf16NetworkOptions& options) {
-  check_network(net, batch, input.size());
+  check_network(net, batch, raw_input.size());
+  // Host operators on the graph input run first, in fp32 on the raw rows (nn::FloatNetwork::input_steps).
+  const std::vector<float> stepped =
+      net.input_steps.empty() ? std::vector<float>{} : nn::apply_input_steps(net.input_steps, raw_input, net.input_features);
+  const std::span<const float> input = net.input_steps.empty() ? raw_input : std::span<const float>(stepped);
   if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
     throw Error(ErrorKind::kUnsupported,
                 fmt::format("bf16 inference: the {} device has no bf16 mode (FEATURES.BF16 is 0: built without "

@@ -303,11 +303,16 @@ struct HostRow {
   std::string name, op;
   uint64_t features = 0, rd_bytes = 0, wr_bytes = 0;
   std::string output;  // the graph output it computes (a model with several)
+  bool before = false; // on the raw input rows, before the device program (FloatNetwork::input_steps)
 };
 
 std::vector<HostRow> host_rows(const nn::FloatNetwork& net, uint64_t rows) {
   const uint64_t f = net.output_features(), bytes = rows * f * 4;
   std::vector<HostRow> r;
+  const uint64_t in_bytes = rows * uint64_t{net.input_features} * 4;
+  for (const nn::HostStep& st : net.input_steps) {
+    r.push_back({st.name, nn::host_op_name(st.op), net.input_features, in_bytes, in_bytes, "", true});
+  }
   if (net.host_op != nn::HostOp::kNone) r.push_back({"softmax", nn::host_op_name(net.host_op), f, bytes, bytes, ""});
   for (const nn::HostStep& st : net.host_steps) r.push_back({st.name, nn::host_op_name(st.op), f, bytes, bytes, ""});
   for (const nn::NetOutput& out : net.outputs) {
@@ -333,11 +338,18 @@ std::string all_host_ops_string(const nn::FloatNetwork& net) {
   return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, "; "));
 }
 
+// The host operators on the graph input, before the device ("none" without).
+std::string input_ops_string(const nn::FloatNetwork& net) {
+  std::vector<std::string> ops;
+  for (const nn::HostStep& st : net.input_steps) ops.push_back(nn::host_op_name(st.op));
+  return ops.empty() ? "none" : fmt::format("{}", fmt::join(ops, " -> "));
+}
+
 std::string host_ops_string(const nn::FloatNetwork& net, const std::string& output) {
   if (output.empty() && !net.outputs.empty()) return all_host_ops_string(net);
   std::vector<std::string> host;
   for (const HostRow& h : host_rows(net, 0)) {
-    if (h.output == output) host.push_back(h.op);
+    if (h.output == output && !h.before) host.push_back(h.op);
   }
   return host.empty() ? "none" : fmt::format("{}", fmt::join(host, " -> "));
 }
@@ -364,6 +376,7 @@ void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn:
                         const Rows& cal) {
   const uint32_t classes = net.output_features();
   const std::string host = host_ops_string(net);
+  const std::string pre = net.input_steps.empty() ? "" : fmt::format(" -> {} (host)", input_ops_string(net));
   if (!net.input_parts.empty()) {
     // Several graph inputs: each one's file and its bytes in the input buffer.
     std::vector<std::string> parts;
@@ -376,12 +389,12 @@ void print_model_header(const RunOpts& o, const nn::FloatNetwork& net, const nn:
                net.input_parts.size(), fmt::join(parts, ", "));
   }
   if (!net.outputs.empty()) {
-    fmt::print("{}: input '{}' {} -> {} dense layer{} [batch, {}] -> {} outputs: {}\n", o.model, net.input_name,
-               model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s", classes,
+    fmt::print("{}: input '{}' {}{} -> {} dense layer{} [batch, {}] -> {} outputs: {}\n", o.model, net.input_name,
+               model_shape_string(net.input_shape), pre, net.layers.size(), net.layers.size() == 1 ? "" : "s", classes,
                net.outputs.size(), outputs_string(net));
   } else {
-    fmt::print("{}: input '{}' {} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
-               model_shape_string(net.input_shape), net.layers.size(), net.layers.size() == 1 ? "" : "s",
+    fmt::print("{}: input '{}' {}{} -> {} dense layer{}{} -> '{}' [batch, {}]\n", o.model, net.input_name,
+               model_shape_string(net.input_shape), pre, net.layers.size(), net.layers.size() == 1 ? "" : "s",
                host == "none" ? "" : fmt::format(" -> {} (host)", host), net.output_name, classes);
   }
   if (q == nullptr) {
@@ -427,10 +440,11 @@ json model_json(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwor
   j["input_features"] = net.input_features;
   j["output_features"] = net.output_features();
   j["host_op"] = host_ops_string(net);
+  j["input_host_op"] = input_ops_string(net);
   json hs = json::array();
   for (const HostRow& h : host_rows(net, in.rows)) {
     json e = {{"name", h.name}, {"op", h.op}, {"on", "host"}, {"m", in.rows}, {"features", h.features},
-              {"rd_bytes", h.rd_bytes}, {"wr_bytes", h.wr_bytes}};
+              {"rd_bytes", h.rd_bytes}, {"wr_bytes", h.wr_bytes}, {"before_device", h.before}};
     if (!h.output.empty()) e["output"] = h.output;
     hs.push_back(std::move(e));
   }
@@ -657,8 +671,9 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
   for (const HostRow& h : host_rows(net, in.rows)) {
     std::string name = h.name + " [host]";
     if (name.size() > 40) name = name.substr(0, 37) + "...";
-    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  host, fp32{}\n", row++, name,
+    fmt::print("  {:<3} {:<40} {:>16} {:>10} {:>6} {:>10} {:>10} {:>10}  host, fp32{}{}\n", row++, name,
                fmt::format("{}x{}", in.rows, h.features), "-", "-", h.rd_bytes, h.wr_bytes, "-",
+               h.before ? ", on the input before the device" : "",
                h.output.empty() ? "" : fmt::format(" -> output '{}'", h.output));
   }
   const PerfCounters& perf = s.perf;

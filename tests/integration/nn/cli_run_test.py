@@ -231,8 +231,9 @@ elif CASE == "labels_int64":
     bad_input_case([MODEL, "--input", TEST_X, "--labels", save("y_big.npy", y2)], "label 1099511627776 of row 5")
 
 elif CASE == "host_ops":
-    # LayerNormalization (axis 1 of [2, 3, 4, 5]) on the host after the device program, int8 and
-    # bf16: marked "host" in the report with its bytes, --check holds the final output bit for bit.
+    # LayerNormalization (axis 1 of [2, 3, 4, 5]) of the graph input: on the host before the device
+    # program (the identity layer), int8 and bf16: marked "host" in the report with its bytes,
+    # --check holds the final output bit for bit.
     case = os.path.join(os.path.dirname(DIGITS), "..", "tests", "conformance", "cases",
                         "test_layer_normalization_4d_axis1")
     model, x = os.path.join(case, "model.onnx"), os.path.join(case, "input.npy")
@@ -240,12 +241,14 @@ elif CASE == "host_ops":
     for prec, tol in (("int8", 0.06), ("bf16", 0.02)):
         out = os.path.join(TMP, f"ln_{prec}.npy")
         so = run_ok("run", model, "--input", x, "--output", out, "--precision", prec, "--backend", "ref", "--check")
-        expect("-> layernorm (host)" in so and "(LayerNormalization) [host]" in so and "check: device output" in so, so)
+        expect("-> layernorm (host) -> 1 dense layer" in so and "(LayerNormalization) [host]" in so
+               and "on the input before the device" in so and "check: device output" in so, so)
         y = np.load(out)
         expect(y.shape == (2, 60) and np.max(np.abs(y - want)) <= tol * np.max(np.abs(want)), f"{prec}: {y}")
         j = json.loads(run_ok("run", model, "--input", x, "--precision", prec, "--backend", "ref", "--json"))
         h = j["host_ops"]
-        expect(j["host_op"] == "layernorm" and len(h) == 1 and h[0]["on"] == "host" and h[0]["op"] == "layernorm", so)
+        expect(j["host_op"] == "none" and j["input_host_op"] == "layernorm" and len(h) == 1 and h[0]["on"] == "host"
+               and h[0]["op"] == "layernorm" and h[0]["before_device"], so)
         expect(h[0]["name"].endswith("(LayerNormalization)") and h[0]["rd_bytes"] == 2 * 60 * 4
                and h[0]["wr_bytes"] == 2 * 60 * 4 and h[0]["features"] == 60, str(h))
     # Softmax over the batch axis: refused naming the node.

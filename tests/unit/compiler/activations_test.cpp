@@ -75,6 +75,9 @@ ModelBuilder gemm_then(const std::string& op, std::mt19937& rng, void (*attrs)(o
 double check_int8(const nn::FloatNetwork& net, const std::vector<float>& x, uint64_t rows) {
   const std::vector<float> yf = nn::forward_float(net, x, rows);
   const nn::QNetwork q = nn::quantize(net, x, rows);
+  // A function on the last layer is its table: an identity layer with the int32 output follows.
+  EXPECT_EQ(q.layers.size(), net.layers.size() + (net.layers.back().act.none() ? 0 : 1));
+  EXPECT_EQ(q.layers[net.layers.size() - 1].lut.size(), net.layers.back().act.none() ? 0u : 256u);
   const std::vector<float> yq = nn::forward_int(q, x, rows);
   const std::vector<int8_t> xq = nn::quantize_input(q, x);
   const std::vector<int32_t> raw = nn::forward_int_raw(q, xq, rows);
@@ -120,7 +123,7 @@ TEST(CompilerActivations, EachFunctionAfterGemmIsItsLayersTable) {
     SCOPED_TRACE(nn::act_name(f.want));
     const ModelBuilder mb = gemm_then(f.op, rng, f.attrs);
     const nn::FloatNetwork net = compile_float(graph_of(mb));
-    ASSERT_EQ(net.layers.size(), 2u);  // the Gemm with the function, the int32 output layer
+    ASSERT_EQ(net.layers.size(), 1u);  // the Gemm with the function (int8 adds the int32 output layer)
     EXPECT_EQ(net.layers[0].act.fn, f.want.fn);
     if (std::isinf(f.want.alpha)) {
       EXPECT_EQ(net.layers[0].act.alpha, f.want.alpha);  // Clip without bounds: -inf, +inf
@@ -128,7 +131,6 @@ TEST(CompilerActivations, EachFunctionAfterGemmIsItsLayersTable) {
     } else {
       EXPECT_NEAR(net.layers[0].act.alpha, f.want.alpha, 1e-6);
     }
-    EXPECT_EQ(net.layers[1].act.fn, nn::ActFn::kNone);
     const std::vector<float> x = random_floats(kRows * kIn, -2, 2, rng);
     // The float reference is f(x W + b).
     const std::vector<float> yf = nn::forward_float(net, x, kRows);
@@ -152,7 +154,7 @@ TEST(CompilerActivations, ClipBoundsAsConstantInputsAndRelu6) {
   std::mt19937 rng(6);
   const ModelBuilder mb = gemm_then("Clip", rng, nullptr, {{"lo", 0.0f}, {"hi", 6.0f}});
   const nn::FloatNetwork net = compile_float(graph_of(mb));
-  ASSERT_EQ(net.layers.size(), 2u);
+  ASSERT_EQ(net.layers.size(), 1u);
   EXPECT_EQ(net.layers[0].act.fn, nn::ActFn::kClip);
   EXPECT_EQ(net.layers[0].act.alpha, 0.0);
   EXPECT_EQ(net.layers[0].act.beta, 6.0);
@@ -182,7 +184,7 @@ TEST(CompilerActivations, PytorchErfFormOfGeluIsOneFunction) {
     }
     mb.output("y");
     const nn::FloatNetwork net = compile_float(graph_of(mb));
-    ASSERT_EQ(net.layers.size(), 2u) << half_first;
+    ASSERT_EQ(net.layers.size(), 1u) << half_first;
     EXPECT_EQ(net.layers[0].act.fn, nn::ActFn::kGelu);
     EXPECT_NE(net.layers[0].name.find("(Gelu)"), std::string::npos) << net.layers[0].name;
     const std::vector<float> x = random_floats(kRows * kIn, -2, 2, rng);
@@ -190,15 +192,15 @@ TEST(CompilerActivations, PytorchErfFormOfGeluIsOneFunction) {
   }
 }
 
-// A function with no Gemm before it (the ONNX node tests): an identity layer with the function,
-// then the int32 output layer.
+// A function with no Gemm before it (the ONNX node tests): an identity layer with the function
+// (in int8 then the int32 output layer).
 TEST(CompilerActivations, FunctionOnTheGraphInput) {
   ModelBuilder mb;
   mb.input("x", {-1, 3, 4});
   mb.node("Tanh", {"x"}, {"y"}, "t");
   mb.output("y");
   const nn::FloatNetwork net = compile_float(graph_of(mb));
-  ASSERT_EQ(net.layers.size(), 2u);
+  ASSERT_EQ(net.layers.size(), 1u);
   EXPECT_EQ(net.layers[0].act.fn, nn::ActFn::kTanh);
   std::mt19937 rng(8);
   const std::vector<float> x = random_floats(kRows * 12, -3, 3, rng);
@@ -245,6 +247,7 @@ TEST(CompilerActivations, Bf16RunsTheFunctionOnTheVectorUnit) {
   std::mt19937 rng(9);
   const ModelBuilder m3 = gemm_then("Sigmoid", rng, nullptr);
   const nn::FloatNetwork net = compile_float(graph_of(m3));
+  ASSERT_EQ(net.layers.size(), 1u);  // no int32 output layer: the VECTOR unit runs on the fp32 result
   Device dev = Device::open("ref", BackendConfig{});
   std::vector<float> x(3 * kIn);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;

@@ -1,7 +1,9 @@
 // Host operators at the end of the dense path (issue 13): Softmax, LogSoftmax and
 // LayerNormalization lowered to nn::HostStep (axes, opset semantics, parameters), their fp32
 // arithmetic against a direct double computation, the float reference and the int8 model applying
-// them, and the refusals (the batch axis, a device operator after a host operator, read statistics).
+// them, and the refusals (the batch axis, a device operator after a host operator that follows the
+// device, read statistics). Host operators on the graph input (before any device operator) run on
+// the raw rows before the device: input_steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,15 +85,13 @@ TEST(CompilerHostOps, AxisSemanticsFollowTheOpset) {
       ModelBuilder::attr_i(mb.node(op, {"x"}, {"y"}, "s"), "axis", c.axis);
       mb.output("y");
       const nn::FloatNetwork net = compile(mb);
-      if (net.host_op == nn::HostOp::kSoftmax) {  // the whole row: the network's host_op
-        EXPECT_TRUE(net.host_steps.empty());
-        EXPECT_EQ(c.len, 20u) << op << " opset " << c.opset << " axis " << c.axis;
-      } else {
-        ASSERT_EQ(net.host_steps.size(), 1u);
-        const nn::HostStep& s = net.host_steps[0];
-        EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{c.outer, c.len, c.inner}))
-            << op << " opset " << c.opset << " axis " << c.axis;
-      }
+      // On the graph input: a host step on the raw rows before the device.
+      EXPECT_EQ(net.host_op, nn::HostOp::kNone);
+      EXPECT_TRUE(net.host_steps.empty());
+      ASSERT_EQ(net.input_steps.size(), 1u);
+      const nn::HostStep& s = net.input_steps[0];
+      EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{c.outer, c.len, c.inner}))
+          << op << " opset " << c.opset << " axis " << c.axis;
       // No matrix operator: an identity layer carries the rows through the device.
       ASSERT_EQ(net.layers.size(), 1u);
       const std::vector<float> x = random_floats(40, -3, 3, 7);
@@ -106,7 +106,7 @@ TEST(CompilerHostOps, AxisSemanticsFollowTheOpset) {
     mb.input("x", {-1, 4, 5});
     mb.node("LogSoftmax", {"x"}, {"y"}, "s");
     mb.output("y");
-    const nn::HostStep s = compile(mb).host_steps.at(0);
+    const nn::HostStep s = compile(mb).input_steps.at(0);
     EXPECT_EQ(s.len, opset == 11 ? 20u : 5u);
   }
 }
@@ -119,8 +119,8 @@ TEST(CompilerHostOps, LayerNormalizationWithScaleAndBias) {
   ModelBuilder::attr_f(ln, "epsilon", 0.01f);
   mb.output("y");
   const nn::FloatNetwork net = compile(mb);
-  ASSERT_EQ(net.host_steps.size(), 1u);
-  const nn::HostStep& s = net.host_steps[0];
+  ASSERT_EQ(net.input_steps.size(), 1u);  // on the graph input: before the device
+  const nn::HostStep& s = net.input_steps[0];
   EXPECT_EQ(s.op, nn::HostOp::kLayerNorm);
   EXPECT_EQ((std::vector<uint32_t>{s.outer, s.len, s.inner}), (std::vector<uint32_t>{3, 4, 1}));
   EXPECT_FLOAT_EQ(s.epsilon, 0.01f);
@@ -142,7 +142,7 @@ TEST(CompilerHostOps, LayerNormalizationWithScaleAndBias) {
   mb2.input("x", {-1, 3, 4}).init("scale", {1, 4}, scale);
   ModelBuilder::attr_i(mb2.node("LayerNormalization", {"x", "scale"}, {"y"}, "ln"), "axis", 1);
   mb2.output("y");
-  const nn::HostStep s2 = compile(mb2).host_steps.at(0);
+  const nn::HostStep s2 = compile(mb2).input_steps.at(0);
   EXPECT_EQ((std::vector<uint32_t>{s2.outer, s2.len, s2.inner}), (std::vector<uint32_t>{1, 12, 1}));
   ASSERT_EQ(s2.scale.size(), 12u);
   for (size_t j = 0; j < 12; ++j) EXPECT_EQ(s2.scale[j], scale[j % 4]);
@@ -165,6 +165,54 @@ TEST(CompilerHostOps, ChainOfHostOperatorsAndLayoutAfterThem) {
   EXPECT_EQ((std::vector<uint32_t>{net.host_steps[1].outer, net.host_steps[1].len}), (std::vector<uint32_t>{2, 2}));
 }
 
+// Host operators that read the graph input run on the raw fp32 rows before the device: a Softmax
+// of 10000..10003 (ONNX's large-number case) keeps its four distinct values, which int8 (scale
+// 10003/127) and bf16 (8 significant bits) would merge; LayerNormalization then Gemm: the device
+// layer reads the normalized rows, calibrated on them.
+TEST(CompilerHostOps, HostOperatorsOnTheGraphInputRunBeforeTheDevice) {
+  {
+    ModelBuilder mb;
+    mb.input("x", {-1, 4});
+    mb.node("Softmax", {"x"}, {"y"}, "sm");
+    mb.output("y");
+    const nn::FloatNetwork net = compile(mb);
+    ASSERT_EQ(net.input_steps.size(), 1u);
+    EXPECT_EQ(net.input_steps[0].name, "sm (Softmax)");
+    ASSERT_EQ(net.layers.size(), 1u);  // the identity layer: still one device program
+    const std::vector<float> x = {0, 1, 2, 3, 10000, 10001, 10002, 10003};
+    const std::vector<double> want = reference_softmax(x, 1, 4, 1, false);
+    const nn::QNetwork q = nn::quantize(net, x, 2);
+    ASSERT_EQ(q.input_steps.size(), 1u);
+    const std::vector<float> y = nn::forward_int(q, x, 2);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 0.01) << i;  // int8 of [0, 0.64]
+    EXPECT_GT(y[7] - y[4], 0.5);                                                 // not the uniform 0.25
+    const std::vector<float> f = nn::forward_float(net, x, 2);
+    for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], want[i], 1e-6) << i;
+  }
+  {
+    ModelBuilder mb(17);
+    mb.input("x", {-1, 6}).init("scale", {6}, random_floats(6, 0.5f, 2, 21));
+    mb.init("W", {6, 3}, random_floats(18, -1, 1, 22)).init("b", {3}, random_floats(3, -0.2f, 0.2f, 23));
+    mb.node("LayerNormalization", {"x", "scale"}, {"n"}, "ln");
+    mb.node("Gemm", {"n", "W", "b"}, {"h"}, "fc");
+    mb.node("Softmax", {"h"}, {"y"}, "sm");
+    mb.output("y");
+    const nn::FloatNetwork net = compile(mb);
+    ASSERT_EQ(net.input_steps.size(), 1u);
+    EXPECT_EQ(net.input_steps[0].op, nn::HostOp::kLayerNorm);
+    ASSERT_EQ(net.layers.size(), 1u);
+    EXPECT_EQ(net.host_op, nn::HostOp::kSoftmax);  // after the device, as before
+    const uint64_t rows = 16;
+    std::vector<float> x = random_floats(rows * 6, -1, 1, 24);
+    for (size_t i = 0; i < x.size(); i += 6) x[i] += 5000.0f;  // rows far from 0: raw int8 would lose them
+    const std::vector<float> f = nn::forward_float(net, x, rows);
+    const nn::QNetwork q = nn::quantize(net, x, rows);
+    const std::vector<float> y = nn::forward_int(q, x, rows);
+    ASSERT_EQ(y.size(), f.size());
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], f[i], 0.03) << i;
+  }
+}
+
 TEST(CompilerHostOps, Refusals) {
   // The batch axis: rows are not independent.
   for (const char* op : {"Softmax", "LogSoftmax"}) {
@@ -184,11 +232,13 @@ TEST(CompilerHostOps, Refusals) {
     mb.output("y");
     expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported, {"node 'ln' (LayerNormalization)", "batch axis"});
   }
-  // A device operator after a host operator.
+  // A device operator after a host operator that follows the device.
   {
     ModelBuilder mb;
     mb.input("x", {-1, 4}).init("W", {4, 4}, random_floats(16, -1, 1, 10));
-    mb.node("Softmax", {"x"}, {"s"}, "sm");
+    mb.init("W2", {4, 4}, random_floats(16, -1, 1, 14));
+    mb.node("MatMul", {"x", "W2"}, {"h"}, "mm0");
+    mb.node("Softmax", {"h"}, {"s"}, "sm");
     mb.node("MatMul", {"s", "W"}, {"y"}, "mm");
     mb.output("y");
     expect_error([&] { (void)compile(mb); }, ErrorKind::kUnsupported,

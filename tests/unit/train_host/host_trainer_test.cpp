@@ -204,6 +204,13 @@ TEST(TrainHost, UntrainableModelsNameTheNode) {
     mb.node("Sigmoid", {"h"}, {"y"}, "sig");
     expect_error([&] { describe_bytes(mb); }, ErrorKind::kUnsupported, {"u.onnx", "sig", "Sigmoid"});
   }
+  {  // a host operator on the graph input (it runs before the device in inference)
+    ModelBuilder mb(17);
+    mb.input("x", {-1, 4}).output("y").init("w", {4, 3}, random_floats(12, -1, 1, 1)).init("s", {4}, {1, 1, 1, 1});
+    mb.node("LayerNormalization", {"x", "s"}, {"n"}, "ln");
+    mb.node("MatMul", {"n", "w"}, {"y"}, "mm");
+    expect_error([&] { describe_bytes(mb); }, ErrorKind::kUnsupported, {"u.onnx", "ln (LayerNormalization)", "graph input"});
+  }
   {  // a Softmax in the middle
     ModelBuilder mb;
     mb.input("x", {-1, 4}).output("y").init("w", {4, 3}, random_floats(12, -1, 1, 1));

@@ -35,12 +35,18 @@ void set_dense_activation(Node& dense, const nn::Activation& a);
 /// folding (the scalars are constants), before fuse_dense. Returns how many it rewrote.
 size_t fuse_gelu(Graph& g);
 
+/// When the graph's last Dense has a function, an identity Dense (F x F weights, F at most
+/// kMaxFeatureMapFeatures, else Error(kUnsupported) naming the layer) follows it: the int8
+/// network's last layer has an int32 output dequantized on the host, and the lookup table needs an
+/// int8 one. The quantize pass runs it first; bf16 needs no such layer (the VECTOR unit applies the
+/// function to the last layer's fp32 result). Returns whether it added the layer.
+bool add_int8_output_layer(Graph& g);
+
 /// After fuse_dense / lower_feature_maps, in a graph without convolutions: every activation node
 /// whose input is a Dense output nothing else reads (and that has no function yet) is fused into
 /// it; any other activation of a [batch, features...] tensor becomes an identity Dense (diagonal
-/// weight, at most kMaxFeatureMapFeatures features) with the function. When the last Dense of the
-/// graph has a function, an identity Dense follows it: the network's last layer has an int32
-/// output dequantized on the host, and the table needs an int8 one. Returns how many it fused.
+/// weight, at most kMaxFeatureMapFeatures features) with the function. The last Dense may keep a
+/// function (int8: add_int8_output_layer, in quantize). Returns how many it fused.
 size_t fuse_activations(Graph& g);
 
 }  // namespace tpuw::compiler

@@ -34,8 +34,10 @@ std::vector<std::vector<float>> interpret_float(const Graph& g, std::span<const 
 /// Flatten and a final Softmax): calibrates on `calib` ([rows, features]) with interpret_float and
 /// rewrites the graph to int8: a Quantize of the input (scale = max|calib| / 127), every Dense a
 /// QDense with int8 weights (per-column scales), int32 bias, per-column mult/shift into the next
-/// int8 activation (scale from its calibrated float tensor), the last one int32_output followed by
-/// a Dequantize to fp32 (per-column scales) before the host Softmax. Value scales are kept in
+/// int8 activation (scale from its calibrated float tensor; a Dense with a function requantizes
+/// into its lookup table's input scale), the last one int32_output followed by a Dequantize to fp32
+/// (per-column scales) before the host Softmax. A function on the last Dense first gets an identity
+/// Dense after it (add_int8_output_layer, tpuw/compiler/activations.h). Value scales are kept in
 /// Value::scale. Errors as nn::quantize: kInvalidArgument for rows == 0 or a size mismatch,
 /// kUnsupported for no Dense, a non-finite weight or bias, a factor the device cannot express.
 void quantize(Graph& g, std::span<const float> calib, uint64_t rows);

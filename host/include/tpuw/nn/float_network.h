@@ -52,6 +52,10 @@ struct FloatNetwork {
   // their rows side by side in this order (input_features is the sum; input_name joins the names
   // with '+'). Empty for one input.
   std::vector<InputPart> input_parts;
+  // Host operators (Softmax, LogSoftmax, LayerNormalization) that read the graph input before any
+  // device operator: applied in fp32 to the raw input rows, in order, before the device (and
+  // before int8 quantization and calibration), each over input_features. Empty for most models.
+  std::vector<HostStep> input_steps;
   std::vector<DenseLayer> layers;    // in order; layers[i].k == layers[i-1].n
   HostOp host_op = HostOp::kNone;    // applied on the host after the last layer (the CNN head's form)
   std::vector<HostStep> host_steps;  // then these host operators, in order (the MLP compiler's form)
@@ -77,6 +81,10 @@ void apply_host_step(std::span<float> y, uint32_t cols, const HostStep& step);
 
 /// `op` (kSoftmax: softmax_rows) and then every step, in place: what the host does after the device.
 void apply_host_ops(std::span<float> y, uint32_t cols, HostOp op, std::span<const HostStep> steps);
+
+/// The rows the device reads: x ([rows, cols]) after the input host steps (a copy of x when there
+/// are none).
+std::vector<float> apply_input_steps(std::span<const HostStep> steps, std::span<const float> x, uint32_t cols);
 
 /// The outputs of a model with several (net.outputs, in order) from the last layer's rows y
 /// [rows, output_features()]: each output's columns, then its host operators; [rows, cols] each.

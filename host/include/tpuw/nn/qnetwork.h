@@ -74,6 +74,7 @@ struct QNetwork {
   // network_compiler.md "Several graph inputs"). Empty for one input (input_scale).
   std::vector<uint32_t> input_part_features;
   std::vector<float> input_part_scales;
+  std::vector<HostStep> input_steps;  // FloatNetwork::input_steps: fp32, before quantize_input
   std::vector<QLayer> layers;    // in order; layers[i].k == layers[i-1].n
   HostOp host_op = HostOp::kNone;      // a softmax over every output feature (the CNN head's form)
   std::vector<HostStep> host_steps;    // then these, in order (the MLP compiler's form)

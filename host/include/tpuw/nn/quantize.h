@@ -56,7 +56,8 @@ int8_t requantize(int32_t acc, int32_t bias, int32_t mult, uint8_t shift, bool r
 /// without layers or a requantization factor the device cannot express (names the layer).
 QNetwork quantize(const FloatNetwork& net, std::span<const float> calib, uint64_t rows);
 
-/// Input quantization of a whole batch: x_q = sat8(round(x / net.input_scale)).
+/// Input quantization of a whole batch: x_q = sat8(round(x / net.input_scale)), after the input
+/// host steps (net.input_steps, fp32) if any.
 std::vector<int8_t> quantize_input(const QNetwork& net, std::span<const float> x);
 
 /// The bit-exact integer forward pass of the device layers on the CPU: x_q is

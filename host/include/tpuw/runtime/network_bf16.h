@@ -7,9 +7,9 @@
 // The program is the training forward pass without its training buffers (docs/training.md): per
 // layer one bf16 GEMM of the runtime's GEMM emitter (tpuw/runtime/gemm_bf16.h), chained through
 // device memory by the step builder's hazard tracking:
-//   - the input is rounded to bf16 on the host (round-to-nearest-even, like `tpuw gemm --dtype
-//     bf16`) and stored as a padded [batch, k0] bf16 matrix; the weights likewise ([k, n], bf16),
-//     the biases as fp32 rows;
+//   - the input (after the host operators on it, net.input_steps, in fp32) is rounded to bf16 on
+//     the host (round-to-nearest-even, like `tpuw gemm --dtype bf16`) and stored as a padded
+//     [batch, k0] bf16 matrix; the weights likewise ([k, n], bf16), the biases as fp32 rows;
 //   - a layer's ACC strip starts as its fp32 bias (LOAD, host stride 0), the MXU adds the bf16 x
 //     bf16 products in fp32 (docs/numerics.md), ACTIVATE bf16 applies ReLU and rounds to bf16
 //     (RNE) into the next layer's input; the last layer's fp32 ACC is STOREd as the logits (a

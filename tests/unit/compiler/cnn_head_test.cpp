@@ -1,18 +1,25 @@
-// Functions in a bf16 CNN's dense head: a Sigmoid / Tanh / LeakyRelu / HardSwish / ... after a
-// Gemm that follows the convolutions joins that dense layer (DenseLayer::act) and runs as VECTOR ops
-// on the layer's finished fp32 strips (run_network_bf16's GEMM finish hook): device ==
-// forward_cnn_bf16_host bit for bit, within 2% of the float interpreter; a second function on one
-// dense layer is refused naming the node.
+// Functions in a CNN's dense head: a Sigmoid / Tanh / LeakyRelu / HardSwish / ... after a Gemm
+// that follows the convolutions joins that dense layer (DenseLayer::act).
+//   bf16: VECTOR ops on the layer's finished fp32 strips (run_network_bf16's GEMM finish hook):
+//         device == forward_cnn_bf16_host bit for bit, within 2% of the float interpreter.
+//   int8: the layer's ACTIVATE lookup table (the head's last layer then gets an identity output
+//         layer, as on the MLP path): ref and rtl == forward_cnn_int_raw bit for bit, within 3% of
+//         the float interpreter's largest magnitude (2.2% at worst here).
+// A second function on one dense layer is refused naming the node.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <iostream>
 
 #include "compiler_testlib.h"
 #include "tpuw/compiler/cnn_training.h"
+#include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/quantize.h"
 #include "tpuw/device.h"
+#include "tpuw/nn/quantize.h"
+#include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/conv_bf16.h"
 
 namespace tpuw::compiler {
@@ -104,6 +111,77 @@ void expect_head(const ModelBuilder& mb, size_t dense_layers) {
   }
   EXPECT_GT(ymax, 0.05);
   EXPECT_LE(worst, 0.02 * ymax) << "largest error " << worst << " of " << ymax;
+}
+
+// The int8 CNN (calibrated on x): ref, and rtl when built, equal the CPU integer model bit for bit;
+// the dequantized output (then the host Softmax) within 3% of the float interpreter's largest
+// magnitude. Returns how many dense layers have a lookup table.
+size_t expect_head_int8(const ModelBuilder& mb, size_t dense_layers) {
+  const Graph g = graph_of(mb);
+  const uint64_t batch = 6;
+  const std::vector<float> x = random_floats(batch * 72, -1.0f, 1.0f, 3);
+  const nn::QCnn q = compile_quantized_cnn(g, x, batch);
+  EXPECT_EQ(q.head.layers.size(), dense_layers);
+  size_t tables = 0;
+  for (const nn::QLayer& l : q.head.layers) tables += l.lut.empty() ? 0 : 1;
+  std::vector<int8_t> xq(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xq[i] = nn::quantize_value(x[i], q.input_scale);
+  const std::vector<int32_t> raw = nn::forward_cnn_int_raw(q, xq, batch);
+  std::vector<std::string> backends = {"ref"};
+  if (!backend_array_sizes("rtl").empty()) backends.emplace_back("rtl");
+  for (const std::string& be : backends) {
+    Device dev = Device::open(be, BackendConfig{});
+    const runtime::CnnRunResult r = runtime::run_cnn(dev, q, xq, batch);
+    EXPECT_EQ(r.output_i32, raw) << be;
+    EXPECT_GT(r.head.cycles, 0u);
+  }
+  const std::vector<float> y = nn::dequantize_output(q.head, raw, batch);  // with the host Softmax
+  const Graph og = optimize(g);
+  const auto t = interpret_float(og, x, batch);
+  const std::vector<float>& yf = t[static_cast<size_t>(og.outputs[0].value)];
+  EXPECT_EQ(yf.size(), y.size());
+  double ymax = 0, worst = 0;
+  for (size_t i = 0; i < y.size() && i < yf.size(); ++i) {
+    ymax = std::max(ymax, std::fabs(static_cast<double>(yf[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(y[i]) - yf[i]));
+  }
+  EXPECT_GT(ymax, 0.05);
+  EXPECT_LE(worst, 0.03 * ymax) << "largest error " << worst << " of " << ymax;
+  std::cout << "int8 head: " << tables << " table(s), largest error " << worst / ymax << " of max |y|, "
+            << backends.size() << " backend(s)\n";
+  return tables;
+}
+
+TEST(CnnHeadInt8, FunctionAfterTheLastDenseLayer) {
+  // The last dense layer's table needs an int8 output: an identity layer (int32 output) follows.
+  for (const char* f : {"Sigmoid", "Tanh", "LeakyRelu", "HardSwish", "HardSigmoid", "Erf"}) {
+    SCOPED_TRACE(f);
+    EXPECT_EQ(expect_head_int8(head_model(f, false, "", false), 2), 1u);
+  }
+}
+
+TEST(CnnHeadInt8, FunctionAfterAReluAndBetweenDenseLayers) {
+  EXPECT_EQ(expect_head_int8(head_model("Tanh", true, "Sigmoid", false), 3), 2u);
+  EXPECT_EQ(expect_head_int8(head_model("Sigmoid", false, "Tanh", true), 3), 2u);  // then Softmax on the host
+  EXPECT_EQ(expect_head_int8(head_model("HardSwish", true, "", true), 2), 1u);
+}
+
+TEST(CnnHeadInt8, SecondFunctionOnOneDenseLayerIsRefused) {
+  ModelBuilder m;  // Conv -> Flatten -> MatMul -> Sigmoid -> Tanh
+  uint32_t seed = 1;
+  m.input("x", {-1, 1, 4, 4});
+  m.init("w", {2, 1, 3, 3}, random_floats(18, -0.5f, 0.5f, seed++));
+  m.node("Conv", {"x", "w"}, {"c"}, "conv");
+  auto& fl = m.node("Flatten", {"c"}, {"f"}, "flatten");
+  ModelBuilder::attr_i(fl, "axis", 1);
+  m.init("fc.w", {8, 3}, random_floats(24, -0.5f, 0.5f, seed++));
+  m.node("MatMul", {"f", "fc.w"}, {"m"}, "fc");
+  m.node("Sigmoid", {"m"}, {"s"}, "sig");
+  m.node("Tanh", {"s"}, {"y"}, "tanh");
+  m.output("y");
+  const std::vector<float> x = random_floats(2 * 16, -1.0f, 1.0f, 5);
+  expect_error([&] { (void)compile_quantized_cnn(graph_of(m), x, 2); }, ErrorKind::kUnsupported,
+               {"node 'tanh' (Tanh)", "follows another function (sig", "dense layer"});
 }
 
 TEST(CnnHeadBf16, FunctionAfterTheLastDenseLayer) {
