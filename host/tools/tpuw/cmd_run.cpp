@@ -16,7 +16,8 @@
 //   A CNN (cmd_run_cnn.cpp, cmd_run_cnn_bf16.cpp) takes --devices K too: its images in micro-batches
 //   over a Worker (cnn_report.h run_cnn_batches; --strategy data only), the per-layer table kept.
 //   Under `mpirun -np P` the rows are split into P contiguous blocks, one per rank, and gathered on
-//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md).
+//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md); a CNN's images the
+//   same way (cnn_report.h CnnRanks, gather_cnn_ranks).
 #include "cmd_run.h"
 
 #include <CLI/CLI.hpp>

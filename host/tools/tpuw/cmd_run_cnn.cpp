@@ -7,7 +7,8 @@
 //   3. run_cnn in batches of --batch rows: one device program per convolution / pooling layer
 //      (implicit GEMM over the unified buffer), one for the dense head (tpuw/runtime/conv.h); with
 //      --devices K the batches are micro-batches spread over K devices (cnn_report.h
-//      run_cnn_batches), the output the same bytes for any K
+//      run_cnn_batches), the output the same bytes for any K; under `mpirun -np P` each rank runs
+//      its contiguous block of images and rank 0 gathers them (cnn_report.h CnnRanks)
 //   4. dequantize the head's int32 output, apply the host operator, write --output (float32 [rows, classes]);
 //      a model that ends in a feature map (no dense head) gives the map in the model's output
 //      shape, e.g. [rows, C, H, W] (NCHW)

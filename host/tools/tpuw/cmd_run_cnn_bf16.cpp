@@ -3,7 +3,8 @@
 //   1. import the ONNX graph and the input ([rows, C, H, W] or [rows, C*H*W]; float32, uint8, int8)
 //   2. compile_bf16_cnn: the int8 CNN path's chain, float weights (tpuw/compiler/conv_bf16.h)
 //   3. run_cnn_bf16 in batches of --batch rows: one bf16 device program per convolution / average
-//      pool (implicit GEMM), max pools (VECTOR MAX over the taps), the dense head in one more program
+//      pool (implicit GEMM), max pools (VECTOR MAX over the taps), the dense head in one more program;
+//      --devices K and `mpirun -np P` split the images as the int8 path does (cnn_report.h)
 //   4. the host operator (softmax), --output (float32 [rows, classes])
 //   5. the per-layer report of the int8 CNN path (cnn_report.h); --labels: accuracy of the device
 //      and of the float model; --check: the fp32 output (before the host op) against the CPU bf16 contract

@@ -1,6 +1,6 @@
-// MPI for `tpuw train --devices K --strategy mirrored` under mpirun (docs/scaling.md): a
-// worker::Collective over MPI_COMM_WORLD, built only when CMake's find_package(MPI) finds it
-// (TPUW_WITH_MPI). Only the main thread calls MPI.
+// MPI for `tpuw train --devices K --strategy mirrored` and `tpuw run` (dense and CNN) under mpirun
+// (docs/scaling.md): a worker::Collective over MPI_COMM_WORLD, built only when CMake's
+// find_package(MPI) finds it (TPUW_WITH_MPI). Only the main thread calls MPI.
 #pragma once
 
 #include <cstdint>
