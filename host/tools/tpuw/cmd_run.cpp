@@ -16,7 +16,8 @@
 //   A CNN (cmd_run_cnn.cpp, cmd_run_cnn_bf16.cpp) takes --devices K too: its images in micro-batches
 //   over a Worker (cnn_report.h run_cnn_batches; --strategy data only), the per-layer table kept.
 //   Under `mpirun -np P` the rows are split into P contiguous blocks, one per rank, and gathered on
-//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md).
+//   rank 0, which alone writes and reports (run_ranks below, docs/scaling.md); a CNN's images the
+//   same way (cnn_report.h CnnRanks, gather_cnn_ranks).
 #include "cmd_run.h"
 
 #include <CLI/CLI.hpp>
@@ -807,26 +808,6 @@ RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, co
 // rank then ends with "rank R: ..." (the first failing rank); a rank that dies makes the others'
 // allgather time out after --mpi-timeout seconds (Error kTimeout, then MPI_Abort).
 
-// One rank's message to rank 0: a JSON header (status, figures, trace) and the raw output bytes.
-std::vector<uint8_t> pack_rank(const json& head, std::span<const uint8_t> output) {
-  const std::string h = head.dump();
-  std::vector<uint8_t> out(8 + h.size() + output.size());
-  const uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  std::memcpy(out.data() + 8, h.data(), h.size());
-  if (!output.empty()) std::memcpy(out.data() + 8 + h.size(), output.data(), output.size());
-  return out;
-}
-
-std::pair<json, std::span<const uint8_t>> unpack_rank(const std::vector<uint8_t>& msg, size_t rank) {
-  uint64_t n = 0;
-  if (msg.size() < 8 || (std::memcpy(&n, msg.data(), 8), n > msg.size() - 8)) {
-    throw Error(ErrorKind::kInternal, fmt::format("MPI: the message of rank {} is malformed ({} bytes)", rank, msg.size()));
-  }
-  json head = json::parse(std::string_view(reinterpret_cast<const char*>(msg.data()) + 8, n));
-  return {std::move(head), std::span<const uint8_t>(msg.data() + 8 + n, msg.size() - 8 - n)};
-}
-
 int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork* q, const std::vector<int8_t>& x_q,
               const Rows& in, const std::vector<int64_t>& labels, const Rows& cal, runtime::Trace* trace) {
   const std::unique_ptr<worker::Collective> mpi = open_mpi(o.mpi_timeout);
@@ -998,11 +979,6 @@ int run_cnn_branch(const RunOpts& o) {
                             "micro-batches over the devices)",
                             o.model, o.multi.strategy));
   }
-  if (launched_by_mpirun()) {
-    // Every rank would run the whole CNN and write the same --output: refuse on every rank alike.
-    throw Error(ErrorKind::kUnsupported,
-                fmt::format("{}: a CNN runs on one rank for now (not under mpirun; use --devices K)", o.model));
-  }
   // The files as the report names them: FILE for one input (NAME=FILE with its name: the FILE),
   // NAME=FILE, ... for several (cnn_report.h, load_cnn_inputs, checks them).
   auto report_name = [&](const std::vector<std::string>& args) -> std::string {
@@ -1029,6 +1005,8 @@ int run_cnn_branch(const RunOpts& o) {
   c.devices = o.multi.devices;
   c.trace = o.trace;
   c.inject_fault = o.inject_fault;
+  c.mpi_timeout = o.mpi_timeout;  // under mpirun: images split over the ranks (cnn_report.h CnnRanks)
+  c.inject_rank_fail = o.inject_rank_fail;
   return o.precision == "bf16" ? run_cnn_bf16_model(c) : run_cnn_model(c);
 }
 

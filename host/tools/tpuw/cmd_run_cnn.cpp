@@ -7,7 +7,8 @@
 //   3. run_cnn in batches of --batch rows: one device program per convolution / pooling layer
 //      (implicit GEMM over the unified buffer), one for the dense head (tpuw/runtime/conv.h); with
 //      --devices K the batches are micro-batches spread over K devices (cnn_report.h
-//      run_cnn_batches), the output the same bytes for any K
+//      run_cnn_batches), the output the same bytes for any K; under `mpirun -np P` each rank runs
+//      its contiguous block of images and rank 0 gathers them (cnn_report.h CnnRanks)
 //   4. dequantize the head's int32 output, apply the host operator, write --output (float32 [rows, classes]);
 //      a model that ends in a feature map (no dense head) gives the map in the model's output
 //      shape, e.g. [rows, C, H, W] (NCHW)
@@ -161,7 +162,9 @@ int run_cnn_model(const CnnRunOpts& o) {
   const uint64_t features = q.input_row();  // every input's values per image
   const std::vector<int8_t> x_q = nn::quantize_cnn_input(q, in.x);
 
-  CnnTotals tot(q.convs.size(), q.head.layers.size(), in.rows, o.batch);
+  // Under mpirun this rank's block of the images (the calibration above used every row, as one rank's).
+  CnnRanks ranks = cnn_ranks(o, in.rows);
+  CnnTotals tot(q.convs.size(), q.head.layers.size(), ranks.rows, o.batch);
   cnn_chunking(o, tot);
   std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
 
@@ -175,7 +178,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   std::vector<runtime::CnnRunResult> results(tot.chunks);
   const CnnRunFn run = [&](Device& dev, unsigned device, uint64_t j, uint64_t r0, uint64_t n) {
     runtime::CnnRunResult r =
-        runtime::run_cnn(dev, q, std::span<const int8_t>(x_q).subspan(r0 * features, n * features), n);
+        runtime::run_cnn(dev, q, std::span<const int8_t>(x_q).subspan((ranks.first + r0) * features, n * features), n);
     worker::MicroBatchUse use;
     use.macs = r.macs;
     for (size_t i = 0; i < r.convs.size(); ++i) {
@@ -204,7 +207,7 @@ int run_cnn_model(const CnnRunOpts& o) {
         const runtime::ConvRunResult& cr = r.convs.at(static_cast<size_t>(q.outputs[k].layer));
         const nn::ConvGeometry& gg = cr.plan.geom;
         const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
-        for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(r0) * chw);
+        for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(ranks.first + r0) * chw);
         continue;
       }
       const std::vector<int8_t>& m = r.convs.at(static_cast<size_t>(q.outputs[k].layer)).y;
@@ -223,9 +226,33 @@ int run_cnn_model(const CnnRunOpts& o) {
     tot.add_head(r.head.perf, r.head.min_bytes, r.head.instructions);
     tot.macs += r.macs;
   };
-  const unsigned array_n =
-      run_cnn_batches(o, tot, cnn_memory_bytes(*params, q, tot.chunk), run, absorb, trace.get());
-  if (trace != nullptr) trace->write(o.trace);
+  unsigned array_n = o.array_n;
+  std::string failed;  // under mpirun: this rank's error, sent to every rank
+  ErrorKind failed_kind = ErrorKind::kInternal;
+  try {
+    if (ranks.rows > 0) array_n = run_cnn_batches(o, tot, cnn_memory_bytes(*params, q, tot.chunk), run, absorb, trace.get());
+  } catch (const Error& e) {
+    if (!ranks.mpi) throw;
+    failed = e.what();
+    failed_kind = e.kind();
+  }
+  if (ranks.mpi) {
+    // Every output's share of this rank's images; rank 0 gets them in rank order (one rank's bytes).
+    std::vector<std::span<const uint8_t>> parts = {byte_span(raw)};
+    for (size_t k = 0; k < q.outputs.size(); ++k) {
+      parts.push_back(byte_span(maps[k]));
+      parts.push_back(byte_span(pool_indices[k]));
+    }
+    const std::vector<std::vector<uint8_t>> all = gather_cnn_ranks(o, ranks, tot, parts, failed, failed_kind, trace.get());
+    if (!ranks.root()) return 0;  // rank 0 checks, writes and reports for every rank
+    raw = from_bytes<int32_t>(all[0]);
+    for (size_t k = 0; k < q.outputs.size(); ++k) {
+      maps[k] = from_bytes<int8_t>(all[1 + 2 * k]);
+      pool_indices[k] = from_bytes<int64_t>(all[2 + 2 * k]);
+    }
+  } else if (trace != nullptr) {
+    trace->write(o.trace);
+  }
 
   // ---- outputs ----------------------------------------------------------------------------------
   std::vector<float> y;

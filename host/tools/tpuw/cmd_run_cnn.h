@@ -20,6 +20,8 @@ struct CnnRunOpts {
   unsigned devices = 1;  // --devices K
   std::string trace;     // --trace FILE (Chrome trace-event JSON, docs/tracing.md)
   std::string inject_fault;  // hidden, tests: "J": a memory fault on the device that runs micro-batch J, once
+  double mpi_timeout = 120.0;    // under mpirun: seconds a rank waits for the others (cnn_report.h CnnRanks)
+  std::string inject_rank_fail;  // hidden, tests: under mpirun, "R" (rank R's run fails) or "R:exit" (it exits)
   bool json = false;
   bool quiet = false;
   bool check = false;

@@ -3,7 +3,8 @@
 //   1. import the ONNX graph and the input ([rows, C, H, W] or [rows, C*H*W]; float32, uint8, int8)
 //   2. compile_bf16_cnn: the int8 CNN path's chain, float weights (tpuw/compiler/conv_bf16.h)
 //   3. run_cnn_bf16 in batches of --batch rows: one bf16 device program per convolution / average
-//      pool (implicit GEMM), max pools (VECTOR MAX over the taps), the dense head in one more program
+//      pool (implicit GEMM), max pools (VECTOR MAX over the taps), the dense head in one more program;
+//      --devices K and `mpirun -np P` split the images as the int8 path does (cnn_report.h)
 //   4. the host operator (softmax), --output (float32 [rows, classes])
 //   5. the per-layer report of the int8 CNN path (cnn_report.h); --labels: accuracy of the device
 //      and of the float model; --check: the fp32 output (before the host op) against the CPU bf16 contract
@@ -81,7 +82,9 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   std::vector<int64_t> labels;
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
   const uint64_t features = net.input_row();  // every input's values per image
-  CnnTotals tot(net.convs.size(), net.head.layers.size(), in.rows, o.batch);
+  // Under mpirun this rank's block of the images.
+  CnnRanks ranks = cnn_ranks(o, in.rows);
+  CnnTotals tot(net.convs.size(), net.head.layers.size(), ranks.rows, o.batch);
   cnn_chunking(o, tot);
   std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
 
@@ -91,7 +94,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   std::vector<runtime::CnnBf16RunResult> results(tot.chunks);
   const CnnRunFn run = [&](Device& dev, unsigned device, uint64_t j, uint64_t r0, uint64_t n) {
     runtime::CnnBf16RunResult r =
-        runtime::run_cnn_bf16(dev, net, std::span<const float>(in.x).subspan(r0 * features, n * features), n);
+        runtime::run_cnn_bf16(dev, net, std::span<const float>(in.x).subspan((ranks.first + r0) * features, n * features), n);
     worker::MicroBatchUse use;
     use.macs = r.macs;
     for (size_t i = 0; i < r.convs.size(); ++i) {
@@ -125,7 +128,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
       const runtime::ConvBf16RunResult& cr = r.convs.at(static_cast<size_t>(net.indices_outputs[k].layer));
       const nn::ConvGeometry& gg = net.convs[static_cast<size_t>(net.indices_outputs[k].layer)].geom;
       const int64_t chw = int64_t{gg.in_c} * gg.in_h * gg.in_w;
-      for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(r0) * chw);
+      for (const int64_t v : cr.indices) pool_indices[k].push_back(v + static_cast<int64_t>(ranks.first + r0) * chw);
     }
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvBf16RunResult& cr = r.convs[i];
@@ -151,8 +154,28 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     tot.add_head(r.head.perf, r.head.min_bytes, r.head.instructions);
     tot.macs += r.macs;
   };
-  const unsigned array_n = run_cnn_batches(o, tot, memory_bytes(*params, net, tot.chunk), run, absorb, trace.get());
-  if (trace != nullptr) trace->write(o.trace);
+  unsigned array_n = o.array_n;
+  std::string failed;  // under mpirun: this rank's error, sent to every rank
+  ErrorKind failed_kind = ErrorKind::kInternal;
+  try {
+    if (ranks.rows > 0) array_n = run_cnn_batches(o, tot, memory_bytes(*params, net, tot.chunk), run, absorb, trace.get());
+  } catch (const Error& e) {
+    if (!ranks.mpi) throw;
+    failed = e.what();
+    failed_kind = e.kind();
+  }
+  if (ranks.mpi) {
+    // The fp32 output (before the host op) and every Indices output for this rank's images; rank 0
+    // gets them in rank order (one rank's bytes).
+    std::vector<std::span<const uint8_t>> parts = {byte_span(y)};
+    for (const std::vector<int64_t>& v : pool_indices) parts.push_back(byte_span(v));
+    const std::vector<std::vector<uint8_t>> all = gather_cnn_ranks(o, ranks, tot, parts, failed, failed_kind, trace.get());
+    if (!ranks.root()) return 0;  // rank 0 checks, writes and reports for every rank
+    y = from_bytes<float>(all[0]);
+    for (size_t k = 0; k < pool_indices.size(); ++k) pool_indices[k] = from_bytes<int64_t>(all[1 + k]);
+  } else if (trace != nullptr) {
+    trace->write(o.trace);
+  }
 
   // ---- outputs ----------------------------------------------------------------------------------
   json check_json = nullptr;

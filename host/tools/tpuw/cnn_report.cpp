@@ -8,9 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <span>
+#include <type_traits>
 
 #include "cli_common.h"
 #include "tpuw/compiler/quantize.h"
@@ -18,6 +21,7 @@
 #include "tpuw/nn/float_network.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/sim_control.h"
+#include "mpi_collective.h"
 
 namespace tpuw::cli {
 
@@ -244,7 +248,175 @@ void cnn_chunking(const CnnRunOpts& o, CnnTotals& t) {
   } else {
     t.chunk = o.batch == 0 ? t.rows : std::min(o.batch, t.rows);
   }
-  t.chunks = (t.rows + t.chunk - 1) / t.chunk;
+  t.chunks = t.chunk == 0 ? 0 : (t.rows + t.chunk - 1) / t.chunk;
+}
+
+CnnRanks cnn_ranks(const CnnRunOpts& o, uint64_t rows) {
+  CnnRanks r;
+  r.rows = rows;
+  if (launched_by_mpirun()) {
+    if (!(o.mpi_timeout > 0)) {
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
+    }
+    r.mpi = open_mpi(o.mpi_timeout);
+    r.size = static_cast<uint64_t>(r.mpi->size());
+    r.rank = static_cast<uint64_t>(r.mpi->rank());
+    r.first = rows * r.rank / r.size;
+    r.rows = rows * (r.rank + 1) / r.size - r.first;
+    (void)r.mpi->allgather({});  // every rank is up: the wall time starts together
+  }
+  r.t0 = std::chrono::steady_clock::now();
+  return r;
+}
+
+namespace {
+
+// A rank's totals for gather_cnn_ranks: the PERF counters, then each layer's counters and MACs, raw
+// (the structs are plain counters; every rank runs the same binary).
+static_assert(std::is_trivially_copyable_v<PerfCounters> && std::is_trivially_copyable_v<LayerCounters>);
+
+std::vector<uint8_t> totals_bytes(const CnnTotals& t) {
+  std::vector<uint8_t> b(sizeof(PerfCounters) + t.layers.size() * (sizeof(LayerCounters) + 8));
+  uint8_t* p = b.data();
+  std::memcpy(p, &t.perf, sizeof(PerfCounters));
+  p += sizeof(PerfCounters);
+  for (const LayerRow& l : t.layers) {
+    std::memcpy(p, static_cast<const LayerCounters*>(&l), sizeof(LayerCounters));
+    std::memcpy(p + sizeof(LayerCounters), &l.macs, 8);
+    p += sizeof(LayerCounters) + 8;
+  }
+  return b;
+}
+
+void add_totals_bytes(CnnTotals& t, std::span<const uint8_t> b, size_t rank) {
+  if (b.size() != sizeof(PerfCounters) + t.layers.size() * (sizeof(LayerCounters) + 8)) {
+    throw Error(ErrorKind::kInternal, fmt::format("MPI: rank {} sent {} bytes of totals", rank, b.size()));
+  }
+  PerfCounters perf;
+  std::memcpy(&perf, b.data(), sizeof(PerfCounters));
+  t.perf += perf;
+  const uint8_t* p = b.data() + sizeof(PerfCounters);
+  for (LayerRow& l : t.layers) {
+    LayerCounters c;
+    uint64_t macs = 0;
+    std::memcpy(&c, p, sizeof(LayerCounters));
+    std::memcpy(&macs, p + sizeof(LayerCounters), 8);
+    p += sizeof(LayerCounters) + 8;
+    l.cycles += c.cycles;
+    l.rd_bytes += c.rd_bytes;
+    l.wr_bytes += c.wr_bytes;
+    l.min_bytes += c.min_bytes;
+    l.mxu_active += c.mxu_active;
+    l.weight_stall += c.weight_stall;
+    l.weight_shift += c.weight_shift;
+    l.dma_wait += c.dma_wait;
+    l.act_busy += c.act_busy;
+    l.instructions += c.instructions;
+    l.vector_cycles += c.vector_cycles;
+    l.macs += macs;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<uint8_t>> gather_cnn_ranks(const CnnRunOpts& o, CnnRanks& r, CnnTotals& t,
+                                                   const std::vector<std::span<const uint8_t>>& parts,
+                                                   const std::string& error, ErrorKind kind, runtime::Trace* trace) {
+  json head = {{"rank", r.rank}, {"first_row", r.first}, {"rows", r.rows}};
+  std::string err = error;
+  if (!o.inject_rank_fail.empty() && std::stoull(o.inject_rank_fail) == r.rank) {
+    if (o.inject_rank_fail.ends_with(":exit")) std::_Exit(1);  // dies without a word: the others time out
+    err = "injected failure (--inject-rank-failure)";
+    kind = ErrorKind::kDeviceFault;
+  }
+  std::vector<uint8_t> bytes;
+  if (!err.empty()) {
+    head["error"] = err;
+    head["kind"] = static_cast<int>(kind);
+  } else {
+    // The layers' names and shapes (a rank with no images has none) and the figures of the line.
+    json meta = json::array();
+    for (const LayerRow& l : t.layers) meta.push_back({l.name, l.kind, l.shape, l.relu});
+    head["layers"] = meta;
+    head["cycles"] = t.perf.cycles;
+    head["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t0).count();
+    head["devices"] = o.multi ? o.devices : 1u;
+    head["micro_batches"] = t.chunks;
+    if (t.strategy) head["overlap"] = t.strategy->overlap;
+    head["macs"] = t.macs;
+    head["min_bytes"] = t.min_bytes;
+    head["instructions"] = t.instructions;
+    head["failures"] = t.failures;
+    head["events"] = t.events;
+    if (trace != nullptr) head["trace"] = trace->to_json();
+    bytes = totals_bytes(t);
+    json sizes = json::array();
+    sizes.push_back(bytes.size());
+    for (const std::span<const uint8_t>& p : parts) {
+      sizes.push_back(p.size());
+      bytes.insert(bytes.end(), p.begin(), p.end());
+    }
+    head["sizes"] = sizes;
+  }
+  const std::vector<std::vector<uint8_t>> all = r.mpi->allgather(pack_rank(head, bytes));
+  const double job_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t0).count();
+  std::vector<std::pair<json, std::span<const uint8_t>>> msgs;
+  for (size_t k = 0; k < all.size(); ++k) {
+    msgs.push_back(unpack_rank(all[k], k));
+    const json& h = msgs.back().first;
+    if (h.contains("error")) {
+      throw Error(static_cast<ErrorKind>(h["kind"].get<int>()), fmt::format("rank {}: {}", k, h["error"].get<std::string>()));
+    }
+    const auto sizes = h["sizes"].get<std::vector<uint64_t>>();
+    uint64_t sum = 0;
+    for (const uint64_t s : sizes) sum += s;
+    if (sizes.size() != parts.size() + 1 || sum != msgs.back().second.size()) {
+      throw Error(ErrorKind::kInternal, fmt::format("MPI: rank {} sent {} parts in {} bytes", k, sizes.size(),
+                                                    msgs.back().second.size()));
+    }
+  }
+  if (!r.root()) return {};
+  // ---- rank 0: every rank's parts in rank order, the totals summed ------------------------------
+  std::vector<std::vector<uint8_t>> out(parts.size());
+  std::vector<json> traces;
+  const uint64_t chunk = t.chunk;  // --batch (or the automatic micro-batch) of rank 0
+  t = CnnTotals(t.convs, t.layers.size() - t.convs, 0, 0);
+  t.chunk = chunk;
+  for (size_t k = 0; k < msgs.size(); ++k) {
+    json& h = msgs[k].first;
+    const std::span<const uint8_t> b = msgs[k].second;
+    const auto sizes = h["sizes"].get<std::vector<uint64_t>>();
+    add_totals_bytes(t, b.subspan(0, sizes[0]), k);
+    uint64_t at = sizes[0];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      out[i].insert(out[i].end(), b.begin() + static_cast<std::ptrdiff_t>(at),
+                    b.begin() + static_cast<std::ptrdiff_t>(at + sizes[i + 1]));
+      at += sizes[i + 1];
+    }
+    const json& meta = h["layers"];
+    for (size_t i = 0; i < t.layers.size() && i < meta.size(); ++i) {
+      LayerRow& l = t.layers[i];
+      if (l.name.empty() && !meta[i][0].get<std::string>().empty()) {
+        l.name = meta[i][0].get<std::string>();
+        l.kind = meta[i][1].get<std::string>();
+        l.shape = meta[i][2].get<std::string>();
+        l.relu = meta[i][3].get<bool>();
+      }
+    }
+    t.rows += h["rows"].get<uint64_t>();
+    t.chunks += h["micro_batches"].get<uint64_t>();
+    t.macs += h["macs"].get<uint64_t>();
+    t.min_bytes += h["min_bytes"].get<uint64_t>();
+    t.instructions += h["instructions"].get<uint64_t>();
+    t.failures += h["failures"].get<uint64_t>();
+    for (const json& e : h["events"]) t.events.push_back(fmt::format("rank {}: {}", k, e.get<std::string>()));
+    traces.push_back(h.value("trace", json::object({{"traceEvents", json::array()}})));
+    for (const char* key : {"sizes", "layers", "macs", "min_bytes", "instructions", "events", "trace"}) h.erase(key);
+    t.ranks.push_back(std::move(h));
+  }
+  t.wall = job_wall;
+  if (trace != nullptr) runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+  return out;
 }
 
 void trace_cnn_program(runtime::Trace* trace, Device& dev, unsigned device, const std::string& name,
@@ -344,7 +516,7 @@ uint64_t cnn_memory_size(uint64_t need, uint64_t rows) {
 CnnTotals::CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows_, uint64_t batch)
     : layers(conv_layers + dense_layers), convs(conv_layers), rows(rows_) {
   chunk = batch == 0 ? rows : std::min<uint64_t>(batch, rows);
-  chunks = (rows + chunk - 1) / chunk;
+  chunks = chunk == 0 ? 0 : (rows + chunk - 1) / chunk;  // 0: a rank with no images (mpirun, rows < P)
 }
 
 void CnnTotals::add_conv(size_t i, const std::string& name, const nn::ConvGeometry& gm, bool relu, bool host,
@@ -443,6 +615,17 @@ json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, cons
   j["input_features"] = in.features();
   j["output_features"] = classes;
   j["host_op"] = host_op;
+  if (!t.ranks.empty()) {
+    // mpirun: the dense path's keys (ranks, devices, wall_s, per_rank); the per-layer figures below
+    // are summed over every rank.
+    j["ranks"] = t.ranks.size();
+    j["devices"] = o.multi ? o.devices : 1u;
+    j["per_rank"] = t.ranks;
+    if (t.failures > 0) {
+      j["failures"] = t.failures;
+      j["events"] = t.events;
+    }
+  }
   if (t.strategy) {
     // --devices: the dense path's keys (devices, strategy, wall_s, overlap, micro_batch, ...,
     // per_device); the per-layer figures below are summed over every device.
@@ -500,19 +683,38 @@ void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array
   // PERF_RD_BYTES / PERF_WR_BYTES of every program (the dense head's per-layer bytes leave out its
   // FENCE and shared fetches, so the layers may add up to a little less).
   const uint64_t rd = t.perf.rd_bytes, wr = t.perf.wr_bytes;
-  fmt::print("{} images on {} (N={}) in {} batch{} of {}: {} cycles ({:.0f} per image), utilization {:.3f}, wall "
-             "{:.3f} s, {:.1f} images/s\n",
-             t.rows, o.backend, array_n, t.chunks, t.chunks == 1 ? "" : "es", t.chunk, t.perf.cycles,
-             ratio(t.perf.cycles, t.rows), util(t.macs, array_n, t.perf.cycles), t.wall, images_per_s(t));
-  if (t.strategy) {
-    const worker::StrategyReport& r = *t.strategy;
-    fmt::print("  on {} device{}, strategy {} (micro-batches of {} images): overlap {:.2f} (sum of busy time / (devices "
-               "x wall))\n",
-               r.devices, r.devices == 1 ? "" : "s", r.strategy, r.micro_batch, r.overlap);
-    print_strategy_report(r, array_n);
-    if (t.failures > 0) {
-      // What the Worker did about them (each failed task ran again, the output is the fault-free one).
-      for (const std::string& e : t.events) fmt::print("  {}\n", e);
+  if (!t.ranks.empty()) {
+    // mpirun: the images in contiguous blocks over the ranks, each rank's line, the table summed.
+    const unsigned k = o.multi ? o.devices : 1u;
+    fmt::print("{} images on {} ranks x {} device{} ({}, N={}), images split in contiguous blocks: {} cycles ({:.0f} per "
+               "image), utilization {:.3f}, wall {:.3f} s, {:.1f} images/s\n",
+               t.rows, t.ranks.size(), k, k == 1 ? "" : "s", o.backend, array_n, t.perf.cycles,
+               ratio(t.perf.cycles, t.rows), util(t.macs, array_n, t.perf.cycles), t.wall, images_per_s(t));
+    for (const json& h : t.ranks) {
+      const auto n = h["rows"].get<uint64_t>(), a = h["first_row"].get<uint64_t>();
+      const double w = h["wall_s"].get<double>();
+      fmt::print("  rank {}: images {}-{} ({}), {} micro-batch{}, {} cycles, wall {:.3f} s, {:.1f} images/s{}\n",
+                 h["rank"].get<uint64_t>(), a, n == 0 ? a : a + n - 1, n, h["micro_batches"].get<uint64_t>(),
+                 h["micro_batches"].get<uint64_t>() == 1 ? "" : "es", h["cycles"].get<uint64_t>(), w,
+                 w > 0 ? static_cast<double>(n) / w : 0.0,
+                 h.contains("overlap") ? fmt::format(", overlap {:.2f}", h["overlap"].get<double>()) : "");
+    }
+    for (const std::string& e : t.events) fmt::print("  {}\n", e);
+  } else {
+    fmt::print("{} images on {} (N={}) in {} batch{} of {}: {} cycles ({:.0f} per image), utilization {:.3f}, wall "
+               "{:.3f} s, {:.1f} images/s\n",
+               t.rows, o.backend, array_n, t.chunks, t.chunks == 1 ? "" : "es", t.chunk, t.perf.cycles,
+               ratio(t.perf.cycles, t.rows), util(t.macs, array_n, t.perf.cycles), t.wall, images_per_s(t));
+    if (t.strategy) {
+      const worker::StrategyReport& r = *t.strategy;
+      fmt::print("  on {} device{}, strategy {} (micro-batches of {} images): overlap {:.2f} (sum of busy time / (devices "
+                 "x wall))\n",
+                 r.devices, r.devices == 1 ? "" : "s", r.strategy, r.micro_batch, r.overlap);
+      print_strategy_report(r, array_n);
+      if (t.failures > 0) {
+        // What the Worker did about them (each failed task ran again, the output is the fault-free one).
+        for (const std::string& e : t.events) fmt::print("  {}\n", e);
+      }
     }
   }
   fmt::print("  {:<3} {:<28} {:<26} {:>10} {:>6} {:>10} {:>10} {:>10} {:>6}  {}\n", "#", "layer", "shape", "cycles",

@@ -5,11 +5,14 @@
 // precision's name ("int8" / "bf16") is a parameter where the report says it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,9 +20,11 @@
 #include "cmd_run_cnn.h"
 #include "tpuw/compiler/ir.h"
 #include "tpuw/device.h"
+#include "tpuw/error.h"
 #include "tpuw/nn/qconv.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/trace.h"
+#include "tpuw/worker/collective.h"
 #include "tpuw/worker/strategies.h"
 
 namespace tpuw::cli {
@@ -98,6 +103,7 @@ struct CnnTotals {
   std::optional<worker::StrategyReport> strategy;  // --devices/--strategy: what each device did
   std::vector<std::string> events;                 // the Worker's: failures, resets, retries
   uint64_t failures = 0;                           // task runs that ended in a device fault / timeout
+  std::vector<nlohmann::ordered_json> ranks;       // under mpirun (rank 0, gather_cnn_ranks): each rank's line
 
   CnnTotals(size_t conv_layers, size_t dense_layers, uint64_t rows, uint64_t batch);
 
@@ -129,6 +135,45 @@ using CnnAbsorbFn = std::function<void(uint64_t j, uint64_t r0, uint64_t rows)>;
 void cnn_chunking(const CnnRunOpts& o, CnnTotals& t);
 unsigned run_cnn_batches(const CnnRunOpts& o, CnnTotals& t, uint64_t memory, const CnnRunFn& run,
                          const CnnAbsorbFn& absorb, runtime::Trace* trace);
+/// `mpirun -np P tpuw run CNN.onnx` (docs/scaling.md): rank r runs the images
+/// [r * rows / P, (r + 1) * rows / P) -- on its --devices K through run_cnn_batches like one rank --
+/// and rank 0 gathers every rank's outputs in rank order, then checks, scores, writes and reports as
+/// one rank would. Every rank has read the same files and (int8) calibrated on the same rows (the
+/// whole --calibrate set, or the whole input), so every rank compiles the same network bit for bit.
+struct CnnRanks {
+  std::unique_ptr<worker::Collective> mpi;  // null: not under mpirun (one rank, every image)
+  uint64_t rank = 0, size = 1;
+  uint64_t first = 0, rows = 0;             // this rank's images: [first, first + rows)
+  std::chrono::steady_clock::time_point t0;  // when every rank was up
+  bool root() const { return rank == 0; }
+};
+/// Under mpirun: opens MPI (o.mpi_timeout) and waits until every rank is up; otherwise every image
+/// on this one rank. Call after every input has been checked (a bad file fails alike on every rank).
+CnnRanks cnn_ranks(const CnnRunOpts& o, uint64_t rows);
+
+/// Under mpirun, after this rank's run: sends every rank this rank's `parts` (its images' share of
+/// each output, the same list on every rank), its totals t and its trace, or `error` (its run's
+/// failure; kind in `kind`) when not empty. Every rank then throws "rank R: ..." (the first failed
+/// rank's error and kind) when one failed. On rank 0 returns each part concatenated over the ranks
+/// in rank order -- the bytes one rank's run would have -- and t summed over the ranks (every image,
+/// the job's wall time, the per-rank lines in t.ranks), and writes --trace with every rank's tracks;
+/// the other ranks get {}.
+std::vector<std::vector<uint8_t>> gather_cnn_ranks(const CnnRunOpts& o, CnnRanks& r, CnnTotals& t,
+                                                   const std::vector<std::span<const uint8_t>>& parts,
+                                                   const std::string& error, ErrorKind kind, runtime::Trace* trace);
+
+/// A vector's bytes (a part for gather_cnn_ranks), and back.
+template <class T>
+std::span<const uint8_t> byte_span(const std::vector<T>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+template <class T>
+std::vector<T> from_bytes(const std::vector<uint8_t>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
+}
+
 /// --trace: one device program (a convolution, pooling, function or dense-head program) on device
 /// `device`'s tracks, `perf` its PERF counters; nothing when `trace` is null or the program ran on the
 /// host (no cycles).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -16,6 +17,26 @@
 #endif
 
 namespace tpuw::cli {
+
+std::vector<uint8_t> pack_rank(const nlohmann::ordered_json& head, std::span<const uint8_t> bytes) {
+  const std::string h = head.dump();
+  std::vector<uint8_t> out(8 + h.size() + bytes.size());
+  const uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  if (!bytes.empty()) std::memcpy(out.data() + 8 + h.size(), bytes.data(), bytes.size());
+  return out;
+}
+
+std::pair<nlohmann::ordered_json, std::span<const uint8_t>> unpack_rank(const std::vector<uint8_t>& msg, size_t rank) {
+  uint64_t n = 0;
+  if (msg.size() < 8 || (std::memcpy(&n, msg.data(), 8), n > msg.size() - 8)) {
+    throw Error(ErrorKind::kInternal, fmt::format("MPI: the message of rank {} is malformed ({} bytes)", rank, msg.size()));
+  }
+  nlohmann::ordered_json head =
+      nlohmann::ordered_json::parse(std::string_view(reinterpret_cast<const char*>(msg.data()) + 8, n));
+  return {std::move(head), std::span<const uint8_t>(msg.data() + 8 + n, msg.size() - 8 - n)};
+}
 
 bool launched_by_mpirun() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {

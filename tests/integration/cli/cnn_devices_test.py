@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tpuw_cli_harness import CliHarness, expect  # noqa: E402
+from cnn_test_models import indices_model  # noqa: E402
 
 TPUW, CASE, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3]
 cli = CliHarness(TPUW, "tpuw_cnn_devices_")
@@ -49,31 +50,6 @@ def same(a, b, what):
 
 def fashion_rows(n):
     return cli.save(f"fashion_{n}.npy", np.load(FASHION_X)[:n])
-
-
-def indices_model():
-    """Conv -> MaxPool with its Indices as a second graph output -> Flatten -> Gemm."""
-    import onnx
-    from onnx import helper, TensorProto, numpy_helper
-    rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
-             for n, s in (("cw", (4, 1, 3, 3)), ("fw", (5, 4 * 5 * 5)))]
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "cw"], ["c"], "conv", pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["r"], "relu"),
-         helper.make_node("MaxPool", ["r"], ["p", "idx"], "pool", kernel_shape=[2, 2], strides=[2, 2]),
-         helper.make_node("Flatten", ["p"], ["f"], "flat"),
-         helper.make_node("Gemm", ["f", "fw"], ["y"], "fc", transB=1)],
-        "pool_indices",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5]),
-         helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch", 4, 5, 5])],
-        inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    path = out("pool_indices.onnx")
-    onnx.save(m, path)
-    x = cli.save("pool_indices_x.npy", rng.standard_normal((37, 1, 10, 10)).astype(np.float32))
-    return path, x
 
 
 def output_files(path, names):
@@ -109,7 +85,7 @@ if CASE == "cnn_devices_bits":
     two = os.path.join(BLOCKS, "two_outputs.onnx")
     compare_runs(two, ["--input", os.path.join(BLOCKS, "two_outputs_x.npy"), "--check"], ["mid", "y"],
                  [[], ["--devices", "2", "--batch", "3"], ["--devices", "3", "--batch", "5"]], "two_outputs")
-    pim, pix = indices_model()
+    pim, pix = indices_model(cli)
     for prec in ("int8", "bf16"):
         compare_runs(pim, ["--input", pix, "--precision", prec, "--check"], ["y", "idx"],
                      [[], ["--devices", "2", "--batch", "5"], ["--devices", "3", "--batch", "4"]], f"indices_{prec}")
