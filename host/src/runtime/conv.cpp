@@ -21,6 +21,7 @@
 #include <chrono>
 #include <numeric>
 
+#include "conv_emit.h"
 #include "program_builder.h"
 #include "tpuw/activate.h"
 #include "tpuw/checked.h"
@@ -89,12 +90,7 @@ uint64_t ConvPlan::w_bytes_moved() const {
 }
 
 void mark_zero_tiles(ConvPlan& p, std::span<const int8_t> packed) {
-  const uint64_t tile_bytes = uint64_t{p.array_n} * p.array_n;
-  p.zero_tile.assign(p.weight_tiles, 0);
-  for (uint64_t t = 0; t < p.weight_tiles; ++t) {
-    const auto* b = packed.data() + t * tile_bytes;
-    p.zero_tile[t] = std::all_of(b, b + tile_bytes, [](int8_t v) { return v == 0; }) ? 1 : 0;
-  }
+  detail::mark_zero_conv_tiles(p, packed, [](int8_t v) { return v == 0; });
 }
 
 ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t batch, uint64_t extra_groups, bool lut) {
@@ -177,51 +173,11 @@ ConvPlan plan_conv(const DeviceParams& params, const ConvGeometry& g, uint64_t b
 }
 
 std::vector<int8_t> pack_conv_input(const ConvPlan& p, std::span<const int8_t> x, int8_t pad) {
-  const ConvGeometry& g = p.geom;
-  const uint64_t an = p.array_n;
-  const uint64_t hw = uint64_t{g.in_h} * g.in_w;
-  if (x.size() != p.batch * g.in_c * hw) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: input has {} elements, expected batch*C*H*W = {}",
-                                                         x.size(), p.batch * g.in_c * hw));
-  }
-  // Host image: [c_block][batch][img_rows][N], the padded, phase-split image of each block.
-  std::vector<int8_t> out(p.in_bytes(), pad);
-  for (uint64_t b = 0; b < p.batch; ++b) {
-    for (uint64_t c = 0; c < g.in_c; ++c) {
-      int8_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
-      const int8_t* src = x.data() + (b * g.in_c + c) * hw;
-      for (uint64_t y = 0; y < g.in_h; ++y) {
-        const uint64_t Y = y + g.pad_top;
-        const uint64_t row_base = ((Y % g.stride_h) * g.stride_w) * p.hq * p.wq + (Y / g.stride_h) * p.wq;
-        for (uint64_t xx = 0; xx < g.in_w; ++xx) {
-          const uint64_t X = xx + g.pad_left;
-          const uint64_t row = row_base + (X % g.stride_w) * p.hq * p.wq + X / g.stride_w;
-          img[row * an] = src[y * g.in_w + xx];
-        }
-      }
-    }
-  }
-  return out;
+  return detail::pack_conv_image(p, x, pad, "conv", [](int8_t v) { return v; });
 }
 
 std::vector<int8_t> pack_conv_weights(const ConvPlan& p, std::span<const int8_t> w_q) {
-  const ConvGeometry& g = p.geom;
-  const uint64_t an = p.array_n;
-  if (w_q.size() != uint64_t{g.out_c} * g.in_c * p.taps) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: weights have {} elements, expected O*C*KH*KW = {}",
-                                                         w_q.size(), uint64_t{g.out_c} * g.in_c * p.taps));
-  }
-  // Tile (ob, tap, cb), row k = input channel cb*N + k, column n = output channel ob*N + n.
-  std::vector<int8_t> out(p.w_bytes(), 0);
-  for (uint64_t o = 0; o < g.out_c; ++o) {
-    for (uint64_t c = 0; c < g.in_c; ++c) {
-      for (uint64_t t = 0; t < p.taps; ++t) {
-        const uint64_t tile = ((o / an) * p.taps + t) * p.c_blocks + c / an;
-        out[tile * an * an + (c % an) * an + o % an] = w_q[(o * g.in_c + c) * p.taps + t];
-      }
-    }
-  }
-  return out;
+  return detail::pack_conv_tiles<int8_t>(p, w_q, "conv", [](int8_t v) { return v; });
 }
 
 std::vector<int32_t> pack_conv_params(const ConvPlan& p, const QConv2d& layer) {
@@ -261,56 +217,43 @@ std::vector<int32_t> pack_conv_params(const ConvPlan& p, const QConv2d& layer) {
 }
 
 std::vector<int8_t> unpack_conv_output(const ConvPlan& p, std::span<const int8_t> packed) {
-  const uint64_t an = p.array_n, oc = p.geom.out_c;
-  if (packed.size() < p.out_bytes()) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("conv: output image has {} bytes, the plan needs {}",
-                                                         packed.size(), p.out_bytes()));
-  }
-  // Host image: [batch][o_block][ho][wo_stored][N].
-  std::vector<int8_t> y(p.batch * oc * p.ho * p.wo);
-  for (uint64_t b = 0; b < p.batch; ++b) {
-    for (uint64_t o = 0; o < oc; ++o) {
-      const int8_t* src = packed.data() + (b * p.o_blocks + o / an) * p.ho * p.wo_stored * an + o % an;
-      int8_t* dst = y.data() + (b * oc + o) * p.ho * p.wo;
-      for (uint64_t oy = 0; oy < p.ho; ++oy) {
-        for (uint64_t ox = 0; ox < p.wo; ++ox) dst[oy * p.wo + ox] = src[(oy * p.wo_stored + ox) * an];
-      }
-    }
-  }
-  return y;
+  return detail::unpack_conv_image<int8_t>(p, packed, "conv", "bytes", [](int8_t v) { return v; });
 }
 
-ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
-                         uint64_t out_addr) {
-  const uint64_t an = p.array_n, beat = p.beat, kimg = p.images_per_tile;
+ConvProgram detail::emit_conv(const ConvPlan& p, const ConvEmit& e, uint64_t in_addr, uint64_t w_addr,
+                              uint64_t param_addr, uint64_t out_addr,
+                              const std::function<void(Builder&, const ConvStrip&)>& end_strip) {
+  const uint64_t an = p.array_n, beat = e.beat, kimg = p.images_per_tile;
   for (uint64_t addr : {in_addr, w_addr, param_addr, out_addr}) {
     if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
       throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("compile_conv: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
+                  fmt::format("{}: host address 0x{:x} is not {}-byte aligned or above 4 GiB", e.what, addr, beat));
     }
   }
-  // UB: [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC: [strip 0 | strip 1 | params]
-  // (one of each when plan.buffers == 1).
+  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC [strip 0 | strip 1 |
+  // params] (one of each when plan.buffers == 1). UB and WB addresses are e.elem times the rows.
   const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
   const uint64_t stage_rows = kimg * p.acc_rows;
   const uint64_t params_row = p.buffers * stage_rows;
+  const uint64_t px = e.elem * an;  // bytes of a pixel (N channels) and of a weight tile row
   // Resources: WB slots, input buffers (2), staging (2), ACC strips (2), params.
   const size_t r_w = 0, r_in = p.w_slots, r_stage = r_in + 2, r_acc = r_stage + 2, r_par = r_acc + 2;
   Builder b(r_par + 1);
 
-  for (const Transfer& t : split_transfer(params_row, param_addr, p.param_bytes(), 4 * an, beat)) {
+  for (const Transfer& t : split_transfer(params_row, param_addr, e.param_bytes, 4 * an, beat)) {
     b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
   }
   std::vector<int64_t> slot_holds(p.w_slots, -1);
-  uint64_t ring = 0, strip = 0, activates = 0;
+  uint64_t ring = 0, strip = 0;
   for (uint64_t tile = 0; tile < p.tiles; ++tile) {
     const uint64_t img0 = tile * kimg;
     const uint64_t nimg = std::min(kimg, p.batch - img0);
     const uint64_t ib = tile % p.buffers;
     const uint64_t in_base = ib * in_buf_rows;
     for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * an;
-      for (const Transfer& t : split_transfer(in_base + cb * kimg * p.img_rows, host, nimg * p.img_rows * an, an, beat)) {
+      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
+      for (const Transfer& t :
+           split_transfer(e.elem * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
         b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
       }
     }
@@ -326,19 +269,23 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
           const uint64_t slot =
               wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
           if (slot_holds[slot] != static_cast<int64_t>(wt)) {
-            for (const Transfer& t : split_transfer(slot * an, w_addr + wt * an * an, an * an, an, beat)) {
+            const uint64_t src = e.wsrc != nullptr ? e.wsrc->tile[wt] : wt;
+            for (const Transfer& t : split_transfer(slot * px, w_addr + src * an * px, an * px, an, beat)) {
               b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});
             }
             slot_holds[slot] = static_cast<int64_t>(wt);
           }
           isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-          lw.set("wb_addr", slot * an);
+          lw.set("wb_addr", slot * px);
+          if (e.bf16) lw.set("bf16", 1);
+          if (e.wsrc != nullptr && e.wsrc->transpose) lw.set("transpose", 1);
           b.emit(kC, std::move(lw), {r_w + slot}, {});
           for (uint64_t i = 0; i < nimg; ++i) {
             isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
+            if (e.bf16) mm.set("bf16", 1);
             mm.set("accumulate", first ? 0 : 1);
             mm.set("swap", i == 0 ? 1 : 0);
-            mm.set("ub_addr", in_base + (cb * kimg + i) * p.img_rows + p.tap_offset[tap]);
+            mm.set("ub_addr", e.elem * (in_base + (cb * kimg + i) * p.img_rows + p.tap_offset[tap]));
             mm.set("acc_addr", acc_base + i * p.acc_rows);
             mm.set("rows", p.acc_rows);
             b.emit(kC, std::move(mm), {r_in + ib}, {r_acc + sb}, /*is_matmul=*/true);
@@ -346,25 +293,12 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
           first = false;
         }
       }
-      for (const ActivateRun& run : activate_runs(p, nimg)) {
-        const uint64_t par = params_row + (run.group * p.o_blocks + ob) * p.param_rows_per_block();
-        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-        act.set("relu", relu ? 1 : 0);
-        act.set("bias", 1);
-        if (p.lut_rows > 0) act.set("lut", 1);
-        act.set("acc_addr", acc_base + run.row);
-        act.set("ub_addr", stage_base + run.row);
-        act.set("rows", run.rows);
-        act.set("bias_addr", par);
-        act.set("qparam_addr", par + 1);
-        b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
-        ++activates;
-      }
+      end_strip(b, ConvStrip{ob, nimg, acc_base, stage_base, params_row, r_acc + sb, r_stage + sb, r_par});
       for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * an;
+        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
         for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(stage_base + i * p.acc_rows + oy * p.wq,
-                                                  host_img + oy * p.wo_stored * an, p.wo_stored * an, an, beat)) {
+          for (const Transfer& t : split_transfer(e.elem * (stage_base + i * p.acc_rows + oy * p.wq),
+                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
             b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
           }
         }
@@ -374,6 +308,31 @@ ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_
   detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
   ConvProgram prog;
   detail::take_merged(std::move(merged), prog);
+  return prog;
+}
+
+ConvProgram compile_conv(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t param_addr,
+                         uint64_t out_addr) {
+  uint64_t activates = 0;
+  const detail::ConvEmit e{"compile_conv", 1, p.beat, p.param_bytes(), false, nullptr};
+  // A strip ends in one ACTIVATE per run of ACC rows that share a requantization group.
+  const auto end_strip = [&](Builder& b, const detail::ConvStrip& s) {
+    for (const ActivateRun& run : activate_runs(p, s.nimg)) {
+      const uint64_t par = s.params_row + (run.group * p.o_blocks + s.ob) * p.param_rows_per_block();
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("relu", relu ? 1 : 0);
+      act.set("bias", 1);
+      if (p.lut_rows > 0) act.set("lut", 1);
+      act.set("acc_addr", s.acc_base + run.row);
+      act.set("ub_addr", s.stage_base + run.row);
+      act.set("rows", run.rows);
+      act.set("bias_addr", par);
+      act.set("qparam_addr", par + 1);
+      b.emit(kC, std::move(act), {s.r_acc, s.r_par}, {s.r_stage});
+      ++activates;
+    }
+  };
+  ConvProgram prog = detail::emit_conv(p, e, in_addr, w_addr, param_addr, out_addr, end_strip);
   prog.activates = activates;
   return prog;
 }
@@ -387,29 +346,10 @@ ConvRunResult run_conv2d(Device& device, const QConv2d& layer, std::span<const i
   const std::vector<int8_t> xin = pack_conv_input(p, x);
   const std::vector<int8_t> wp = pack_conv_weights(p, layer.w_q);
   const std::vector<int32_t> pp = pack_conv_params(p, layer);
-  HostBuffer ibuf = device.alloc(p.in_bytes(), 4096);
-  HostBuffer wbuf = device.alloc(p.w_bytes(), 4096);
-  HostBuffer pbuf = device.alloc(p.param_bytes(), 4096);
-  HostBuffer obuf = device.alloc(p.out_bytes(), 4096);
-  device.write(ibuf, 0, xin.data(), xin.size());
-  device.write(wbuf, 0, wp.data(), wp.size());
-  device.write(pbuf, 0, pp.data(), pp.size() * sizeof(int32_t));
-  mark_zero_tiles(r.plan, wp);
-  const ConvProgram prog = compile_conv(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr());
-  r.instructions = prog.code.size() + 1;
-
-  r.wall_s = detail::submit_and_wait(device, prog.code);
-  std::vector<int8_t> packed(p.out_bytes());
-  device.read(obuf, 0, packed.data(), packed.size());
-  r.y = unpack_conv_output(p, packed);
-  r.perf = device.perf();
-  r.cycles = r.perf.cycles;
-  r.min_bytes = p.min_bytes();
-  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
-  const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
-  r.utilization = r.cycles > 0 ? static_cast<double>(p.macs()) / (peak * static_cast<double>(r.cycles)) : 0.0;
-  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.executed_tiles()) /
-                     static_cast<double>(p.mxu_rows());
+  detail::run_conv_program(
+      device, r, batch, xin, wp, pp, p.min_bytes(), mark_zero_tiles,
+      [&](uint64_t in, uint64_t w, uint64_t par, uint64_t out) { return compile_conv(p, layer.relu, in, w, par, out); },
+      unpack_conv_output);
   return r;
 }
 
@@ -459,13 +399,8 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
   } else {
     r.head = run_network(device, net.head, nn::cnn_head_input(net, x_q, last, batch), batch);
     r.output_i32 = r.head.output_i32;
-    r.cycles += r.head.cycles;
-    r.macs += r.head.macs;
-    r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
-    r.min_bytes += r.head.min_bytes;
   }
-  const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
-  r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  detail::add_cnn_head(r, device.info().params.array_n);
   return r;
 }
 

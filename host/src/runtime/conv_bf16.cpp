@@ -26,6 +26,7 @@
 #include <cmath>
 #include <limits>
 
+#include "conv_emit.h"
 #include "program_builder.h"
 #include "tpuw/error.h"
 #include "tpuw/numerics.h"
@@ -38,15 +39,7 @@ namespace tpuw::runtime {
 namespace {
 
 using detail::Builder;
-using detail::dma_instr;
 using detail::kC;
-using detail::kL;
-using detail::kS;
-using detail::split_transfer;
-using detail::Transfer;
-
-// As the int8 convolution's: loads placed this many compute instructions ahead of their first use.
-constexpr uint64_t kLookahead = 96;
 
 void require_bf16(const Device& device, const char* what) {
   if ((device.info().features & spec::reg::kFeaturesBf16) == 0) {
@@ -132,86 +125,25 @@ uint64_t conv_bf16_min_bytes(const ConvPlan& p) {
 }
 
 std::vector<uint16_t> pack_conv_bf16_input(const ConvPlan& p, std::span<const float> x, uint16_t pad) {
-  const ConvGeometry& g = p.geom;
-  const uint64_t an = p.array_n;
-  const uint64_t hw = uint64_t{g.in_h} * g.in_w;
-  if (x.size() != p.batch * g.in_c * hw) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: input has {} elements, expected batch*C*H*W = {}",
-                                                         x.size(), p.batch * g.in_c * hw));
-  }
-  // Host image: [c_block][batch][img_rows][N] bf16, the padded, phase-split image of each block.
-  std::vector<uint16_t> out(p.in_bytes(), pad);
-  for (uint64_t b = 0; b < p.batch; ++b) {
-    for (uint64_t c = 0; c < g.in_c; ++c) {
-      uint16_t* img = out.data() + ((c / an) * p.batch + b) * p.img_rows * an + c % an;
-      const float* src = x.data() + (b * g.in_c + c) * hw;
-      for (uint64_t y = 0; y < g.in_h; ++y) {
-        const uint64_t Y = y + g.pad_top;
-        const uint64_t row_base = ((Y % g.stride_h) * g.stride_w) * p.hq * p.wq + (Y / g.stride_h) * p.wq;
-        for (uint64_t xx = 0; xx < g.in_w; ++xx) {
-          const uint64_t X = xx + g.pad_left;
-          const uint64_t row = row_base + (X % g.stride_w) * p.hq * p.wq + X / g.stride_w;
-          img[row * an] = num::bf16_from_float(src[y * g.in_w + xx]);
-        }
-      }
-    }
-  }
-  return out;
+  return detail::pack_conv_image(p, x, pad, "bf16 conv", [](float v) { return num::bf16_from_float(v); });
 }
 
 std::vector<uint16_t> pack_conv_bf16_weights(const ConvPlan& p, std::span<const float> w) {
-  const ConvGeometry& g = p.geom;
-  const uint64_t an = p.array_n;
-  if (w.size() != uint64_t{g.out_c} * g.in_c * p.taps) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: weights have {} elements, expected O*C*KH*KW = {}",
-                                                         w.size(), uint64_t{g.out_c} * g.in_c * p.taps));
-  }
-  // Tile (ob, tap, cb), row k = input channel cb*N + k, column n = output channel ob*N + n.
-  std::vector<uint16_t> out(p.w_bytes(), 0);
-  for (uint64_t o = 0; o < g.out_c; ++o) {
-    for (uint64_t c = 0; c < g.in_c; ++c) {
-      for (uint64_t t = 0; t < p.taps; ++t) {
-        const uint64_t tile = ((o / an) * p.taps + t) * p.c_blocks + c / an;
-        out[tile * an * an + (c % an) * an + o % an] = num::bf16_from_float(w[(o * g.in_c + c) * p.taps + t]);
-      }
-    }
-  }
-  return out;
+  return detail::pack_conv_tiles<uint16_t>(p, w, "bf16 conv", [](float v) { return num::bf16_from_float(v); });
 }
 
 void mark_zero_tiles_bf16(ConvPlan& p, std::span<const uint16_t> packed) {
-  const uint64_t tile = uint64_t{p.array_n} * p.array_n;
-  p.zero_tile.assign(p.weight_tiles, 0);
-  for (uint64_t t = 0; t < p.weight_tiles; ++t) {
-    const uint16_t* b = packed.data() + t * tile;
-    p.zero_tile[t] = std::all_of(b, b + tile, [](uint16_t v) { return (v & 0x7FFFu) == 0; }) ? 1 : 0;
-  }
+  detail::mark_zero_conv_tiles(p, packed, [](uint16_t v) { return (v & 0x7FFFu) == 0; });
 }
 
 std::vector<float> unpack_conv_bf16_output(const ConvPlan& p, std::span<const uint16_t> packed) {
-  const uint64_t an = p.array_n, oc = p.geom.out_c;
-  if (packed.size() < p.out_bytes()) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("bf16 conv: output image has {} elements, the plan needs {}",
-                                                         packed.size(), p.out_bytes()));
-  }
-  // Host image: [batch][o_block][ho][wo_stored][N] bf16.
-  std::vector<float> y(p.batch * oc * p.ho * p.wo);
-  for (uint64_t b = 0; b < p.batch; ++b) {
-    for (uint64_t o = 0; o < oc; ++o) {
-      const uint16_t* src = packed.data() + (b * p.o_blocks + o / an) * p.ho * p.wo_stored * an + o % an;
-      float* dst = y.data() + (b * oc + o) * p.ho * p.wo;
-      for (uint64_t oy = 0; oy < p.ho; ++oy) {
-        for (uint64_t ox = 0; ox < p.wo; ++ox) dst[oy * p.wo + ox] = num::bf16_to_float(src[(oy * p.wo_stored + ox) * an]);
-      }
-    }
-  }
-  return y;
+  return detail::unpack_conv_image<float>(p, packed, "bf16 conv", "elements",
+                                          [](uint16_t v) { return num::bf16_to_float(v); });
 }
 
 ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, uint64_t w_addr, uint64_t bias_addr,
                               uint64_t out_addr, std::span<const float> group_scale, bool group_bias,
                               const ConvWeightSource* wsrc) {
-  const uint64_t an = p.array_n, beat = 2 * uint64_t{p.beat}, kimg = p.images_per_tile;
   if (wsrc != nullptr && wsrc->tile.size() != p.weight_tiles) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("compile_conv_bf16: {} weight tile sources for {} tiles",
                                                          wsrc->tile.size(), p.weight_tiles));
@@ -222,114 +154,35 @@ ConvProgram compile_conv_bf16(const ConvPlan& p, bool relu, uint64_t in_addr, ui
                 fmt::format("compile_conv_bf16: {} group scales for a plan with {} pixel groups", group_scale.size(),
                             grouped ? p.extra_groups + 1 : 0));
   }
-  for (uint64_t addr : {in_addr, w_addr, bias_addr, out_addr}) {
-    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("compile_conv_bf16: host address 0x{:x} is not {}-byte aligned or above 4 GiB", addr, beat));
+  const detail::ConvEmit e{"compile_conv_bf16", 2, 2 * uint64_t{p.beat}, conv_bf16_param_bytes(p), true, wsrc};
+  return detail::emit_conv(p, e, in_addr, w_addr, bias_addr, out_addr, [&](Builder& b, const detail::ConvStrip& s) {
+    // Pixel groups: the runs of ACC rows that share a group, each scaled in place (VECTOR SCALE).
+    const std::vector<ActivateRun> strip_run{ActivateRun{0, s.nimg * p.acc_rows, 0}};
+    const std::vector<ActivateRun> runs = grouped ? activate_runs(p, s.nimg) : strip_run;
+    for (const ActivateRun& run : runs) {
+      const float sc = grouped ? group_scale[run.group] : 1.0f;
+      if (num::to_bits(sc) == num::to_bits(1.0f)) continue;
+      isa::Instr v = isa::make_instr(spec::Opcode::kVector);
+      v.set("op", static_cast<uint64_t>(spec::VecOp::kScale));
+      v.set("dst_addr", s.acc_base + run.row);
+      v.set("a_addr", s.acc_base + run.row);
+      v.set("b_addr", s.acc_base + run.row);
+      v.set("rows", run.rows);
+      v.set("scalar", num::to_bits(sc));
+      b.emit(kC, std::move(v), {s.r_acc}, {s.r_acc});
     }
-  }
-  // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC [strip 0 | strip 1 | bias].
-  const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
-  const uint64_t stage_rows = kimg * p.acc_rows;
-  const uint64_t bias_row = p.buffers * stage_rows;
-  const uint64_t px = 2 * an;  // bytes of a bf16 pixel (a UB row pair) and of a weight tile row
-  const size_t r_w = 0, r_in = p.w_slots, r_stage = r_in + 2, r_acc = r_stage + 2, r_par = r_acc + 2;
-  Builder b(r_par + 1);
-
-  for (const Transfer& t : split_transfer(bias_row, bias_addr, conv_bf16_param_bytes(p), 4 * an, beat)) {
-    b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kAcc, t), {}, {r_par});
-  }
-  std::vector<int64_t> slot_holds(p.w_slots, -1);
-  uint64_t ring = 0, strip = 0;
-  for (uint64_t tile = 0; tile < p.tiles; ++tile) {
-    const uint64_t img0 = tile * kimg;
-    const uint64_t nimg = std::min(kimg, p.batch - img0);
-    const uint64_t ib = tile % p.buffers;
-    const uint64_t in_base = ib * in_buf_rows;
-    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-      for (const Transfer& t :
-           split_transfer(2 * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
-      }
+    for (const ActivateRun& run : group_bias ? runs : strip_run) {
+      isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
+      act.set("bf16", 1);
+      act.set("relu", relu ? 1 : 0);
+      act.set("bias", 1);
+      act.set("acc_addr", s.acc_base + run.row);
+      act.set("ub_addr", 2 * (s.stage_base + run.row));
+      act.set("rows", run.rows);
+      act.set("bias_addr", s.params_row + run.group * p.o_blocks + s.ob);
+      b.emit(kC, std::move(act), {s.r_acc, s.r_par}, {s.r_stage});
     }
-    for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
-      const uint64_t sb = strip % p.buffers;
-      const uint64_t acc_base = sb * stage_rows;
-      const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;
-      bool first = true;
-      for (uint64_t tap = 0; tap < p.taps; ++tap) {
-        for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-          const uint64_t wt = (ob * p.taps + tap) * p.c_blocks + cb;
-          if (p.skipped(wt)) continue;
-          const uint64_t slot =
-              wt < p.pinned_tiles ? wt : p.pinned_tiles + ring++ % (p.w_slots - p.pinned_tiles);
-          if (slot_holds[slot] != static_cast<int64_t>(wt)) {
-            const uint64_t src = wsrc != nullptr ? wsrc->tile[wt] : wt;
-            for (const Transfer& t : split_transfer(slot * px, w_addr + src * an * px, an * px, an, beat)) {
-              b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kWb, t), {}, {r_w + slot});
-            }
-            slot_holds[slot] = static_cast<int64_t>(wt);
-          }
-          isa::Instr lw = isa::make_instr(spec::Opcode::kLoadw);
-          lw.set("wb_addr", slot * px);
-          lw.set("bf16", 1);
-          if (wsrc != nullptr && wsrc->transpose) lw.set("transpose", 1);
-          b.emit(kC, std::move(lw), {r_w + slot}, {});
-          for (uint64_t i = 0; i < nimg; ++i) {
-            isa::Instr mm = isa::make_instr(spec::Opcode::kMatmul);
-            mm.set("bf16", 1);
-            mm.set("accumulate", first ? 0 : 1);
-            mm.set("swap", i == 0 ? 1 : 0);
-            mm.set("ub_addr", 2 * (in_base + (cb * kimg + i) * p.img_rows + p.tap_offset[tap]));
-            mm.set("acc_addr", acc_base + i * p.acc_rows);
-            mm.set("rows", p.acc_rows);
-            b.emit(kC, std::move(mm), {r_in + ib}, {r_acc + sb}, /*is_matmul=*/true);
-          }
-          first = false;
-        }
-      }
-      // Pixel groups: the runs of ACC rows that share a group, each scaled in place (VECTOR SCALE).
-      const std::vector<ActivateRun> strip_run{ActivateRun{0, nimg * p.acc_rows, 0}};
-      const std::vector<ActivateRun> runs = grouped ? activate_runs(p, nimg) : strip_run;
-      for (const ActivateRun& run : runs) {
-        const float s = grouped ? group_scale[run.group] : 1.0f;
-        if (num::to_bits(s) == num::to_bits(1.0f)) continue;
-        isa::Instr v = isa::make_instr(spec::Opcode::kVector);
-        v.set("op", static_cast<uint64_t>(spec::VecOp::kScale));
-        v.set("dst_addr", acc_base + run.row);
-        v.set("a_addr", acc_base + run.row);
-        v.set("b_addr", acc_base + run.row);
-        v.set("rows", run.rows);
-        v.set("scalar", num::to_bits(s));
-        b.emit(kC, std::move(v), {r_acc + sb}, {r_acc + sb});
-      }
-      for (const ActivateRun& run : group_bias ? runs : strip_run) {
-        isa::Instr act = isa::make_instr(spec::Opcode::kActivate);
-        act.set("bf16", 1);
-        act.set("relu", relu ? 1 : 0);
-        act.set("bias", 1);
-        act.set("acc_addr", acc_base + run.row);
-        act.set("ub_addr", 2 * (stage_base + run.row));
-        act.set("rows", run.rows);
-        act.set("bias_addr", bias_row + run.group * p.o_blocks + ob);
-        b.emit(kC, std::move(act), {r_acc + sb, r_par}, {r_stage + sb});
-      }
-      for (uint64_t i = 0; i < nimg; ++i) {
-        const uint64_t host_img = out_addr + ((img0 + i) * p.o_blocks + ob) * p.ho * p.wo_stored * px;
-        for (uint64_t oy = 0; oy < p.ho; ++oy) {
-          for (const Transfer& t : split_transfer(2 * (stage_base + i * p.acc_rows + oy * p.wq),
-                                                  host_img + oy * p.wo_stored * px, p.wo_stored * px, an, beat)) {
-            b.emit(kS, dma_instr(spec::Opcode::kStore, spec::Mem::kUb, t), {r_stage + sb}, {});
-          }
-        }
-      }
-    }
-  }
-  detail::MergedProgram merged = detail::merge_program(b, kLookahead, static_cast<int64_t>(2 * kLookahead + 24));
-  ConvProgram prog;
-  detail::take_merged(std::move(merged), prog);
-  return prog;
+  });
 }
 
 ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, std::span<const float> x,
@@ -363,29 +216,12 @@ ConvBf16RunResult run_conv2d_bf16(Device& device, const Bf16ConvLayer& layer, st
   for (uint64_t i = 0; i < (groups - 1) * O && !layer.pixel_group.empty(); ++i) {
     group_bias = group_bias || num::to_bits(layer.group_bias[O + i]) != num::to_bits(layer.group_bias[i % O]);
   }
-  HostBuffer ibuf = device.alloc(conv_bf16_in_bytes(p), 4096);
-  HostBuffer wbuf = device.alloc(conv_bf16_w_bytes(p), 4096);
-  HostBuffer pbuf = device.alloc(conv_bf16_param_bytes(p), 4096);
-  HostBuffer obuf = device.alloc(conv_bf16_out_bytes(p), 4096);
-  device.write(ibuf, 0, xin.data(), xin.size() * 2);
-  device.write(wbuf, 0, wp.data(), wp.size() * 2);
-  device.write(pbuf, 0, bias.data(), bias.size() * 4);
-  mark_zero_tiles_bf16(r.plan, wp);
-  const ConvProgram prog = compile_conv_bf16(p, layer.relu, ibuf.addr(), wbuf.addr(), pbuf.addr(), obuf.addr(),
-                                             layer.group_scale, group_bias);
-  r.instructions = prog.code.size() + 1;
-
-  r.wall_s = detail::submit_and_wait(device, prog.code);
-  std::vector<uint16_t> packed(p.out_bytes());
-  device.read(obuf, 0, packed.data(), packed.size() * 2);
-  r.y = unpack_conv_bf16_output(p, packed);
-  r.perf = device.perf();
-  r.cycles = r.perf.cycles;
-  r.min_bytes = conv_bf16_min_bytes(p);
-  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
-  const double peak = static_cast<double>(p.array_n) * static_cast<double>(p.array_n);
-  r.utilization = r.cycles > 0 ? static_cast<double>(p.macs()) / (peak * static_cast<double>(r.cycles)) : 0.0;
-  r.row_efficiency = static_cast<double>(batch * p.ho * p.wo * p.executed_tiles()) / static_cast<double>(p.mxu_rows());
+  detail::run_conv_program(
+      device, r, batch, xin, wp, bias, conv_bf16_min_bytes(p), mark_zero_tiles_bf16,
+      [&](uint64_t in, uint64_t w, uint64_t par, uint64_t out) {
+        return compile_conv_bf16(p, layer.relu, in, w, par, out, layer.group_scale, group_bias);
+      },
+      unpack_conv_bf16_output);
   return r;
 }
 
@@ -569,12 +405,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
     r.head = run_network_bf16(device, net.head, head_input(net, x0, a, batch), batch);
     r.output = r.head.output;
   }
-  r.cycles += r.head.cycles;
-  r.macs += r.head.macs;
-  r.moved_bytes += r.head.rd_bytes + r.head.wr_bytes;
-  r.min_bytes += r.head.min_bytes;
-  const double peak = static_cast<double>(device.info().params.array_n) * device.info().params.array_n;
-  r.utilization = r.cycles > 0 ? static_cast<double>(r.macs) / (peak * static_cast<double>(r.cycles)) : 0.0;
+  detail::add_cnn_head(r, device.info().params.array_n);
   return r;
 }
 

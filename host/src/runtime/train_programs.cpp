@@ -146,6 +146,16 @@ TrainProgramCache::Entry& TrainProgramCache::make(uint64_t slot, uint64_t rows) 
   return e;
 }
 
+void TrainProgramCache::run_conv(const Entry& e, const HostBuffer& out, ConvBf16RunResult& r) {
+  r.perf = run(e);
+  std::vector<uint16_t> packed(r.plan.out_bytes());
+  device_->read(out, 0, packed.data(), packed.size() * 2);
+  r.y = unpack_conv_bf16_output(r.plan, packed);
+  r.cycles = r.perf.cycles;
+  r.instructions = e.code.size() + 1;
+  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
+}
+
 HostBuffer TrainProgramCache::alloc(uint64_t bytes) { return device_->alloc(std::max<uint64_t>(bytes, 64), 4096); }
 
 PerfCounters TrainProgramCache::run(const Entry& e) {
@@ -186,14 +196,8 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
   device_->write(e->bufs[2], 0, bias.data(), bias.size() * 4);
   ConvBf16RunResult r;
   r.plan = std::move(plan);
-  r.perf = run(*e);
-  std::vector<uint16_t> packed(r.plan.out_bytes());
-  device_->read(e->bufs[3], 0, packed.data(), packed.size() * 2);
-  r.y = unpack_conv_bf16_output(r.plan, packed);
-  r.cycles = r.perf.cycles;
-  r.instructions = e->code.size() + 1;
+  run_conv(*e, e->bufs[3], r);
   r.min_bytes = conv_bf16_min_bytes(r.plan);
-  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
   return r;
 }
@@ -249,14 +253,8 @@ bool TrainProgramCache::conv_input_grad(uint64_t slot, uint64_t fwd_slot, const 
   device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
   r = ConvBf16RunResult{};
   r.plan = std::move(plan);
-  r.perf = run(*e);
-  std::vector<uint16_t> packed(r.plan.out_bytes());
-  device_->read(e->bufs[2], 0, packed.data(), packed.size() * 2);
-  r.y = unpack_conv_bf16_output(r.plan, packed);
-  r.cycles = r.perf.cycles;
-  r.instructions = e->code.size() + 1;
+  run_conv(*e, e->bufs[2], r);
   r.min_bytes = conv_bf16_min_bytes(r.plan);
-  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   r.utilization = utilization(r.plan.macs(), r.plan.array_n, r.cycles);
   return true;
 }
@@ -364,14 +362,8 @@ ConvBf16RunResult TrainProgramCache::max_pool(uint64_t slot, const Bf16ConvLayer
   device_->write(e->bufs[0], 0, xin.data(), xin.size() * 2);
   ConvBf16RunResult r;
   r.plan = std::move(plan);
-  r.perf = run(*e);
-  std::vector<uint16_t> packed(r.plan.out_bytes());
-  device_->read(e->bufs[2], 0, packed.data(), packed.size() * 2);
-  r.y = unpack_conv_bf16_output(r.plan, packed);
-  r.cycles = r.perf.cycles;
-  r.instructions = e->code.size() + 1;
+  run_conv(*e, e->bufs[2], r);
   r.min_bytes = max_pool_bf16_min_bytes(r.plan);
-  r.moved_bytes = r.perf.rd_bytes + r.perf.wr_bytes;
   return r;
 }
 

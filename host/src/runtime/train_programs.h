@@ -173,6 +173,10 @@ class TrainProgramCache {
   Entry& make(uint64_t slot, uint64_t rows);
   HostBuffer alloc(uint64_t bytes);
   PerfCounters run(const Entry& e);
+  /// Runs `e` (a convolution or pool program, r.plan its plan) and fills r from the bf16 output
+  /// image in `out`: y, perf, cycles, instructions, moved bytes (the caller sets min_bytes and
+  /// utilization).
+  void run_conv(const Entry& e, const HostBuffer& out, ConvBf16RunResult& r);
 
   Device* device_;
   std::map<std::pair<uint64_t, uint64_t>, Entry> entries_;

@@ -17,6 +17,7 @@
 #include "tpuw/error.h"
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/npy.h"
+#include "conv_cases.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -101,91 +102,42 @@ std::vector<double> conv_double(const Bf16ConvLayer& l, std::span<const float> x
   return y;
 }
 
-struct Case {
-  const char* what;
-  ConvGeometry g;
-  uint64_t batch;
-  bool relu, bias;
+struct Case : conv_cases::ConvCase {
   uint32_t group = 1;
   Kind kind = Kind::kConv;
 };
-
-ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t kh, uint32_t kw) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = kh, g.kernel_w = kw;
-  return g;
-}
+using conv_cases::geom;
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  v.push_back({"1x1 no pad", geom(5, 6, 7, 9, 1, 1), 3, false, true});
-  {
-    ConvGeometry g = geom(3, 8, 8, 4, 3, 3);
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 pad 1 relu", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(20, 9, 11, 18, 3, 3);  // channel blocks > 1 on both sides (N=16)
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 20->18 pad 1, no bias", g, 3, true, false});
-  }
-  {
-    ConvGeometry g = geom(4, 10, 9, 6, 3, 3);
-    g.stride_h = g.stride_w = 2;
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 stride 2 pad 1", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(2, 12, 13, 3, 3, 2);
-    g.stride_h = 3, g.stride_w = 1;
-    v.push_back({"3x2 stride (3,1)", g, 2, false, true});
-  }
-  {
-    ConvGeometry g = geom(3, 11, 10, 5, 3, 3);
-    g.dilation_h = 2, g.dilation_w = 3;
-    g.pad_top = 2, g.pad_left = 3, g.pad_bottom = 2, g.pad_right = 3;
-    v.push_back({"3x3 dilation (2,3)", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(3, 7, 9, 4, 2, 4);
-    g.pad_top = 0, g.pad_left = 2, g.pad_bottom = 1, g.pad_right = 1;
-    v.push_back({"2x4 asymmetric pads", g, 3, false, false});
-  }
-  {
-    ConvGeometry g = geom(6, 14, 14, 8, 5, 5);
-    g.stride_h = 2, g.stride_w = 2, g.dilation_h = 2, g.dilation_w = 1;
-    g.pad_top = 1, g.pad_left = 2, g.pad_bottom = 3, g.pad_right = 0;
-    v.push_back({"5x5 stride 2 dilation (2,1) asymmetric", g, 2, true, true});
-  }
-  v.push_back({"LeNet conv1 5x5", geom(1, 28, 28, 6, 5, 5), 3, true, true});
-  v.push_back({"kernel covers the image", geom(2, 5, 5, 3, 5, 5), 4, false, true});
+  conv_cases::add_attribute_cases(v, 3);
   {
     ConvGeometry g = geom(8, 9, 9, 12, 3, 3);
     g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"grouped 3x3, 4 groups", g, 2, true, true, 4});
+    v.push_back({{"grouped 3x3, 4 groups", g, 2, true, true}, 4});
   }
   {
     ConvGeometry g = geom(24, 10, 10, 24, 3, 3);
     g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"depthwise 3x3, 24 channels", g, 2, true, true, 24});
+    v.push_back({{"depthwise 3x3, 24 channels", g, 2, true, true}, 24});
   }
   {
     ConvGeometry g = geom(5, 8, 8, 5, 2, 2);
     g.stride_h = g.stride_w = 2;
-    v.push_back({"average pool 2x2/2", g, 3, false, false, 1, Kind::kAvgPool});
+    v.push_back({{"average pool 2x2/2", g, 3, false, false}, 1, Kind::kAvgPool});
   }
   {
     ConvGeometry g = geom(18, 9, 9, 18, 3, 3);
     g.stride_h = g.stride_w = 2;
     g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"average pool 3x3/2 pad 1 (count_include_pad)", g, 2, false, false, 1, Kind::kAvgPool});
+    v.push_back({{"average pool 3x3/2 pad 1 (count_include_pad)", g, 2, false, false}, 1, Kind::kAvgPool});
   }
-  v.push_back({"global average pool 7x7", geom(20, 7, 7, 20, 7, 7), 3, false, false, 1, Kind::kAvgPool});
+  v.push_back({{"global average pool 7x7", geom(20, 7, 7, 20, 7, 7), 3, false, false}, 1, Kind::kAvgPool});
   {
     ConvGeometry g = geom(5, 9, 8, 5, 3, 3);
     g.stride_h = g.stride_w = 2;
     g.pad_top = g.pad_left = 1;
-    v.push_back({"max pool 3x3/2 pad 1", g, 2, false, false, 1, Kind::kMaxPool});
+    v.push_back({{"max pool 3x3/2 pad 1", g, 2, false, false}, 1, Kind::kMaxPool});
   }
   return v;
 }
@@ -247,7 +199,7 @@ TEST(ConvBf16Ref, ManyTilesAndStreamedWeights) {
   EXPECT_FALSE(plan.weights_resident);
   EXPECT_EQ(plan.w_slots, 64u);  // 512 WB rows / (2 * 4) rows per bf16 tile
   EXPECT_GT(plan.tiles, 1u);
-  run_case(4, Case{"streamed weights", g, 9, true, true}, 7);
+  run_case(4, Case{{"streamed weights", g, 9, true, true}}, 7);
 }
 
 TEST(ConvBf16Ref, DepthwiseSkipsTheOffDiagonalTiles) {

@@ -8,6 +8,7 @@
 #include "tpuw/error.h"
 #include "tpuw/nn/quantize.h"
 #include "tpuw/runtime/conv.h"
+#include "conv_cases.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -39,67 +40,12 @@ std::vector<int8_t> random_input(uint64_t n, std::mt19937& rng) {
   return v;
 }
 
-struct Case {
-  const char* what;
-  ConvGeometry g;
-  uint64_t batch;
-  bool relu, bias;
-};
+using Case = conv_cases::ConvCase;
+using conv_cases::geom;
 
 std::vector<Case> cases() {
-  auto geom = [](uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t kh, uint32_t kw) {
-    ConvGeometry g;
-    g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = kh, g.kernel_w = kw;
-    return g;
-  };
   std::vector<Case> v;
-  v.push_back({"1x1 no pad", geom(5, 6, 7, 9, 1, 1), 3, false, true});
-  {
-    ConvGeometry g = geom(3, 8, 8, 4, 3, 3);
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 pad 1 relu", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(20, 9, 11, 18, 3, 3);  // channel blocks > 1 on both sides (N=16)
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 20->18 pad 1, no bias", g, 3, true, false});
-  }
-  {
-    ConvGeometry g = geom(4, 10, 9, 6, 3, 3);
-    g.stride_h = g.stride_w = 2;
-    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
-    v.push_back({"3x3 stride 2 pad 1", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(2, 12, 13, 3, 3, 2);
-    g.stride_h = 3, g.stride_w = 1;
-    v.push_back({"3x2 stride (3,1)", g, 2, false, true});
-  }
-  {
-    ConvGeometry g = geom(3, 11, 10, 5, 3, 3);
-    g.dilation_h = 2, g.dilation_w = 3;
-    g.pad_top = 2, g.pad_left = 3, g.pad_bottom = 2, g.pad_right = 3;
-    v.push_back({"3x3 dilation (2,3)", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(3, 7, 9, 4, 2, 4);
-    g.pad_top = 0, g.pad_left = 2, g.pad_bottom = 1, g.pad_right = 1;  // asymmetric (SAME_UPPER-like)
-    v.push_back({"2x4 asymmetric pads", g, 3, false, false});
-  }
-  {
-    ConvGeometry g = geom(6, 14, 14, 8, 5, 5);
-    g.stride_h = 2, g.stride_w = 2, g.dilation_h = 2, g.dilation_w = 1;
-    g.pad_top = 1, g.pad_left = 2, g.pad_bottom = 3, g.pad_right = 0;
-    v.push_back({"5x5 stride 2 dilation (2,1) asymmetric", g, 2, true, true});
-  }
-  {
-    ConvGeometry g = geom(1, 28, 28, 6, 5, 5);  // LeNet's first layer
-    v.push_back({"LeNet conv1 5x5", g, 5, true, true});
-  }
-  {
-    ConvGeometry g = geom(2, 5, 5, 3, 5, 5);  // kernel = whole image: one output pixel
-    v.push_back({"kernel covers the image", g, 4, false, true});
-  }
+  conv_cases::add_attribute_cases(v, 5);
   return v;
 }
 

@@ -17,54 +17,17 @@
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/conv_train_bf16.h"
 #include "tpuw/runtime/npy.h"
+#include "conv_train_fixtures.h"
 
 namespace tpuw::runtime {
 namespace {
 
 using Kind = Bf16ConvLayer::Kind;
-
-ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
-                  uint32_t pad) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
-  g.stride_h = g.stride_w = stride;
-  g.dilation_h = g.dilation_w = dil;
-  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
-  return g;
-}
-
-std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Bf16ConvLayer conv_layer(const ConvGeometry& g, std::mt19937& rng) {
-  Bf16ConvLayer l;
-  l.name = "conv";
-  l.geom = g;
-  const uint64_t T = uint64_t{g.kernel_h} * g.kernel_w;
-  l.w = normal(uint64_t{g.out_c} * g.in_c * T, rng, static_cast<float>(1.0 / std::sqrt(double(g.in_c) * double(T))));
-  l.bias.assign(g.out_c, 0.1f);
-  return l;
-}
-
-Bf16ConvLayer pool_layer(const ConvGeometry& g, Kind kind) {
-  Bf16ConvLayer l;
-  l.name = "pool";
-  l.kind = kind;
-  l.geom = g;
-  if (kind == Kind::kAvgPool) {
-    const uint64_t T = uint64_t{g.kernel_h} * g.kernel_w;
-    l.w.assign(uint64_t{g.out_c} * g.in_c * T, 0.0f);
-    for (uint64_t o = 0; o < g.out_c; ++o) {
-      for (uint64_t t = 0; t < T; ++t) l.w[(o * g.in_c + o) * T + t] = 1.0f / static_cast<float>(T);
-    }
-    l.bias.assign(g.out_c, 0.0f);
-  }
-  return l;
-}
+using conv_fixtures::conv_layer;
+using conv_fixtures::expect_bits;
+using conv_fixtures::geom;
+using conv_fixtures::normal;
+using conv_fixtures::pool_layer;
 
 // The forward max pool (the trainer's activations: exact maxima of the bf16 inputs).
 std::vector<float> max_pool_forward(const Bf16ConvLayer& l, std::span<const float> x, uint64_t batch) {
@@ -113,14 +76,6 @@ Grads conv_grads_double(const Bf16ConvLayer& l, std::span<const float> x, std::s
   return r;
 }
 
-void expect_bits(std::span<const float> got, std::span<const float> want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-        << what << " element " << i << ": device " << got[i] << ", contract " << want[i];
-  }
-}
-
 // Within `tol` of the largest |expected| (bf16 keeps 8 bits).
 template <typename T>
 void expect_close(std::span<const float> got, std::span<const T> want, double tol, const char* what) {
@@ -134,12 +89,7 @@ void expect_close(std::span<const float> got, std::span<const T> want, double to
   EXPECT_LE(max_err, tol * max_abs) << what << ": largest error " << max_err << " of " << max_abs;
 }
 
-struct Case {
-  const char* what;
-  unsigned array_n;
-  ConvGeometry g;
-  uint64_t batch;
-};
+using Case = conv_fixtures::GeomCase;
 
 TEST(ConvTrainBf16, ConvGradientsMatchTheContractAndDouble) {
   std::vector<Case> cases = {

@@ -16,29 +16,19 @@
 #include "tpuw/numerics.h"
 #include "tpuw/runtime/conv.h"
 #include "tpuw/runtime/maxpool.h"
+#include "pool_cases.h"
 
 namespace tpuw::runtime {
 namespace {
 
-struct PoolCase {
-  uint32_t c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
-  uint64_t batch;
-  unsigned array_n;
-  bool relu;
-};
+using pool_cases::PoolCase;
 
 QConv2d pool_layer(const PoolCase& c) {
   QConv2d l;
   l.name = "pool";
   l.max_pool = true;
   l.relu = c.relu;
-  ConvGeometry& g = l.geom;
-  g.in_c = g.out_c = c.c;
-  g.in_h = c.h, g.in_w = c.w;
-  g.kernel_h = c.kh, g.kernel_w = c.kw;
-  g.stride_h = c.sh, g.stride_w = c.sw;
-  g.dilation_h = c.dh, g.dilation_w = c.dw;
-  g.pad_top = c.pt, g.pad_left = c.pl, g.pad_bottom = c.pb, g.pad_right = c.pr;
+  l.geom = pool_cases::geometry(c);
   return l;
 }
 
@@ -50,18 +40,10 @@ std::vector<int8_t> random_map(uint64_t n, std::mt19937& rng) {
 }
 
 TEST(MaxPoolDevice, EqualsTheHostMaxPool) {
-  const std::vector<PoolCase> cases = {
-      {2, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0, 3, 16, false},     // 2x2/2
-      {2, 5, 5, 2, 2, 2, 2, 1, 1, 0, 0, 1, 1, 3, 16, false},     // ceil_mode: one extra end pad
-      {2, 6, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2, 3, 16, true},      // pads 1 + ceil_mode, ReLU
-      {3, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 16, false},     // 3x3/1 pad 1
-      {20, 9, 8, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, 3, 16, true},     // two channel blocks, asymmetric
-      {5, 9, 9, 2, 2, 1, 1, 2, 2, 0, 0, 0, 0, 2, 16, false},     // dilation 2
-      {6, 11, 10, 3, 3, 3, 2, 2, 1, 2, 1, 1, 2, 2, 4, false},    // N=4, stride 3x2, dilation 2x1
-      {16, 11, 11, 2, 2, 2, 2, 1, 1, 0, 0, 1, 1, 40, 16, true},  // the Fashion CNN's pool2, many images
-      {4, 4, 4, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2, 4, false},      // the whole map (global max)
-      {3, 5, 5, 3, 3, 2, 2, 1, 1, 2, 2, 2, 2, 1, 16, false},     // pads 2 (a window of pads: -128)
-  };
+  std::vector<PoolCase> cases = pool_cases::attribute_cases();
+  cases.push_back({4, 4, 4, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2, 4, false});   // the whole map (global max)
+  cases.push_back({3, 5, 5, 3, 3, 2, 2, 1, 1, 2, 2, 2, 2, 1, 16, false});  // pads 2 (a window of pads: -128)
+
   std::mt19937 rng(5);
   for (size_t i = 0; i < cases.size(); ++i) {
     const PoolCase& c = cases[i];
@@ -123,7 +105,7 @@ Bf16ConvLayer bf16_pool_layer(const PoolCase& c) {
   Bf16ConvLayer l;
   l.name = "pool";
   l.kind = Bf16ConvLayer::Kind::kMaxPool;
-  l.geom = pool_layer(c).geom;
+  l.geom = pool_cases::geometry(c);
   return l;
 }
 

@@ -18,57 +18,22 @@
 #include "tpuw/error.h"
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/conv_train_bf16.h"
+#include "conv_train_fixtures.h"
 #include "train_programs.h"
 
 namespace tpuw::runtime {
 namespace {
 
 using Kind = Bf16ConvLayer::Kind;
+using conv_fixtures::expect_bits;
+using conv_fixtures::GeomCase;
+using conv_fixtures::geom;
+using conv_fixtures::normal;
 
-ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
-                  uint32_t pad) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
-  g.stride_h = g.stride_w = stride;
-  g.dilation_h = g.dilation_w = dil;
-  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
-  return g;
-}
-
-std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
+// A Conv (conv_layer) or an AveragePool (pool_layer); a pool draws nothing from `rng`.
 Bf16ConvLayer layer(const ConvGeometry& g, Kind kind, std::mt19937& rng) {
-  Bf16ConvLayer l;
-  l.name = kind == Kind::kAvgPool ? "pool" : "conv";
-  l.kind = kind;
-  l.geom = g;
-  const uint64_t T = uint64_t{g.kernel_h} * g.kernel_w;
-  if (kind == Kind::kAvgPool) {
-    l.w.assign(uint64_t{g.out_c} * g.in_c * T, 0.0f);
-    for (uint64_t o = 0; o < g.out_c; ++o) {
-      for (uint64_t t = 0; t < T; ++t) l.w[(o * g.in_c + o) * T + t] = 1.0f / static_cast<float>(T);
-    }
-    l.bias.assign(g.out_c, 0.0f);
-  } else {
-    l.w = normal(uint64_t{g.out_c} * g.in_c * T, rng, static_cast<float>(1.0 / std::sqrt(double(g.in_c) * double(T))));
-    l.bias.assign(g.out_c, 0.1f);
-  }
-  return l;
+  return kind == Kind::kAvgPool ? conv_fixtures::pool_layer(g, kind) : conv_fixtures::conv_layer(g, rng);
 }
-
-void expect_bits(std::span<const float> got, std::span<const float> want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
-        << what << " element " << i << ": device " << got[i] << ", contract " << want[i];
-  }
-}
-
 struct Case {
   const char* what;
   unsigned array_n;
@@ -159,13 +124,7 @@ TEST(TrainPrograms, DirectParamGradsMatchTheContract) {
   // The direct dW program (no im2col: weight tiles gathered from the forward's packed input) ==
   // conv_param_grads_bf16_host bit for bit, for one and several channel blocks, strides (phase-split
   // input), dilation, asymmetric pads, a partial last pixel block, and ACC passes.
-  struct DCase {
-    const char* what;
-    unsigned array_n;
-    ConvGeometry g;
-    uint64_t batch;
-  };
-  std::vector<DCase> cases = {
+  std::vector<GeomCase> cases = {
       {"3x3 s1 p1, C=20 (two channel blocks), O=18", 16, geom(20, 7, 6, 18, 3, 1, 1, 1), 3},
       {"4x4 C=8 O=16 (the Fashion conv2)", 16, geom(8, 14, 14, 16, 4, 1, 1, 0), 2},
       {"3x3 s2, asymmetric pads", 16, geom(8, 10, 11, 16, 3, 2, 1, 1), 2},
@@ -179,7 +138,7 @@ TEST(TrainPrograms, DirectParamGradsMatchTheContract) {
   cases[2].g.pad_bottom = 0;
   cases[2].g.pad_right = 2;
   uint32_t seed = 21;
-  for (const DCase& c : cases) {
+  for (const GeomCase& c : cases) {
     SCOPED_TRACE(c.what);
     std::mt19937 rng(seed++);
     const Bf16ConvLayer l = layer(c.g, Kind::kConv, rng);
@@ -248,13 +207,7 @@ TEST(TrainPrograms, TapLanesAreTheLayerBitForBit) {
   // A Conv with one input channel as a 1x1 convolution over its im2col (tap t in lane t): the
   // forward output and dW/db (direct and one-hot) equal the layer's contract bit for bit, for pads,
   // stride 2, dilation and 16 taps at N = 16 (every lane), and 4 taps at N = 4.
-  struct LCase {
-    const char* what;
-    unsigned array_n;
-    ConvGeometry g;
-    uint64_t batch;
-  };
-  std::vector<LCase> cases = {
+  std::vector<GeomCase> cases = {
       {"3x3 p1 (the Fashion conv1)", 16, geom(1, 12, 12, 8, 3, 1, 1, 1), 3},
       {"4x4 s2 p1: 16 taps", 16, geom(1, 11, 10, 5, 4, 2, 1, 1), 2},
       {"3x3 d2 p2, asymmetric pads", 16, geom(1, 9, 8, 20, 3, 1, 2, 2), 2},
@@ -262,7 +215,7 @@ TEST(TrainPrograms, TapLanesAreTheLayerBitForBit) {
   };
   cases[2].g.pad_bottom = 1;
   uint32_t seed = 31;
-  for (const LCase& c : cases) {
+  for (const GeomCase& c : cases) {
     SCOPED_TRACE(c.what);
     std::mt19937 rng(seed++);
     Bf16ConvLayer l = layer(c.g, Kind::kConv, rng);

@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstdio>
 #include <cmath>
+#include <map>
+#include <span>
 #include <string>
 
 #include "tpuw/compiler/cnn_training.h"
@@ -31,22 +33,53 @@ std::vector<float> load_f(const std::string& path) {
   return {v.begin(), v.end()};
 }
 
+compiler::CnnTrainModel load_model(const std::string& model) {
+  return compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx"));
+}
+
+// A model's 16 stored rows (scripts/gen_cnn_step.py): inputs of `per` values each and labels.
+struct Rows {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  size_t per = 0;
+  std::span<const float> xs(size_t at, size_t n) const { return std::span<const float>(x).subspan(at * per, n * per); }
+  std::span<const int64_t> ys(size_t at, size_t n) const { return std::span<const int64_t>(y).subspan(at, n); }
+};
+
+Rows load_rows(const std::string& model) {
+  Rows r;
+  r.x = load_f(kDir + "/" + model + "_x.npy");
+  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
+  const std::span<const int64_t> y = ya.view<int64_t>();
+  r.y.assign(y.begin(), y.end());
+  r.per = r.x.size() / 16;
+  return r;
+}
+
+// Every tensor of `want` is in `got`, bit for bit.
+void expect_same_bits(const std::map<std::string, std::vector<float>>& got,
+                      const std::map<std::string, std::vector<float>>& want, const char* what) {
+  for (const auto& [name, w] : want) {
+    const std::vector<float>& v = got.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "] " << what;
+    }
+  }
+}
+
 struct TwoSteps {
   TrainState state;
   std::vector<double> loss;
 };
 
 TwoSteps train_two_steps(const std::string& model, Device* dev) {
-  compiler::CnnTrainModel tm = compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx"));
   const int64_t batch = 8;
-  CnnTrainer t(dev, std::move(tm), batch, SgdConfig{0.05f, 0.9f, 0.01f});
-  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
-  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
-  const std::span<const int64_t> y = ya.view<int64_t>();
-  const size_t per = x.size() / 16;
+  CnnTrainer t(dev, load_model(model), batch, SgdConfig{0.05f, 0.9f, 0.01f});
+  const Rows rows = load_rows(model);
   TwoSteps r;
-  for (int s = 0; s < 2; ++s) {
-    const TrainStepReport rep = t.step(std::span<const float>(x).subspan(s * 8 * per, 8 * per), y.subspan(s * 8, 8), 8);
+  for (size_t s = 0; s < 2; ++s) {
+    const TrainStepReport rep = t.step(rows.xs(s * 8, 8), rows.ys(s * 8, 8), 8);
     r.loss.push_back(rep.loss);
     if (dev != nullptr) {
       EXPECT_GT(rep.cycles, 0u);
@@ -68,19 +101,11 @@ TEST_P(CnnTrainerTorch, TwoStepsMatchTheContractAndPyTorch) {
   const TwoSteps h = train_two_steps(model, nullptr);
   // The device == the contract, bit for bit.
   ASSERT_EQ(d.state.params.size(), h.state.params.size());
-  for (const auto& [name, v] : d.state.params) {
-    const std::vector<float>& w = h.state.params.at(name);
-    ASSERT_EQ(v.size(), w.size()) << name;
-    for (size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
-    }
-  }
+  expect_same_bits(d.state.params, h.state.params, "device vs contract");
   // Against PyTorch: the losses, and each parameter's change over the two steps.
   const std::vector<float> tloss = load_f(kDir + "/" + model + "_loss.npy");
   for (size_t s = 0; s < 2; ++s) EXPECT_NEAR(d.loss[s], tloss[s], 0.01 * tloss[s]) << "step " << s;
-  const compiler::CnnTrainModel init =
-      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx"));
-  CnnTrainer fresh(nullptr, init, 8, SgdConfig{0.05f, 0.9f, 0.01f});
+  CnnTrainer fresh(nullptr, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.01f});
   const TrainState before = fresh.state();
   size_t checked = 0;
   // gapnet: PyTorch itself, with only its activations rounded to bf16 (forward and backward),
@@ -117,23 +142,16 @@ TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
   // Steps of 8, 8, 5 (a partial batch: its own programs), 8 and 5 rows on ref: the programs of a
   // row count are compiled in its first step and reused after; every step equals the contract.
   const std::string model = "poolnet";
-  auto make = [&](Device* dev) {
-    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
-                      8, SgdConfig{0.05f, 0.9f, 0.01f});
-  };
   Device dev = Device::open("ref", BackendConfig{});
-  CnnTrainer d = make(&dev);
-  CnnTrainer h = make(nullptr);
-  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
-  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
-  const std::span<const int64_t> y = ya.view<int64_t>();
-  const size_t per = x.size() / 16;
+  CnnTrainer d(&dev, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.01f});
+  CnnTrainer h(nullptr, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.01f});
+  const Rows data = load_rows(model);
   const int64_t rows[] = {8, 8, 5, 8, 5};
   std::vector<uint64_t> compiled;
   for (size_t s = 0; s < std::size(rows); ++s) {
     const size_t at = (s % 2) * 8;
-    const auto xs = std::span<const float>(x).subspan(at * per, static_cast<size_t>(rows[s]) * per);
-    const auto ys = y.subspan(at, static_cast<size_t>(rows[s]));
+    const auto xs = data.xs(at, static_cast<size_t>(rows[s]));
+    const auto ys = data.ys(at, static_cast<size_t>(rows[s]));
     const TrainStepReport a = d.step(xs, ys, rows[s]);
     const TrainStepReport b = h.step(xs, ys, rows[s]);
     EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
@@ -145,13 +163,7 @@ TEST(CnnTrainer, ProgramsAreCompiledOncePerBatchSize) {
   EXPECT_EQ(compiled[3], compiled[2]);
   EXPECT_EQ(compiled[4], compiled[2]);
   EXPECT_EQ(h.compiled_programs(), 0u);
-  const TrainState sd = d.state(), sh = h.state();
-  for (const auto& [name, v] : sd.params) {
-    const std::vector<float>& w = sh.params.at(name);
-    for (size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
-    }
-  }
+  expect_same_bits(h.state().params, d.state().params, "device vs contract");
 }
 
 TEST(CnnTrainer, MaxPoolForwardIsTheDeviceProgram) {
@@ -159,26 +171,19 @@ TEST(CnnTrainer, MaxPoolForwardIsTheDeviceProgram) {
   // its contract max_pool_bf16_host is what the null-device trainer uses, so logits() (a program
   // compiled per call) and two cached steps equal the contract bit for bit.
   const std::string model = "poolnet";
-  auto make = [&](Device* dev) {
-    return CnnTrainer(dev, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
-                      8, SgdConfig{0.05f, 0.9f, 0.0f});
-  };
   Device dev = Device::open("ref", BackendConfig{});
-  CnnTrainer d = make(&dev);
-  CnnTrainer h = make(nullptr);
-  const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
-  const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
-  const std::span<const int64_t> y = ya.view<int64_t>();
-  const size_t per = x.size() / 16;
-  for (int s = 0; s < 2; ++s) {
-    const auto xs = std::span<const float>(x).subspan(s * 8 * per, 8 * per);
+  CnnTrainer d(&dev, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.0f});
+  CnnTrainer h(nullptr, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.0f});
+  const Rows data = load_rows(model);
+  for (size_t s = 0; s < 2; ++s) {
+    const auto xs = data.xs(s * 8, 8);
     const std::vector<float> ld = d.logits(xs, 8), lh = h.logits(xs, 8);
     ASSERT_EQ(ld.size(), lh.size());
     for (size_t i = 0; i < ld.size(); ++i) {
       ASSERT_EQ(std::bit_cast<uint32_t>(ld[i]), std::bit_cast<uint32_t>(lh[i])) << "step " << s << " logit " << i;
     }
-    const TrainStepReport a = d.step(xs, y.subspan(s * 8, 8), 8);
-    const TrainStepReport b = h.step(xs, y.subspan(s * 8, 8), 8);
+    const TrainStepReport a = d.step(xs, data.ys(s * 8, 8), 8);
+    const TrainStepReport b = h.step(xs, data.ys(s * 8, 8), 8);
     EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
     EXPECT_GT(a.forward_cycles, 0u);
   }
@@ -193,29 +198,15 @@ TEST(CnnTrainer, StepsAtArrayN4MatchTheContract) {
     BackendConfig cfg;
     cfg.array_n = 4;
     Device dev = Device::open("ref", cfg);
-    auto make = [&](Device* d) {
-      return CnnTrainer(d, compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/" + model + ".onnx")),
-                        8, SgdConfig{0.05f, 0.9f, 0.01f}, 4);
-    };
-    CnnTrainer d = make(&dev);
-    CnnTrainer h = make(nullptr);
-    const std::vector<float> x = load_f(kDir + "/" + model + "_x.npy");
-    const npy::Array ya = npy::load(kDir + "/" + model + "_y.npy");
-    const std::span<const int64_t> y = ya.view<int64_t>();
-    const size_t per = x.size() / 16;
-    for (int s = 0; s < 2; ++s) {
-      const auto xs = std::span<const float>(x).subspan(s * 8 * per, 8 * per);
-      const TrainStepReport a = d.step(xs, y.subspan(s * 8, 8), 8);
-      const TrainStepReport b = h.step(xs, y.subspan(s * 8, 8), 8);
+    CnnTrainer d(&dev, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.01f}, 4);
+    CnnTrainer h(nullptr, load_model(model), 8, SgdConfig{0.05f, 0.9f, 0.01f}, 4);
+    const Rows data = load_rows(model);
+    for (size_t s = 0; s < 2; ++s) {
+      const TrainStepReport a = d.step(data.xs(s * 8, 8), data.ys(s * 8, 8), 8);
+      const TrainStepReport b = h.step(data.xs(s * 8, 8), data.ys(s * 8, 8), 8);
       EXPECT_EQ(std::bit_cast<uint64_t>(a.loss), std::bit_cast<uint64_t>(b.loss)) << "step " << s;
     }
-    const TrainState sd = d.state(), sh = h.state();
-    for (const auto& [name, v] : sd.params) {
-      const std::vector<float>& w = sh.params.at(name);
-      for (size_t i = 0; i < v.size(); ++i) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << "[" << i << "]";
-      }
-    }
+    expect_same_bits(h.state().params, d.state().params, "device vs contract");
   }
 }
 
@@ -267,29 +258,20 @@ TEST(CnnTrainer, TrainingPassKeepsNamesAndLayouts) {
 }
 
 TEST(CnnTrainer, StateRoundTrips) {
-  const compiler::CnnTrainModel m =
-      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/poolnet.onnx"));
+  const compiler::CnnTrainModel m = load_model("poolnet");
   CnnTrainer a(nullptr, m, 8, SgdConfig{0.05f, 0.9f, 0.0f});
-  const std::vector<float> x = load_f(kDir + "/poolnet_x.npy");
-  const npy::Array ya = npy::load(kDir + "/poolnet_y.npy");
-  const std::span<const int64_t> y = ya.view<int64_t>();
-  const size_t per = x.size() / 16;
-  (void)a.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  const Rows data = load_rows("poolnet");
+  (void)a.step(data.xs(0, 8), data.ys(0, 8), 8);
   CnnTrainer b(nullptr, m, 8, SgdConfig{0.05f, 0.9f, 0.0f});
   b.load_state(a.state());
-  (void)a.step(std::span<const float>(x).subspan(8 * per, 8 * per), y.subspan(8, 8), 8);
-  (void)b.step(std::span<const float>(x).subspan(8 * per, 8 * per), y.subspan(8, 8), 8);
-  const TrainState sa = a.state(), sb = b.state();
+  (void)a.step(data.xs(8, 8), data.ys(8, 8), 8);
+  (void)b.step(data.xs(8, 8), data.ys(8, 8), 8);
+  const TrainState sa = a.state();
   EXPECT_EQ(sa.steps, 2);
-  for (const auto& [name, v] : sa.params) {
-    const std::vector<float>& w = sb.params.at(name);
-    for (size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name;
-    }
-  }
+  expect_same_bits(b.state().params, sa.params, "resumed");
   // A partial batch and bad sizes.
-  EXPECT_EQ(a.logits(std::span<const float>(x).first(3 * per), 3).size(), 30u);
-  EXPECT_THROW((void)a.step(std::span<const float>(x).first(9 * per), y.first(9), 9), Error);
+  EXPECT_EQ(a.logits(data.xs(0, 3), 3).size(), 30u);
+  EXPECT_THROW((void)a.step(data.xs(0, 9), data.ys(0, 9), 9), Error);
   EXPECT_THROW(CnnTrainer(nullptr, m, 0, SgdConfig{}), Error);
 }
 
@@ -297,39 +279,24 @@ TEST(CnnTrainer, DeviceResidentStateRoundTrips) {
   // The masters and momenta live in device memory between steps: state() reads them back, and a
   // trainer resumed from it (on a device, or the contract) continues bit for bit; the update's
   // cycles are reported.
-  const compiler::CnnTrainModel m =
-      compiler::build_cnn_training_model(compiler::import_onnx_file(kDir + "/poolnet.onnx"));
+  const compiler::CnnTrainModel m = load_model("poolnet");
   const SgdConfig sgd{0.05f, 0.9f, 0.01f};
   Device da = Device::open("ref", BackendConfig{}), db = Device::open("ref", BackendConfig{});
   CnnTrainer a(&da, m, 8, sgd), h(nullptr, m, 8, sgd);
-  const std::vector<float> x = load_f(kDir + "/poolnet_x.npy");
-  const npy::Array ya = npy::load(kDir + "/poolnet_y.npy");
-  const std::span<const int64_t> y = ya.view<int64_t>();
-  const size_t per = x.size() / 16;
-  const TrainStepReport r1 = a.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
+  const Rows data = load_rows("poolnet");
+  const TrainStepReport r1 = a.step(data.xs(0, 8), data.ys(0, 8), 8);
   EXPECT_GT(r1.update_cycles, 0u);
-  (void)h.step(std::span<const float>(x).first(8 * per), y.first(8), 8);
-  const TrainState s1 = a.state(), hs1 = h.state();
-  for (const auto& [name, v] : hs1.momentum) {
-    const std::vector<float>& w = s1.momentum.at(name);
-    ASSERT_EQ(v.size(), w.size()) << name;
-    for (size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name << " momentum";
-    }
-  }
+  (void)h.step(data.xs(0, 8), data.ys(0, 8), 8);
+  const TrainState s1 = a.state();
+  expect_same_bits(s1.momentum, h.state().momentum, "momentum");
   CnnTrainer b(&db, m, 8, sgd);
   b.load_state(s1);
-  for (CnnTrainer* t : {&a, &b, &h}) (void)t->step(std::span<const float>(x).subspan(8 * per, 8 * per), y.subspan(8, 8), 8);
-  const TrainState sa = a.state(), sb = b.state(), sh = h.state();
-  for (const auto& [name, v] : sh.params) {
-    for (const TrainState* o : {&sa, &sb}) {
-      const std::vector<float>& w = o->params.at(name);
-      const std::vector<float>& mv = o->momentum.at(name);
-      for (size_t i = 0; i < v.size(); ++i) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(w[i])) << name;
-        ASSERT_EQ(std::bit_cast<uint32_t>(sh.momentum.at(name)[i]), std::bit_cast<uint32_t>(mv[i])) << name;
-      }
-    }
+  for (CnnTrainer* t : {&a, &b, &h}) (void)t->step(data.xs(8, 8), data.ys(8, 8), 8);
+  const TrainState sh = h.state();
+  for (const CnnTrainer* t : {&a, &b}) {
+    const TrainState st = t->state();
+    expect_same_bits(st.params, sh.params, t == &a ? "params, a" : "params, resumed b");
+    expect_same_bits(st.momentum, sh.momentum, t == &a ? "momentum, a" : "momentum, resumed b");
   }
 }
 

@@ -130,6 +130,37 @@ ModelStep contract_step(const compiler::TrainModel& m, const std::map<std::strin
   return r;
 }
 
+// Two steps of a DeviceTrainer of `batch` rows on `dev` (N = an): `batch` rows, then a partial
+// batch of `second` rows (make_batch seeds `seed`, `seed` + 1), each equal to the contract's step
+// bit for bit: the loss, every parameter and every momentum.
+void expect_steps_equal_contract(Device& dev, uint32_t an, compiler::TrainModel m, int64_t batch, int64_t second,
+                                 uint32_t seed, const SgdConfig& sgd, bool fuse) {
+  DeviceTrainerSchedule opt;
+  opt.fuse_update = fuse;
+  DeviceTrainer t(dev, m, batch, sgd, opt);
+  std::map<std::string, std::vector<float>> mom;
+  for (int step = 0; step < 2; ++step) {
+    const int64_t rows = step == 0 ? batch : second;
+    const Batch b = make_batch(rows, seed + static_cast<uint32_t>(step));
+    const TrainStepReport r = t.step(b.x, b.y, rows);
+    const ModelStep want = contract_step(m, mom, sgd, an, batch, b, rows);
+    EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
+    const TrainState s = t.state();
+    for (const auto& [name, w] : want.after.params) {
+      const std::vector<float>& got = s.params.at(name);
+      ASSERT_EQ(got.size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
+            << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
+        ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]), std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
+            << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
+      }
+    }
+    m = want.after;
+    mom = want.momentum;
+  }
+}
+
 TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
   for (uint32_t an : {16u, 4u}) {
     BackendConfig cfg;
@@ -139,32 +170,7 @@ TEST(DeviceTrainer, StepsEqualTheHostContractModelBitForBit) {
     for (const auto& [sgd, fuse] : {std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, true},
                                     std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, false},
                                     std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true}}) {
-      compiler::TrainModel m = small_mlp(21);
-      DeviceTrainerSchedule opt;
-      opt.fuse_update = fuse;
-      DeviceTrainer t(dev, m, 12, sgd, opt);
-      std::map<std::string, std::vector<float>> mom;
-      for (int step = 0; step < 2; ++step) {
-        const int64_t rows = step == 0 ? 12 : 5;
-        const Batch b = make_batch(rows, 30 + static_cast<uint32_t>(step));
-        const TrainStepReport r = t.step(b.x, b.y, rows);
-        const ModelStep want = contract_step(m, mom, sgd, an, 12, b, rows);
-        EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
-        const TrainState s = t.state();
-        for (const auto& [name, w] : want.after.params) {
-          const std::vector<float>& got = s.params.at(name);
-          ASSERT_EQ(got.size(), w.size());
-          for (size_t i = 0; i < w.size(); ++i) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
-                << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
-            ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
-                      std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
-                << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
-          }
-        }
-        m = want.after;
-        mom = want.momentum;
-      }
+      expect_steps_equal_contract(dev, an, small_mlp(21), 12, 5, 30, sgd, fuse);
     }
   }
 }
@@ -184,32 +190,7 @@ TEST(DeviceTrainer, WideLayersEqualTheHostContractModelBitForBit) {
     for (const auto& [sgd, fuse] : {std::pair{SgdConfig{0.05f, 0.9f, 0.01f}, true},
                                     std::pair{SgdConfig{0.1f, 0.0f, 0.0f}, true},
                                     std::pair{SgdConfig{0.05f, 0.9f, 0.0f}, false}}) {
-      compiler::TrainModel m = small_mlp(5, dims);
-      DeviceTrainerSchedule opt;
-      opt.fuse_update = fuse;
-      DeviceTrainer t(dev, m, batch, sgd, opt);
-      std::map<std::string, std::vector<float>> mom;
-      for (int step = 0; step < 2; ++step) {
-        const int64_t rows = step == 0 ? batch : 7;
-        const Batch b = make_batch(rows, 40 + static_cast<uint32_t>(step));
-        const TrainStepReport r = t.step(b.x, b.y, rows);
-        const ModelStep want = contract_step(m, mom, sgd, an, batch, b, rows);
-        EXPECT_EQ(std::bit_cast<uint64_t>(r.loss), std::bit_cast<uint64_t>(want.loss)) << "N=" << an << " step " << step;
-        const TrainState s = t.state();
-        for (const auto& [name, w] : want.after.params) {
-          const std::vector<float>& got = s.params.at(name);
-          ASSERT_EQ(got.size(), w.size());
-          for (size_t i = 0; i < w.size(); ++i) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w[i]))
-                << "N=" << an << " fused " << fuse << " step " << step << " " << name << "[" << i << "]";
-            ASSERT_EQ(std::bit_cast<uint32_t>(s.momentum.at(name)[i]),
-                      std::bit_cast<uint32_t>(want.momentum.at(name)[i]))
-                << "momentum N=" << an << " step " << step << " " << name << "[" << i << "]";
-          }
-        }
-        m = want.after;
-        mom = want.momentum;
-      }
+      expect_steps_equal_contract(dev, an, small_mlp(5, dims), batch, 7, 40, sgd, fuse);
     }
   }
 }
