@@ -102,7 +102,8 @@ if CASE == "cnn_devices_bits":
     so = cli.run_ok("run", FASHION, "--input", x, "--backend", "ref", "-q", "--devices", "2", "--batch", "10")
     expect("100 images on ref (N=16) in 10 batches of 10" in so and "on 2 devices, strategy data (micro-batches of "
            "10 images): overlap" in so, so)
-    expect(so.count("  device ") == 2 and "micro-batches, busy" in so and so.count("/fc/Gemm") == 1, so)
+    # One line per device that ran micro-batches (under load one device may take them all).
+    expect(so.count("  device ") in (1, 2) and "micro-batches, busy" in so and so.count("/fc/Gemm") == 1, so)
     j = json.loads(cli.run_ok("run", FASHION, "--input", x, "--backend", "ref", "-q", "--devices", "3", "--batch", "10",
                               "--json"))
     expect(j["devices"] == 3 and j["strategy"] == "data" and j["micro_batch"] == 10 and j["micro_batches"] == 10, j)
@@ -110,7 +111,10 @@ if CASE == "cnn_devices_bits":
     per = j["per_device"]
     expect(sum(d["rows"] for d in per) == 100 and sum(d["items"] for d in per) == 10, per)
     expect(sum(d["cycles"] for d in per) == j["cycles"], f"{per} vs {j['cycles']}")
-    expect(all(d["busy_s"] > 0 and 0 < d["busy_fraction"] <= 1.0 + 1e-9 for d in per), per)
+    # A device may get no micro-batch when another takes them first (unpinned tasks on a loaded
+    # machine): its busy time is 0, never negative, and some device was busy.
+    expect(all(d["busy_s"] >= 0 and 0 <= d["busy_fraction"] <= 1.0 + 1e-9 for d in per), per)
+    expect(any(d["busy_s"] > 0 for d in per), per)
     expect(0 < j["overlap"] <= 1.0 + 1e-9 and j["images_per_s"] > 0, j)
     expect([l["kind"] for l in j["layers"]] == ["conv", "maxpool", "conv", "maxpool", "dense"], j["layers"])
     expect(j["cycles_per_image"] == j["cycles"] / 100, j)
@@ -203,9 +207,13 @@ elif CASE == "cnn_devices_trace":
             expect(all(e["dur"] > 0 for e in prog), prog)
             host = [e for e in spans if e["pid"] == 1]
             if devices:
-                expect(sorted(p for p in procs if p >= 100) == [100, 101], procs)
+                # Which device takes which micro-batch is the Worker's scheduling: on a loaded machine
+                # one device may run them all, so the trace has one or both devices, never others.
+                devs = sorted(p for p in procs if p >= 100)
+                expect(devs in ([100], [101], [100, 101]), procs)
                 drivers = {threads[(e["pid"], e["tid"])] for e in host if e["name"].startswith("micro-batch")}
-                expect(drivers == {"device 0 driver", "device 1 driver"}, drivers)
+                expect(drivers and drivers <= {"device 0 driver", "device 1 driver"}, drivers)
+                expect({e["pid"] for e in prog} <= set(devs), (devs, {e["pid"] for e in prog}))
                 expect(any(e["name"] == "open 2 devices" for e in host), host)
             else:
                 expect(sorted(p for p in procs if p >= 100) == [100], procs)
