@@ -3,10 +3,50 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "pass_util.h"
 #include "tpuw/compiler/activations.h"
 
 namespace tpuw::compiler::detail {
+
+std::vector<int32_t> head_concat_sources(const Graph& g, const CnnInputs& ins, size_t& i, ValueId act,
+                                         int32_t map_source) {
+  if (i >= g.nodes.size()) return {};
+  const Node& cat = g.nodes[i];
+  const auto is_vector = [&](ValueId v) { return ins.vector_input(g, v) >= 0; };
+  if (cat.op != Op::kConcat || std::find(cat.inputs.begin(), cat.inputs.end(), act) == cat.inputs.end() ||
+      std::none_of(cat.inputs.begin(), cat.inputs.end(), is_vector)) {
+    return {};
+  }
+  int64_t axis = attr_int(g, cat, "axis", 0);
+  if (axis < 0) axis += 2;
+  if (axis != 1) {
+    g.fail(ErrorKind::kUnsupported, cat,
+           "joins the flattened map and a vector input along the batch axis; they join along the features (axis 1)");
+  }
+  const std::vector<std::vector<size_t>> readers = g.consumers();
+  std::vector<int32_t> sources;
+  for (const ValueId v : cat.inputs) {
+    const int k = ins.vector_input(g, v);
+    const int32_t s = v == act ? map_source : -1 - k;
+    if ((v != act && k < 0) || std::find(sources.begin(), sources.end(), s) != sources.end()) {
+      g.fail(ErrorKind::kUnsupported, cat,
+             fmt::format("concatenates '{}' with the flattened map; the dense head's Concat joins the flattened last "
+                         "map and vector graph inputs (each once), not a hidden activation",
+                         g.value(v).name));
+    }
+    if (readers[static_cast<size_t>(v)].size() != 1) {
+      g.fail(ErrorKind::kUnsupported, cat,
+             fmt::format("'{}' is also read elsewhere; the flattened map and a vector input join the dense head in "
+                         "this Concat only",
+                         g.value(v).name));
+    }
+    sources.push_back(s);
+  }
+  ++i;
+  return sources;
+}
 
 void add_head_node(const Graph& g, const CnnInputs& ins, const Node& n, ValueId act, nn::FloatNetwork& head) {
   for (const ValueId v : n.inputs) {

@@ -1085,37 +1085,16 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   head.source = g.source;
   // A Concat of the flattened map with vector inputs along the features: the head's row is the
   // parts side by side, each quantized with its own scale (QCnn::head_sources).
-  std::vector<int32_t> head_src;
-  if (i < g.nodes.size() && g.nodes[i].op == Op::kConcat &&
-      std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), act) != g.nodes[i].inputs.end() &&
-      std::any_of(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), [&](ValueId v) { return ins.vector_input(g, v) >= 0; })) {
-    const Node& cat = g.nodes[i++];
-    int64_t axis = attr_int(g, cat, "axis", 0);
-    if (axis < 0) axis += 2;
-    if (axis != 1) g.fail(ErrorKind::kUnsupported, cat, "joins the flattened map and a vector input along the batch axis; they join along the features (axis 1)");
-    for (const ValueId v : cat.inputs) {
-      const Value& vv = g.value(v);
-      if (v == act && std::find(head_src.begin(), head_src.end(), static_cast<int32_t>(layers.size()) - 1) == head_src.end()) {
-        head_src.push_back(static_cast<int32_t>(layers.size()) - 1);
-        head.input_parts.push_back(nn::InputPart{vv.name, *vv.shape, static_cast<uint32_t>((*vv.shape)[1])});
-      } else if (const int k = ins.vector_input(g, v);
-                 k >= 0 && std::find(head_src.begin(), head_src.end(), -1 - k) == head_src.end()) {
-        if (readers[static_cast<size_t>(v)].size() != 1) {
-          g.fail(ErrorKind::kUnsupported, cat, fmt::format("graph input '{}' is also read elsewhere; a vector input joins "
-                                                           "the dense head in this Concat only", vv.name));
-        }
-        head_src.push_back(-1 - k);
-        const GraphInput& gi = g.inputs[static_cast<size_t>(k)];
-        head.input_parts.push_back(nn::InputPart{vv.name, gi.declared.empty() ? *vv.shape : gi.declared,
-                                                 static_cast<uint32_t>((*vv.shape)[1])});
-      } else {
-        g.fail(ErrorKind::kUnsupported, cat,
-               fmt::format("concatenates '{}' with the flattened map; the dense head's Concat joins the flattened last "
-                           "map and vector graph inputs (each once), not a hidden activation", vv.name));
-      }
-    }
-    if (readers[static_cast<size_t>(act)].size() != 1) {
-      g.fail(ErrorKind::kUnsupported, cat, "the flattened map is also read elsewhere");
+  const int32_t map_source = static_cast<int32_t>(layers.size()) - 1;
+  const std::vector<int32_t> head_src = detail::head_concat_sources(g, ins, i, act, map_source);
+  if (!head_src.empty()) {
+    const Node& cat = g.nodes[i - 1];
+    for (size_t p = 0; p < head_src.size(); ++p) {
+      const Value& vv = g.value(cat.inputs[p]);
+      const std::vector<int64_t>& declared = head_src[p] == map_source || g.inputs[static_cast<size_t>(-1 - head_src[p])].declared.empty()
+                                  ? *vv.shape
+                                  : g.inputs[static_cast<size_t>(-1 - head_src[p])].declared;
+      head.input_parts.push_back(nn::InputPart{vv.name, declared, static_cast<uint32_t>((*vv.shape)[1])});
     }
     act = cat.outputs[0];
   }

@@ -369,32 +369,11 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
     head.input_name = g.value(act).name;
     // A Concat of the flattened map with vector inputs along the features: the head's row is the
     // parts side by side (Bf16Cnn::head_sources; no scales to reconcile in bf16).
-    if (i < g.nodes.size() && g.nodes[i].op == Op::kConcat &&
-        std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), act) != g.nodes[i].inputs.end() &&
-        std::any_of(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), [&](ValueId v) { return ins.vector_input(g, v) >= 0; })) {
-      const Node& cat = g.nodes[i++];
-      int64_t axis = attr_int(g, cat, "axis", 0);
-      if (axis < 0) axis += 2;
-      if (axis != 1) g.fail(ErrorKind::kUnsupported, cat, "joins the flattened map and a vector input along the batch axis; they join along the features (axis 1)");
-      const auto last_layer = static_cast<int32_t>(net.convs.size()) - 1;
+    net.head_sources = detail::head_concat_sources(g, ins, i, act, static_cast<int32_t>(net.convs.size()) - 1);
+    if (!net.head_sources.empty()) {
+      const Node& cat = g.nodes[i - 1];
       uint64_t f = 0;
-      for (const ValueId v : cat.inputs) {
-        const int k = ins.vector_input(g, v);
-        const int32_t s = v == act ? last_layer : -1 - k;
-        if ((v != act && k < 0) || std::find(net.head_sources.begin(), net.head_sources.end(), s) != net.head_sources.end()) {
-          g.fail(ErrorKind::kUnsupported, cat,
-                 fmt::format("concatenates '{}' with the flattened map; the dense head's Concat joins the flattened last "
-                             "map and vector graph inputs (each once), not a hidden activation", g.value(v).name));
-        }
-        if (std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& m) {
-              return std::find(m.inputs.begin(), m.inputs.end(), v) != m.inputs.end();
-            }) != 1) {
-          g.fail(ErrorKind::kUnsupported, cat, fmt::format("'{}' is also read elsewhere; the flattened map and a vector "
-                                                           "input join the dense head in this Concat only", g.value(v).name));
-        }
-        net.head_sources.push_back(s);
-        f += static_cast<uint64_t>((*g.value(v).shape)[1]);
-      }
+      for (const ValueId v : cat.inputs) f += static_cast<uint64_t>((*g.value(v).shape)[1]);
       head.input_features = static_cast<uint32_t>(f);
       act = cat.outputs[0];
       head.input_name = g.value(act).name;

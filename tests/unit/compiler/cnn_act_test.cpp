@@ -87,13 +87,6 @@ TEST(CnnActivations, PyTorchBlocks) {
   }
 }
 
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
-}
-
 TEST(CnnActivations, FunctionsWhereNoTableFitsAreNamed) {
   auto model = [](bool after_max, bool relu_after) {
     ModelBuilder mb;
@@ -103,8 +96,8 @@ TEST(CnnActivations, FunctionsWhereNoTableFitsAreNamed) {
     std::string cur = "c";
     if (after_max) {
       auto& p = mb.node("MaxPool", {"c"}, {"p"}, "pool");
-      attr_ints(p, "kernel_shape", {2, 2});
-      attr_ints(p, "strides", {2, 2});
+      ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+      ModelBuilder::attr_ints(p, "strides", {2, 2});
       cur = "p";
     }
     mb.node("Sigmoid", {cur}, {relu_after ? "s" : "y"}, "sig");
@@ -130,7 +123,7 @@ TEST(CnnOutputs, HiddenLayerMapNextToTheHead) {
   mb.init("w", {8, 2, 3, 3}, random_floats(144, -0.4f, 0.4f, 5));
   mb.init("b", {8}, random_floats(8, -0.1f, 0.1f, 6));
   auto& c = mb.node("Conv", {"x", "w", "b"}, {"c"}, "conv1");
-  attr_ints(c, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
   mb.node("Relu", {"c"}, {"hidden"}, "relu1");
   mb.node("GlobalAveragePool", {"hidden"}, {"g"}, "gap");
   auto& f = mb.node("Flatten", {"g"}, {"f"}, "flatten");

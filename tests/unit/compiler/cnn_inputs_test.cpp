@@ -27,19 +27,12 @@ namespace tpuw::compiler::testing {
 namespace {
 
 // (As conv_test.cpp's: each test file of this binary keeps its builders local.)
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
-}
-
 void conv3x3(ModelBuilder& mb, const std::string& name, const std::string& in, const std::string& out, int64_t c,
              int64_t o, float range, uint32_t seed) {
   mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -range, range, seed));
   mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed + 1));
   auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {out}, name);
-  attr_ints(n, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
 }
 
 void flatten(ModelBuilder& mb, const std::string& in, const std::string& out) {
@@ -61,8 +54,8 @@ ModelBuilder image_vector() {
   conv3x3(mb, "conv", "x", "c", 2, 3, 0.4f, 501);
   mb.node("Relu", {"c"}, {"r"}, "relu");
   auto& p = mb.node("MaxPool", {"r"}, {"p"}, "pool");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   flatten(mb, "p", "f");
   ModelBuilder::attr_i(mb.node("Concat", {"v", "f"}, {"cat"}, "cat"), "axis", 1);
   gemm(mb, "fc1", "cat", "h0", 31, 8, 503);
@@ -84,8 +77,8 @@ ModelBuilder two_images() {
   mb.node("Add", {"y", "z"}, {"s"}, "add");
   ModelBuilder::attr_i(mb.node("Concat", {"s", "z"}, {"c"}, "cat"), "axis", 1);
   auto& p = mb.node("AveragePool", {"c"}, {"p"}, "pool");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   flatten(mb, "p", "f");
   gemm(mb, "fc", "f", "out", 54, 4, 515);
   mb.output("out");

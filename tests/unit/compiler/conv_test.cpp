@@ -28,19 +28,6 @@ using testing::graph_of;
 using testing::ModelBuilder;
 using testing::random_floats;
 
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
-}
-void attr_s(onnx::NodeProto& n, const std::string& name, const std::string& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_STRING);
-  a->set_s(v);
-}
-
 struct ConvSpec {
   int64_t c = 3, h = 10, w = 10, o = 8, kh = 3, kw = 3;
   std::vector<int64_t> strides, dilations, pads;  // empty: attribute absent
@@ -64,11 +51,11 @@ ModelBuilder conv_model(const ConvSpec& s, uint32_t seed = 1) {
     ins.push_back("b");
   }
   auto& n = mb.node("Conv", ins, {s.relu ? "c" : "y"}, "conv");
-  if (s.kernel_shape) attr_ints(n, "kernel_shape", {s.kh, s.kw});
-  if (!s.strides.empty()) attr_ints(n, "strides", s.strides);
-  if (!s.dilations.empty()) attr_ints(n, "dilations", s.dilations);
-  if (!s.pads.empty()) attr_ints(n, "pads", s.pads);
-  if (!s.auto_pad.empty()) attr_s(n, "auto_pad", s.auto_pad);
+  if (s.kernel_shape) ModelBuilder::attr_ints(n, "kernel_shape", {s.kh, s.kw});
+  if (!s.strides.empty()) ModelBuilder::attr_ints(n, "strides", s.strides);
+  if (!s.dilations.empty()) ModelBuilder::attr_ints(n, "dilations", s.dilations);
+  if (!s.pads.empty()) ModelBuilder::attr_ints(n, "pads", s.pads);
+  if (!s.auto_pad.empty()) ModelBuilder::attr_s(n, "auto_pad", s.auto_pad);
   if (s.group != 0) ModelBuilder::attr_i(n, "group", s.group);
   if (s.relu) mb.node("Relu", {"c"}, {"y"}, "relu");
   mb.output("y");
@@ -155,7 +142,7 @@ TEST(ConvCompiler, FloatInterpreterComputesTheConvolution) {
   mb.init("w", {1, 1, 2, 2}, {1, 2, 3, 4});
   mb.init("b", {1}, {0.5f});
   auto& n = mb.node("Conv", {"x", "w", "b"}, {"y"}, "conv");
-  attr_ints(n, "pads", {0, 0, 1, 1});
+  ModelBuilder::attr_ints(n, "pads", {0, 0, 1, 1});
   mb.output("y");
   const Graph g = optimize(graph_of(mb));
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -317,8 +304,8 @@ ModelBuilder cnn_model(uint32_t seed) {
     mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
     mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
     auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
-    attr_ints(n, "strides", {2, 2});
-    attr_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(n, "strides", {2, 2});
+    ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
     mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
   };
   conv("conv1", "x", "a1", 8, 1);    // [8, 6, 6]
@@ -435,10 +422,10 @@ TEST(ConvCompiler, FeatureMapOutputs) {
     mb.graph().mutable_output()->Clear();
     auto& n = mb.node(op, {"y"}, {"z"}, "tail");
     if (op == "MaxPool" || op == "AveragePool") {
-      attr_ints(n, "kernel_shape", {2, 2});
-      attr_ints(n, "strides", {2, 2});
+      ModelBuilder::attr_ints(n, "kernel_shape", {2, 2});
+      ModelBuilder::attr_ints(n, "strides", {2, 2});
     }
-    if (op == "Pad") attr_ints(n, "pads", {0, 0, 1, 2, 0, 0, 2, 1});
+    if (op == "Pad") ModelBuilder::attr_ints(n, "pads", {0, 0, 1, 2, 0, 0, 2, 1});
     mb.output("z");
     return mb;
   };
@@ -466,7 +453,7 @@ TEST(ConvCompiler, FeatureMapOutputs) {
     ModelBuilder mb;
     mb.input("x", {-1, 3, 6, 6});
     auto& p = mb.node("AveragePool", {"x"}, {"p"}, "pool");
-    attr_ints(p, "kernel_shape", {3, 3});
+    ModelBuilder::attr_ints(p, "kernel_shape", {3, 3});
     mb.node("Relu", {"p"}, {"y"}, "relu");
     mb.output("y");
     const nn::QCnn q = expect_cnn_matches_float(mb, 5, 108, 0.03, 7);
@@ -479,8 +466,8 @@ TEST(ConvCompiler, FeatureMapOutputs) {
     ModelBuilder mb = conv_model(cs);
     mb.graph().mutable_output()->Clear();
     auto& p = mb.node("MaxPool", {"y"}, {"p"}, "pool");
-    attr_ints(p, "kernel_shape", {2, 2});
-    attr_ints(p, "strides", {2, 2});
+    ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+    ModelBuilder::attr_ints(p, "strides", {2, 2});
     mb.node("Relu", {"p"}, {"z"}, "relu_after_pool");
     mb.output("z");
     const nn::QCnn q = expect_cnn_matches_float(mb, 4, 300, 0.03, 9);
@@ -519,7 +506,7 @@ TEST(ConvCompiler, BatchNormFoldsIntoTheConv) {
   mb.init("w1", {6, 3, 3, 3}, random_floats(162, -0.4f, 0.4f, 11));
   mb.init("b1", {6}, random_floats(6, -0.2f, 0.2f, 12));
   auto& c1 = mb.node("Conv", {"x", "w1", "b1"}, {"c1"}, "conv1");
-  attr_ints(c1, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
   batch_norm(mb, "bn1", "c1", "n1", 6, 20);
   mb.node("Relu", {"n1"}, {"r1"}, "relu1");
   mb.init("w2", {5, 6, 3, 3}, random_floats(270, -0.3f, 0.3f, 13));
@@ -589,11 +576,11 @@ TEST(ConvCompiler, StandaloneBatchNormRunsAsADepthwiseConv) {
   mb.input("x", {-1, 2, 8, 8});
   mb.init("w1", {20, 2, 3, 3}, random_floats(360, -0.5f, 0.5f, 41));
   auto& c1 = mb.node("Conv", {"x", "w1"}, {"c1"}, "conv1");
-  attr_ints(c1, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
   mb.node("Relu", {"c1"}, {"r1"}, "relu1");
   auto& p = mb.node("MaxPool", {"r1"}, {"p1"}, "pool1");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   batch_norm(mb, "bn", "p1", "y", 20, 50);
   mb.output("y");
   const nn::QCnn q = expect_cnn_matches_float(mb, 4, 128, 0.04, 42);
@@ -617,7 +604,7 @@ void conv3x3(ModelBuilder& mb, const std::string& name, const std::string& in, c
   mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -range, range, seed));
   mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed + 1));
   auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {out}, name);
-  attr_ints(n, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
 }
 
 // A ResNet basic block without BN: x -> conv -> relu -> conv -> Add(., x) -> relu.
@@ -656,8 +643,8 @@ TEST(ConvCompiler, ResidualAddIsAOneByOneConvOverTheConcatenation) {
   m2.input("x", {-1, 3, 8, 8});
   conv3x3(m2, "conv1", "x", "c1", 3, 6, 0.4f, 70);
   auto& p = m2.node("MaxPool", {"c1"}, {"p"}, "pool");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   conv3x3(m2, "conv2", "p", "c2", 6, 6, 0.3f, 72);
   m2.init("proj.w", {6, 6, 1, 1}, random_floats(36, -0.5f, 0.5f, 74));
   m2.node("Conv", {"p", "proj.w"}, {"pr"}, "proj");
@@ -743,7 +730,7 @@ TEST(ConvCompiler, CnnChainErrorsNameTheNode) {
     mb.init("w", {2, 1, 3, 3}, std::vector<float>(18, 0.1f));
     mb.node("Conv", {"x", "w"}, {"c"}, "conv");
     auto& p = mb.node("LpPool", {"c"}, {"p"}, "pool");
-    attr_ints(p, "kernel_shape", {2, 2});
+    ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
     mb.output("p");
     expect_error([&] { (void)compile_quantized_cnn(graph_of(mb), std::vector<float>(16, 0.5f), 1); },
                  ErrorKind::kUnsupported, {"node 'pool' (LpPool)", "operator is not supported"});
@@ -760,14 +747,14 @@ ModelBuilder pooled_cnn(uint32_t seed, int64_t cip, std::vector<int64_t> pool_pa
     mb.init(name + ".w", {o, c, 3, 3}, random_floats(static_cast<size_t>(o * c * 9), -r, r, seed++));
     mb.init(name + ".b", {o}, random_floats(static_cast<size_t>(o), -0.1f, 0.1f, seed++));
     auto& n = mb.node("Conv", {in, name + ".w", name + ".b"}, {name + ".y"}, name);
-    attr_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(n, "pads", {1, 1, 1, 1});
     mb.node("Relu", {name + ".y"}, {out}, name + "_relu");
   };
   conv("conv1", "x", "a1", 20, 3);  // [20, 12, 12]
   auto& p = mb.node("AveragePool", {"a1"}, {"p1"}, "pool1");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
-  if (!pool_pads.empty()) attr_ints(p, "pads", pool_pads);
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
+  if (!pool_pads.empty()) ModelBuilder::attr_ints(p, "pads", pool_pads);
   ModelBuilder::attr_i(p, "count_include_pad", cip);
   conv("conv2", "p1", "a2", 24, 20);  // [24, 6, 6]
   mb.node("GlobalAveragePool", {"a2"}, {"g"}, "gap");
@@ -822,8 +809,8 @@ TEST(ConvCompiler, UnsupportedPoolingCasesAreNamed) {
   ModelBuilder odd;
   odd.input("x", {-1, 2, 5, 5});
   auto& p = odd.node("AveragePool", {"x"}, {"y"}, "pool");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   ModelBuilder::attr_i(p, "ceil_mode", 1);
   odd.output("y");
   EXPECT_EQ(compile_bf16_cnn(graph_of(odd)).convs[0].groups(), 3u);  // 4, 2, 1

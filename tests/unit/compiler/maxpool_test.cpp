@@ -30,13 +30,6 @@ using testing::graph_of;
 using testing::ModelBuilder;
 using testing::random_floats;
 
-void attr_ints(onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto_AttributeType_INTS);
-  for (const int64_t x : v) a->add_ints(x);
-}
-
 // x [batch, 2, size, size] -> MaxPool (out x out) -> Flatten -> Gemm(4).
 ModelBuilder pool_model(int64_t size, int64_t k, int64_t s, int64_t pad, int64_t ceil, int64_t out,
                         bool indices = false) {
@@ -45,9 +38,9 @@ ModelBuilder pool_model(int64_t size, int64_t k, int64_t s, int64_t pad, int64_t
   std::vector<std::string> outs{"p"};
   if (indices) outs.push_back("idx");
   auto& p = mb.node("MaxPool", {"x"}, outs, "pool");
-  attr_ints(p, "kernel_shape", {k, k});
-  attr_ints(p, "strides", {s, s});
-  if (pad != 0) attr_ints(p, "pads", {pad, pad, pad, pad});
+  ModelBuilder::attr_ints(p, "kernel_shape", {k, k});
+  ModelBuilder::attr_ints(p, "strides", {s, s});
+  if (pad != 0) ModelBuilder::attr_ints(p, "pads", {pad, pad, pad, pad});
   if (ceil != 0) ModelBuilder::attr_i(p, "ceil_mode", ceil);
   auto& f = mb.node("Flatten", {"p"}, {"f"}, "flatten");
   ModelBuilder::attr_i(f, "axis", 1);
@@ -100,8 +93,8 @@ TEST(MaxPool, ReluAfterAPoolOfTheInputFusesIntoThePool) {
   ModelBuilder mb;
   mb.input("x", {-1, 2, 6, 6});
   auto& p = mb.node("MaxPool", {"x"}, {"p"}, "pool");
-  attr_ints(p, "kernel_shape", {2, 2});
-  attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
   mb.node("Relu", {"p"}, {"r"}, "relu");
   auto& f = mb.node("Flatten", {"r"}, {"f"}, "flatten");
   ModelBuilder::attr_i(f, "axis", 1);
@@ -149,9 +142,9 @@ TEST(MaxPool, IndicesOutputRunsOnTheDevice) {
     ModelBuilder mb;
     mb.input("x", {-1, 3, 7, 6});
     auto& p = mb.node("MaxPool", {"x"}, {"p", "idx"}, "pool");
-    attr_ints(p, "kernel_shape", {3, 3});
-    attr_ints(p, "strides", {2, 2});
-    attr_ints(p, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(p, "kernel_shape", {3, 3});
+    ModelBuilder::attr_ints(p, "strides", {2, 2});
+    ModelBuilder::attr_ints(p, "pads", {1, 1, 1, 1});
     ModelBuilder::attr_i(p, "storage_order", order);
     mb.node("Relu", {"p"}, {"r"}, "relu");
     mb.output("r");
@@ -179,9 +172,9 @@ TEST(MaxPool, Bf16IndicesOutputRunsOnTheDevice) {
   ModelBuilder mb;
   mb.input("x", {-1, 3, 7, 6});
   auto& p = mb.node("MaxPool", {"x"}, {"p", "idx"}, "pool");
-  attr_ints(p, "kernel_shape", {3, 3});
-  attr_ints(p, "strides", {2, 2});
-  attr_ints(p, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_ints(p, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(p, "strides", {2, 2});
+  ModelBuilder::attr_ints(p, "pads", {1, 1, 1, 1});
   mb.output("idx");
   mb.output("p");
   const uint64_t batch = 3;
