@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <numeric>
 
@@ -220,16 +221,33 @@ std::vector<int8_t> unpack_conv_output(const ConvPlan& p, std::span<const int8_t
   return detail::unpack_conv_image<int8_t>(p, packed, "conv", "bytes", [](int8_t v) { return v; });
 }
 
+void detail::check_host_addrs(const char* what, std::span<const uint64_t> addrs, uint64_t beat) {
+  for (uint64_t addr : addrs) {
+    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("{}: host address 0x{:x} is not {}-byte aligned or above 4 GiB", what, addr, beat));
+    }
+  }
+}
+
+void detail::emit_input_tile(Builder& b, const ConvPlan& p, uint64_t elem, uint64_t beat, uint64_t in_addr,
+                             uint64_t in_base, uint64_t img0, uint64_t nimg, uint64_t cb_first, uint64_t cb_end,
+                             size_t r_in) {
+  const uint64_t an = p.array_n, px = elem * an, kimg = p.images_per_tile;
+  for (uint64_t cb = cb_first; cb < cb_end; ++cb) {
+    const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
+    for (const Transfer& t :
+         split_transfer(elem * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
+      b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in});
+    }
+  }
+}
+
 ConvProgram detail::emit_conv(const ConvPlan& p, const ConvEmit& e, uint64_t in_addr, uint64_t w_addr,
                               uint64_t param_addr, uint64_t out_addr,
                               const std::function<void(Builder&, const ConvStrip&)>& end_strip) {
   const uint64_t an = p.array_n, beat = e.beat, kimg = p.images_per_tile;
-  for (uint64_t addr : {in_addr, w_addr, param_addr, out_addr}) {
-    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{}: host address 0x{:x} is not {}-byte aligned or above 4 GiB", e.what, addr, beat));
-    }
-  }
+  check_host_addrs(e.what, std::array{in_addr, w_addr, param_addr, out_addr}, beat);
   // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1]; ACC [strip 0 | strip 1 |
   // params] (one of each when plan.buffers == 1). UB and WB addresses are e.elem times the rows.
   const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
@@ -250,13 +268,7 @@ ConvProgram detail::emit_conv(const ConvPlan& p, const ConvEmit& e, uint64_t in_
     const uint64_t nimg = std::min(kimg, p.batch - img0);
     const uint64_t ib = tile % p.buffers;
     const uint64_t in_base = ib * in_buf_rows;
-    for (uint64_t cb = 0; cb < p.c_blocks; ++cb) {
-      const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-      for (const Transfer& t :
-           split_transfer(e.elem * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-        b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
-      }
-    }
+    emit_input_tile(b, p, e.elem, beat, in_addr, in_base, img0, nimg, 0, p.c_blocks, r_in + ib);
     for (uint64_t ob = 0; ob < p.o_blocks; ++ob, ++strip) {
       const uint64_t sb = strip % p.buffers;
       const uint64_t acc_base = sb * stage_rows;

@@ -2,7 +2,8 @@
 // host images over the element type (int8, or bf16 bits), the program's loads, weight tiles,
 // MATMULs and stores over the element size, and the run (buffers, program, counters). What differs
 // stays with each: the element conversion, the parameter rows, and what ends a strip (int8:
-// ACTIVATE with requantization per group; bf16: VECTOR SCALE per group, ACTIVATE bf16).
+// ACTIVATE with requantization per group; bf16: VECTOR SCALE per group, ACTIVATE bf16). The max pools
+// (runtime/maxpool.cpp, maxpool_indices.cpp) use its host-address check and input-tile loads.
 // Internal to the runtime.
 #pragma once
 
@@ -107,6 +108,18 @@ std::vector<D> unpack_conv_image(const ConvPlan& p, std::span<const T> packed, c
   }
   return y;
 }
+
+/// Throws Error(kInvalidArgument) naming `what` unless every host address is `beat`-aligned and
+/// below 4 GiB (the DMA's).
+void check_host_addrs(const char* what, std::span<const uint64_t> addrs, uint64_t beat);
+
+/// The LOADs of one tile of images' input (convolutions and max pools): channel blocks
+/// cb_first .. cb_end - 1 of images img0 .. img0 + nimg - 1 (host image [c_block][batch][img_rows][N]
+/// at in_addr, `elem` bytes per value) into the UB input buffer whose first pixel row is `in_base`,
+/// block cb at in_base + cb * images_per_tile * img_rows (UB rows: elem times the pixel rows);
+/// resource r_in.
+void emit_input_tile(Builder& b, const ConvPlan& p, uint64_t elem, uint64_t beat, uint64_t in_addr, uint64_t in_base,
+                     uint64_t img0, uint64_t nimg, uint64_t cb_first, uint64_t cb_end, size_t r_in);
 
 /// How a convolution program addresses its elements.
 struct ConvEmit {

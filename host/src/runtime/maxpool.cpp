@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "conv_emit.h"
 #include "maxpool_emit.h"
 #include "program_builder.h"
 #include "tpuw/error.h"
@@ -79,13 +80,7 @@ ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_a
   const uint64_t an = p.array_n, beat = esz * uint64_t{p.beat}, kimg = p.images_per_tile;
   std::vector<uint64_t> addrs{in_addr, w_addr, out_addr};
   if (!bf16) addrs.push_back(param_addr);
-  for (uint64_t addr : addrs) {
-    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{}: host address 0x{:x} is not {}-byte aligned or above 4 GiB",
-                              bf16 ? "compile_max_pool_bf16" : "compile_max_pool", addr, beat));
-    }
-  }
+  check_host_addrs(bf16 ? "compile_max_pool_bf16" : "compile_max_pool", addrs, beat);
   // In pixels: UB [input buffer 0 | input buffer 1 | staging 0 | staging 1];
   // ACC [R 0 | R 1 | S 0 | S 1 | the hooks' rows | params (int8)] (one of each when plan.buffers == 1).
   const uint64_t in_buf_rows = p.c_blocks * kimg * p.img_rows;
@@ -126,13 +121,8 @@ ConvProgram emit_max_pool(const ConvPlan& p, bool bf16, bool relu, uint64_t in_a
     const uint64_t ib = load % p.buffers;
     const uint64_t in_base = ib * in_buf_rows;
     if (blocks_outer || ob == 0) {
-      for (uint64_t cb = blocks_outer ? ob : 0; cb < (blocks_outer ? ob + 1 : p.c_blocks); ++cb) {
-        const uint64_t host = in_addr + (cb * p.batch + img0) * p.img_rows * px;
-        for (const Transfer& t :
-             split_transfer(ub * (in_base + cb * kimg * p.img_rows), host, nimg * p.img_rows * px, an, beat)) {
-          b.emit(kL, dma_instr(spec::Opcode::kLoad, spec::Mem::kUb, t), {}, {r_in + ib});
-        }
-      }
+      emit_input_tile(b, p, esz, beat, in_addr, in_base, img0, nimg, blocks_outer ? ob : 0,
+                      blocks_outer ? ob + 1 : p.c_blocks, r_in + ib);
     }
     const uint64_t sb = strip % p.buffers;
     const uint64_t stage_base = p.buffers * in_buf_rows + sb * stage_rows;

@@ -14,9 +14,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
+#include "conv_emit.h"
 #include "maxpool_emit.h"
 #include "program_builder.h"
 #include "tpuw/error.h"
@@ -198,13 +200,8 @@ class IndicesHooks final : public detail::MaxPoolHooks {
 ConvProgram compile_max_pool_indices(const ConvPlan& p, bool bf16, bool relu, uint64_t in_addr, uint64_t w_addr,
                                      uint64_t param_addr, uint64_t const_addr, uint64_t out_addr, uint64_t idx_addr) {
   const uint64_t beat = (bf16 ? 2 : 1) * uint64_t{p.beat};
-  for (uint64_t addr : {in_addr, w_addr, param_addr, const_addr, out_addr, idx_addr}) {
-    if (addr % beat != 0 || addr >= (uint64_t{1} << 32)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("compile_max_pool_indices: host address 0x{:x} is not {}-byte aligned or above 4 GiB",
-                              addr, beat));
-    }
-  }
+  detail::check_host_addrs("compile_max_pool_indices",
+                           std::array{in_addr, w_addr, param_addr, const_addr, out_addr, idx_addr}, beat);
   IndicesHooks hooks(p, bf16, const_addr, idx_addr);
   return detail::emit_max_pool(p, bf16, relu, in_addr, w_addr, param_addr, out_addr, &hooks);
 }
