@@ -388,7 +388,11 @@ StrategyReport micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batc
   const unsigned k_dev = worker.size();
   const uint64_t mb = micro_batch > 0 ? std::min(micro_batch, batch) : auto_micro_batch(batch, k_dev);
   const uint64_t m = (batch + mb - 1) / mb;
-  const uint64_t tasks = std::min<uint64_t>(k_dev, m);
+  // One task per micro-batch, not one contiguous range per device: nothing is resident between
+  // micro-batches (each run compiles and uploads its own programs), so a device that is free takes
+  // the next micro-batch, no device waits while another runs two ranges back to back, and a fault
+  // re-runs only its own micro-batch elsewhere.
+  const uint64_t tasks = m;
   const auto t0 = Clock::now();
   std::vector<std::future<MicroOut>> futures;
   for (uint64_t t = 0; t < tasks; ++t) {
@@ -419,7 +423,7 @@ StrategyReport micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batc
           }
           return out;
         },
-        TaskOptions{std::nullopt, fmt::format("data micro-batches {}-{}", first, last - 1)}));
+        TaskOptions{std::nullopt, fmt::format("data micro-batch {}", first)}));
   }
   std::vector<MicroOut> outs = collect(futures);
   const auto t1 = Clock::now();
@@ -431,11 +435,18 @@ StrategyReport micro_batches(Worker& worker, uint64_t batch, uint64_t micro_batc
   for (const MicroOut& d : outs) uses.push_back(d.use);
   finish_report(rep, uses, k_dev, k_dev, t0, t1);
   for (DeviceUse& du : rep.per_device) {
-    std::vector<std::string> parts;
+    // The device's micro-batches as row ranges, adjacent ones joined (outs are in micro-batch order).
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [first, last) micro-batches
     for (const MicroOut& d : outs) {
       if (d.use.device != du.index) continue;
-      parts.push_back(fmt::format("rows {}-{}", d.first * mb, std::min(batch, (d.first + d.count) * mb) - 1));
+      if (!ranges.empty() && ranges.back().second == d.first) {
+        ranges.back().second = d.first + d.count;
+      } else {
+        ranges.emplace_back(d.first, d.first + d.count);
+      }
     }
+    std::vector<std::string> parts;
+    for (const auto& [a, b] : ranges) parts.push_back(fmt::format("rows {}-{}", a * mb, std::min(batch, b * mb) - 1));
     du.role = fmt::format("{}", fmt::join(parts, ", "));
   }
   return rep;

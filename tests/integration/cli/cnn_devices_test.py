@@ -143,7 +143,7 @@ elif CASE == "cnn_devices_fault":
         same(clean, faulted, f"{prec} with a fault")
         expect(j["failures"] == 1, j["failures"])
         expect(any("failed (device fault" in e for e in j["events"]) and
-               any("retrying 'data micro-batches" in e for e in j["events"]), j["events"])
+               any("retrying 'data micro-batch" in e for e in j["events"]), j["events"])
         expect(sum(d["rows"] for d in j["per_device"]) == 60, j["per_device"])
     # The human report lists what happened.
     so = cli.run_ok("run", FASHION, "--input", x, "--backend", "ref", "-q", "--devices", "2", "--batch", "10",

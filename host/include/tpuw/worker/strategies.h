@@ -27,8 +27,8 @@
 //             fails and is retried by the Worker restarts from its first micro-batch and produces
 //             the same items again (delivery is idempotent).
 //   micro-batches (run_micro_batches: CNNs, whose runs compile their own programs) The data
-//             strategy's split without resident weights: contiguous ranges of micro-batches per
-//             device, each micro-batch one call of the caller's function on the slot's device.
+//             strategy without resident weights: one unpinned task per micro-batch (a free device
+//             takes the next), each one call of the caller's function on the slot's device.
 //   columns   (GEMM) B's columns are cut into one block per device (multiples of ArrayN, balanced);
 //             A goes to every device; each block is one runtime::gemm task; the C blocks are
 //             assembled column-wise.
@@ -146,8 +146,8 @@ using MicroBatchFn = std::function<MicroBatchUse(DeviceSlot& slot, uint64_t j, u
 /// Data parallelism for work whose rows are independent and that compiles its own programs per
 /// call (CNNs: runtime::run_cnn / run_cnn_bf16 per micro-batch): `batch` rows cut into micro-batches
 /// of `micro_batch` rows (0 = automatic, as run_network_parallel's; the last one is short, not
-/// padded), device tasks take contiguous ranges of micro-batches exactly as the data strategy's
-/// (one task per device, not pinned: the Worker retries a faulted task on another device). Each
+/// padded), one task per micro-batch in order, not pinned: a free device takes the next one, and
+/// the Worker retries a faulted micro-batch on another device. Each
 /// micro-batch is timed as busy time of the device that ran it; `trace` (may be null) gets a host
 /// span per micro-batch on the track "device D driver" (the callback lays its programs on the
 /// device). Returns the report (strategy "data"); throws the first task's error.
