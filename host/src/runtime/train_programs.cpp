@@ -176,9 +176,12 @@ ConvBf16RunResult TrainProgramCache::conv(uint64_t slot, const Bf16ConvLayer& l,
   const std::vector<uint16_t> wp = pack_conv_bf16_weights(plan, l.w);
   mark_zero_tiles_bf16(plan, wp);
   Entry* e = find(slot, batch);
-  if (e == nullptr || e->conv_plan.zero_tile != plan.zero_tile || !same_geom(e->conv_plan.geom, l.geom) ||
-      e->relu != l.relu) {
+  // Reused only when the slot holds conv()'s own program for this plan (another kind of program
+  // on the slot, e.g. a dX program, has other buffers).
+  if (e == nullptr || !e->forward_conv || e->conv_plan.zero_tile != plan.zero_tile ||
+      !same_geom(e->conv_plan.geom, l.geom) || e->relu != l.relu) {
     e = &make(slot, batch);
+    e->forward_conv = true;
     e->conv_plan = plan;
     e->relu = l.relu;
     e->bufs.push_back(alloc(conv_bf16_in_bytes(plan)));

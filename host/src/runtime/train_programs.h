@@ -163,6 +163,7 @@ class TrainProgramCache {
     std::vector<std::vector<isa::Word>> codes;
     std::vector<Bf16GemmPlan> gemm_plans;
     bool direct = false;  // conv_param_grads' direct program (not the one-hot blocks)
+    bool forward_conv = false;  // conv()'s program: in, weights, params, out (4 buffers)
   };
   bool conv_param_grads_direct(uint64_t slot, uint64_t fwd_slot, const Bf16ConvLayer& l, const ConvPlan& pf,
                                const DirectDw& dd, std::span<const float> x, std::span<const float> d,

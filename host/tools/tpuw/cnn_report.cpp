@@ -342,6 +342,7 @@ std::vector<std::vector<uint8_t>> gather_cnn_ranks(const CnnRunOpts& o, CnnRanks
     head["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.t0).count();
     head["devices"] = o.multi ? o.devices : 1u;
     head["micro_batches"] = t.chunks;
+    head["micro_batch"] = t.chunk;
     if (t.strategy) head["overlap"] = t.strategy->overlap;
     head["macs"] = t.macs;
     head["min_bytes"] = t.min_bytes;
@@ -379,7 +380,13 @@ std::vector<std::vector<uint8_t>> gather_cnn_ranks(const CnnRunOpts& o, CnnRanks
   // ---- rank 0: every rank's parts in rank order, the totals summed ------------------------------
   std::vector<std::vector<uint8_t>> out(parts.size());
   std::vector<json> traces;
-  const uint64_t chunk = t.chunk;  // --batch (or the automatic micro-batch) of rank 0
+  // --batch (or the automatic micro-batch): the first rank's that had images (rank 0 has none
+  // when there are fewer images than ranks).
+  uint64_t chunk = t.chunk;
+  for (const auto& m : msgs) {
+    if (chunk != 0) break;
+    chunk = m.first.value("micro_batch", uint64_t{0});
+  }
   t = CnnTotals(t.convs, t.layers.size() - t.convs, 0, 0);
   t.chunk = chunk;
   for (size_t k = 0; k < msgs.size(); ++k) {
@@ -693,8 +700,9 @@ void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array
     for (const json& h : t.ranks) {
       const auto n = h["rows"].get<uint64_t>(), a = h["first_row"].get<uint64_t>();
       const double w = h["wall_s"].get<double>();
-      fmt::print("  rank {}: images {}-{} ({}), {} micro-batch{}, {} cycles, wall {:.3f} s, {:.1f} images/s{}\n",
-                 h["rank"].get<uint64_t>(), a, n == 0 ? a : a + n - 1, n, h["micro_batches"].get<uint64_t>(),
+      const std::string images = n == 0 ? std::string("no images") : fmt::format("images {}-{} ({})", a, a + n - 1, n);
+      fmt::print("  rank {}: {}, {} micro-batch{}, {} cycles, wall {:.3f} s, {:.1f} images/s{}\n",
+                 h["rank"].get<uint64_t>(), images, h["micro_batches"].get<uint64_t>(),
                  h["micro_batches"].get<uint64_t>() == 1 ? "" : "es", h["cycles"].get<uint64_t>(), w,
                  w > 0 ? static_cast<double>(n) / w : 0.0,
                  h.contains("overlap") ? fmt::format(", overlap {:.2f}", h["overlap"].get<double>()) : "");

@@ -137,6 +137,10 @@ if CASE == "cnn_mpirun_bits":
     # More ranks than images: rank 0 runs none.
     x1 = cli.save("fashion_x1.npy", np.load(FASHION_X)[:1])
     compare(FASHION, ["--input", x1, "--calibrate", x, "--check"], [], [(2, 1, []), (2, 2, [])], "one_image")
+    rc, so, se, _ = mpi(2, FASHION, "--input", x1, "--calibrate", x)
+    expect(rc == 0 and "  rank 0: no images," in so and "  rank 1: images 0-0 (1)," in so, f"exit {rc}: {so} {se}")
+    rc, so, se, _ = mpi(2, FASHION, "--input", x1, "--calibrate", x, "--json")
+    expect(rc == 0 and json.loads(so)["batch"] == 1, f"exit {rc}: {so} {se}")
 
 elif CASE == "cnn_mpirun_rank_error":
     x = cli.save("fashion_x.npy", np.load(FASHION_X)[:40])
