@@ -410,7 +410,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
 }
 
 std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
-                                         uint32_t array_n) {
+                                         uint32_t array_n, std::vector<std::vector<float>>* layer_inputs) {
   net.check();
   check_cnn_input(net, x, batch);
   const std::vector<float> x0 = bf16_values(x);
@@ -418,6 +418,7 @@ std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const flo
   std::vector<std::vector<float>> outs;
   for (const Bf16ConvLayer& l : net.convs) {
     if (!l.sources.empty()) a = gather_sources(net, l, x0, outs, batch);
+    if (layer_inputs != nullptr) layer_inputs->push_back(a);
     a = l.kind == Bf16ConvLayer::Kind::kMaxPool ? max_pool_bf16_host(l, a, batch, array_n)
                                                 : conv2d_bf16_host(l, a, batch, array_n);
     if (!l.act.none()) a = vec_function_host(vec_function(l.act, false), a);

@@ -31,6 +31,7 @@
 #include "tpuw/device.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/conv_bf16.h"
+#include "tpuw/runtime/maxpool_indices.h"
 #include "tpuw/runtime/maxpool.h"
 #include "tpuw/runtime/network_bf16.h"
 #include "tpuw/runtime/npy.h"
@@ -185,8 +186,25 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   const std::vector<float> yf = want_float ? cnn_float_outputs(og, in, features, classes) : std::vector<float>{};
   if (o.check) {
     // Rows are independent in the contract: the whole input at once equals the batches.
-    const std::vector<float> golden = runtime::forward_cnn_bf16_host(net, in.x, in.rows, array_n);
+    std::vector<std::vector<float>> layer_inputs;
+    const std::vector<float> golden = runtime::forward_cnn_bf16_host(
+        net, in.x, in.rows, array_n, net.indices_outputs.empty() ? nullptr : &layer_inputs);
     check_bf16_output(golden, y, classes, o.backend);
+    // A max pool's Indices against the first maximum of its contract input (as int8's --check).
+    for (size_t k = 0; k < net.indices_outputs.size(); ++k) {
+      const auto li = static_cast<size_t>(net.indices_outputs[k].layer);
+      const Bf16ConvLayer& l = net.convs[li];
+      const std::vector<int64_t> want =
+          runtime::max_pool_indices_host<float>(l.geom, layer_inputs.at(li), in.rows, l.indices_column_major);
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (i >= pool_indices[k].size() || pool_indices[k][i] != want[i]) {
+          throw Error(ErrorKind::kMismatch,
+                      fmt::format("mismatch: output '{}' (Indices) element {}: {} = {}, cpu = {}",
+                                  net.indices_outputs[k].name, i, o.backend,
+                                  i < pool_indices[k].size() ? pool_indices[k][i] : -1, want[i]));
+        }
+      }
+    }
   }
   if (net.head.host_op == nn::HostOp::kSoftmax) nn::softmax_rows(y, classes);
   if (o.check) {

@@ -131,8 +131,9 @@ struct CnnBf16RunResult {
 CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<const float> x, uint64_t batch);
 
 /// The whole contract on the CPU (conv2d_bf16_host per layer, max_pool_bf16_host for a max pool,
-/// forward_bf16_host for the head).
+/// forward_bf16_host for the head). `layer_inputs` (may be null) receives each convolution / pool
+/// layer's input map, in layer order (what a max pool's Indices are taken over).
 std::vector<float> forward_cnn_bf16_host(const Bf16Cnn& net, std::span<const float> x, uint64_t batch,
-                                         uint32_t array_n);
+                                         uint32_t array_n, std::vector<std::vector<float>>* layer_inputs = nullptr);
 
 }  // namespace tpuw::runtime
