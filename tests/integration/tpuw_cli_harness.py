@@ -6,9 +6,11 @@
     rc, stdout, stderr = cli.run("info", "--json")
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -31,6 +33,23 @@ def mpi_env():
     if "ASAN_OPTIONS" in env:
         env["ASAN_OPTIONS"] += ":detect_leaks=0"
     return env
+
+
+
+def run_mpi(tpuw, np_, args, timeout=280):
+    """`mpirun -np NP --oversubscribe TPUW ARGS` with mpi_env(): (exit code, stdout, stderr, seconds).
+    Exits 77 (ctest's skip) when there is no mpirun or tpuw is built without MPI."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("SKIP: no mpirun")
+        sys.exit(77)
+    t0 = time.monotonic()
+    p = subprocess.run([mpirun, "-np", str(np_), "--oversubscribe", tpuw, *args], capture_output=True, text=True,
+                       timeout=timeout, env=mpi_env())
+    if "built without MPI" in p.stderr:
+        print("SKIP: tpuw is built without MPI")
+        sys.exit(77)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
 
 
 class CliHarness:

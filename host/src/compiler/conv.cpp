@@ -810,6 +810,22 @@ int CnnInputs::vector_input(const Graph& g, ValueId v) const {
   return -1;
 }
 
+void CnnInputs::check_used(const Graph& g, const std::function<bool(int32_t source)>& image_read,
+                           std::span<const int32_t> head_sources) const {
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const int32_t s = -1 - static_cast<int32_t>(k);
+    const bool used =
+        image[k] ? image_read(s) : std::find(head_sources.begin(), head_sources.end(), s) != head_sources.end();
+    if (!used) {
+      g.fail(ErrorKind::kUnsupported,
+             fmt::format("graph input '{}' {}", g.value(g.inputs[k].value).name,
+                         image[k] ? "is not read by a convolution or pooling layer"
+                                  : "does not join the dense head in a Concat with the flattened map along the features "
+                                    "(a vector input of a CNN runs only there)"));
+    }
+  }
+}
+
 CnnInputs cnn_inputs(const Graph& g) {
   if (g.inputs.empty()) g.fail(ErrorKind::kUnsupported, "a CNN needs an input");
   CnnInputs r;
@@ -1044,19 +1060,13 @@ nn::QCnn compile_quantized_cnn(Graph graph, std::span<const float> calib, uint64
   // Every vector input joins the head (in a Concat with the Flatten's output), every image input
   // feeds a layer.
   auto check_inputs_used = [&](const std::vector<int32_t>& head_src) {
-    for (size_t k = 0; k < g.inputs.size(); ++k) {
-      const int32_t s = -1 - static_cast<int32_t>(k);
-      const bool used = ins.image[k] ? std::any_of(layers.begin(), layers.end(), [&](const Layer& l) {
-        return std::find(l.src.begin(), l.src.end(), s) != l.src.end();
-      }) : std::find(head_src.begin(), head_src.end(), s) != head_src.end();
-      if (!used) {
-        g.fail(ErrorKind::kUnsupported,
-               fmt::format("graph input '{}' {}", g.value(g.inputs[k].value).name,
-                           ins.image[k] ? "is not read by a convolution or pooling layer"
-                                        : "does not join the dense head in a Concat with the flattened map along the features "
-                                          "(a vector input of a CNN runs only there)"));
-      }
-    }
+    ins.check_used(
+        g,
+        [&](int32_t s) {
+          return std::any_of(layers.begin(), layers.end(),
+                             [&](const Layer& l) { return std::find(l.src.begin(), l.src.end(), s) != l.src.end(); });
+        },
+        head_src);
   };
   // A feature-map output: the model ends in the last layer, or in a Flatten/Reshape of it (the
   // map in NCHW order is the flattened row).

@@ -390,20 +390,18 @@ Bf16Cnn compile_bf16_cnn(Graph graph) {
   if (act != out0.value) {
     g.fail(ErrorKind::kUnsupported, fmt::format("graph output '{}' is not the end of the chain of layers", out0.name));
   }
-  // Every vector input joins the head (in that Concat), every image input feeds a layer.
-  for (size_t k = 0; k < g.inputs.size(); ++k) {
-    const int32_t s = -1 - static_cast<int32_t>(k);
-    const bool used = ins.image[k] ? std::any_of(net.convs.begin(), net.convs.end(), [&](const Bf16ConvLayer& l) {
-      return std::find(l.sources.begin(), l.sources.end(), s) != l.sources.end();
-    }) || (!several && !net.convs.empty()) : std::find(net.head_sources.begin(), net.head_sources.end(), s) != net.head_sources.end();
-    if (!used) {
-      g.fail(ErrorKind::kUnsupported,
-             fmt::format("graph input '{}' {}", g.value(g.inputs[k].value).name,
-                         ins.image[k] ? "is not read by a convolution or pooling layer"
-                                      : "does not join the dense head in a Concat with the flattened map along the features "
-                                        "(a vector input of a CNN runs only there)"));
-    }
-  }
+  // Every vector input joins the head (in that Concat), every image input feeds a layer (with one
+  // input, the first layer reads it without naming a source).
+  ins.check_used(
+      g,
+      [&](int32_t s) {
+        return std::any_of(net.convs.begin(), net.convs.end(),
+                           [&](const Bf16ConvLayer& l) {
+                             return std::find(l.sources.begin(), l.sources.end(), s) != l.sources.end();
+                           }) ||
+               (!several && !net.convs.empty());
+      },
+      net.head_sources);
   if (net.indices_outputs.size() + 1 != g.outputs.size()) {
     g.fail(ErrorKind::kUnsupported, "a max pool's Indices output is not from a pool of the chain of layers");
   }

@@ -20,15 +20,12 @@ Skipped (77) without mpirun or when tpuw is built without MPI.
 import filecmp
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tpuw_cli_harness import CliHarness, expect, mpi_env  # noqa: E402
+from tpuw_cli_harness import CliHarness, expect, run_mpi  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cnn_test_models import indices_model  # noqa: E402
@@ -40,11 +37,6 @@ FASHION_X = os.path.join(EXAMPLES, "fashion_mnist", "fashion_test_x.npy")
 FASHION_Y = os.path.join(EXAMPLES, "fashion_mnist", "fashion_test_y.npy")
 MULTI = os.path.join(EXAMPLES, "multi_input")
 BLOCKS = os.path.join(EXAMPLES, "cnn_blocks")
-mpirun = shutil.which("mpirun")
-if mpirun is None:
-    print("SKIP: no mpirun")
-    sys.exit(77)
-env = mpi_env()
 
 
 def out(name):
@@ -52,13 +44,7 @@ def out(name):
 
 
 def mpi(np_, model, *args):
-    t0 = time.monotonic()
-    p = subprocess.run([mpirun, "-np", str(np_), "--oversubscribe", TPUW, "run", model, "--backend", "ref", "-q", *args],
-                       capture_output=True, text=True, timeout=280, env=env)
-    if "built without MPI" in p.stderr:
-        print("SKIP: tpuw is built without MPI")
-        sys.exit(77)
-    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+    return run_mpi(TPUW, np_, ["run", model, "--backend", "ref", "-q", *args])
 
 
 def output_files(path, names):

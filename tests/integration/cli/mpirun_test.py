@@ -9,13 +9,10 @@ exits ends the job without a hang. Skipped (77) without mpirun or when tpuw is b
 import filecmp
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tpuw_cli_harness import CliHarness, expect, mpi_env  # noqa: E402
+from tpuw_cli_harness import CliHarness, expect, run_mpi  # noqa: E402
 
 TPUW, CASE, EXAMPLES = sys.argv[1], sys.argv[2], sys.argv[3]
 cli = CliHarness(TPUW, "tpuw_mpirun_")
@@ -23,11 +20,6 @@ DIGITS = os.path.join(EXAMPLES, "digits")
 MODEL = os.path.join(DIGITS, "digits_mlp.onnx")
 TEST_X = os.path.join(DIGITS, "test_x.npy")
 TEST_Y = os.path.join(DIGITS, "test_y.npy")
-mpirun = shutil.which("mpirun")
-if mpirun is None:
-    print("SKIP: no mpirun")
-    sys.exit(77)
-env = mpi_env()
 
 
 def out(name):
@@ -35,13 +27,7 @@ def out(name):
 
 
 def mpi(np_, *args):
-    t0 = time.monotonic()
-    p = subprocess.run([mpirun, "-np", str(np_), "--oversubscribe", TPUW, "run", MODEL, "--input", TEST_X, "--backend",
-                        "ref", "-q", *args], capture_output=True, text=True, timeout=280, env=env)
-    if "built without MPI" in p.stderr:
-        print("SKIP: tpuw is built without MPI")
-        sys.exit(77)
-    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+    return run_mpi(TPUW, np_, ["run", MODEL, "--input", TEST_X, "--backend", "ref", "-q", *args])
 
 
 if CASE == "mpirun_bits":

@@ -59,6 +59,19 @@ def out(name):
     return os.path.join(cli.tmp, name)
 
 
+
+def expect_rtl_equals_ref(names, inputs_of, tag):
+    """Each model of `names` (its --input arguments from inputs_of(name)) in int8 and bf16, --check'ed
+    on ref and on rtl: the two outputs are the same bytes."""
+    for name in names:
+        for prec in ("int8", "bf16"):
+            ys = {}
+            for be in ("ref", "rtl"):
+                ys[be] = out(f"{tag}{name}_{prec}_{be}.npy")
+                cli.run_ok("run", model(name), *inputs_of(name), "--precision", prec, "--backend", be, "--check", "-q",
+                           "--output", ys[be])
+            expect(filecmp.cmp(ys["ref"], ys["rtl"], shallow=False), f"{name} {prec}: rtl output differs from ref")
+
 if CASE == "multi_input_ref":
     # Both models in int8 and bf16 on ref: --check equal to the CPU model, within the cnn_blocks
     # tolerances of PyTorch's output (int8 3 %, bf16 2 % of max |y|), every input named with its
@@ -105,14 +118,7 @@ elif CASE == "multi_input_rtl_vs_ref":
     # The verilated device gives ref's output bit for bit, both --check'ed, int8 and bf16.
     if not rtl_built():
         sys.exit(77)
-    for name in MODELS:
-        for prec in ("int8", "bf16"):
-            ys = {}
-            for be in ("ref", "rtl"):
-                ys[be] = out(f"{name}_{prec}_{be}.npy")
-                cli.run_ok("run", model(name), *inputs(name), "--precision", prec, "--backend", be, "--check", "-q",
-                           "--output", ys[be])
-            expect(filecmp.cmp(ys["ref"], ys["rtl"], shallow=False), f"{name} {prec}: rtl output differs from ref")
+    expect_rtl_equals_ref(MODELS, inputs, "")
 elif CASE == "multi_input_devices":
     # Rows sharded over 2 devices (and 2 MPI ranks when mpirun is there) split every input by the
     # same rows: byte-identical to one device.
@@ -215,14 +221,7 @@ elif CASE == "multi_input_cnn_rtl_vs_ref":
     # The verilated device gives ref's output bit for bit, both --check'ed, int8 and bf16.
     if not rtl_built():
         sys.exit(77)
-    for name in CNNS:
-        for prec in ("int8", "bf16"):
-            ys = {}
-            for be in ("ref", "rtl"):
-                ys[be] = out(f"c{name}_{prec}_{be}.npy")
-                cli.run_ok("run", model(name), *cnn_inputs(name), "--precision", prec, "--backend", be, "--check", "-q",
-                           "--output", ys[be])
-            expect(filecmp.cmp(ys["ref"], ys["rtl"], shallow=False), f"{name} {prec}: rtl output differs from ref")
+    expect_rtl_equals_ref(CNNS, cnn_inputs, "c")
 elif CASE == "multi_input_cnn_bad":
     # Refused --input forms and models, exit 2, naming the input or node.
     x = os.path.join(DIR, "image_vector_x.npy")

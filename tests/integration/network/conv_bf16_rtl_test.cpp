@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "support/conv_geometry.h"
 #include "tpuw/compiler/conv_bf16.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/device.h"
@@ -22,15 +23,7 @@ std::vector<uint32_t> bits(std::span<const float> v) {
   return b;
 }
 
-ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
-                  uint32_t pad) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
-  g.stride_h = g.stride_w = stride;
-  g.dilation_h = g.dilation_w = dil;
-  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
-  return g;
-}
+using test::geom;
 
 struct Case {
   unsigned array_n;

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 
+#include "support/conv_geometry.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/onnx_importer.h"
 #include "tpuw/device.h"
@@ -43,15 +44,7 @@ struct Case {
   uint64_t batch;
 };
 
-ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
-                  uint32_t pad) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
-  g.stride_h = g.stride_w = stride;
-  g.dilation_h = g.dilation_w = dil;
-  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
-  return g;
-}
+using test::geom;
 
 TEST(ConvRtl, MatchesCpuAndRef) {
   if (backend_array_sizes("rtl").empty()) GTEST_SKIP() << "rtl backend not built";

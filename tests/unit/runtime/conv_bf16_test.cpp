@@ -18,6 +18,7 @@
 #include "tpuw/runtime/conv_bf16.h"
 #include "tpuw/runtime/npy.h"
 #include "conv_cases.h"
+#include "conv_train_fixtures.h"
 
 namespace tpuw::runtime {
 namespace {
@@ -48,19 +49,7 @@ Bf16ConvLayer random_layer(const ConvGeometry& g, std::mt19937& rng, bool relu, 
 }
 
 Bf16ConvLayer pool_layer(const ConvGeometry& g, Kind kind) {
-  Bf16ConvLayer l;
-  l.name = kind == Kind::kMaxPool ? "maxpool" : "avgpool";
-  l.kind = kind;
-  l.geom = g;
-  if (kind == Kind::kAvgPool) {
-    const uint64_t T = uint64_t{g.kernel_h} * g.kernel_w;
-    l.w.assign(uint64_t{g.out_c} * g.in_c * T, 0.0f);
-    for (uint64_t o = 0; o < g.out_c; ++o) {
-      for (uint64_t t = 0; t < T; ++t) l.w[(o * g.in_c + o) * T + t] = 1.0f / static_cast<float>(T);
-    }
-    l.bias.assign(g.out_c, 0.0f);
-  }
-  return l;
+  return conv_fixtures::pool_layer(g, kind, kind == Kind::kMaxPool ? "maxpool" : "avgpool");
 }
 
 std::vector<float> random_input(uint64_t n, std::mt19937& rng) {

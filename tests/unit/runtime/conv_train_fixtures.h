@@ -9,22 +9,15 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "support/conv_geometry.h"
 #include "tpuw/runtime/conv_bf16.h"
 
 namespace tpuw::runtime::conv_fixtures {
 
-/// A square kernel with the same stride, dilation and pad on every side.
-inline ConvGeometry geom(uint32_t c, uint32_t h, uint32_t w, uint32_t o, uint32_t k, uint32_t stride, uint32_t dil,
-                         uint32_t pad) {
-  ConvGeometry g;
-  g.in_c = c, g.in_h = h, g.in_w = w, g.out_c = o, g.kernel_h = k, g.kernel_w = k;
-  g.stride_h = g.stride_w = stride;
-  g.dilation_h = g.dilation_w = dil;
-  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = pad;
-  return g;
-}
+using test::geom;
 
 inline std::vector<float> normal(size_t n, std::mt19937& rng, float sd) {
   std::normal_distribution<float> d(0.0f, sd);
@@ -45,9 +38,9 @@ inline Bf16ConvLayer conv_layer(const ConvGeometry& g, std::mt19937& rng) {
 }
 
 /// A pool "pool" of `kind`; an average pool has 1/(KH*KW) on the channel diagonal and bias 0.
-inline Bf16ConvLayer pool_layer(const ConvGeometry& g, Bf16ConvLayer::Kind kind) {
+inline Bf16ConvLayer pool_layer(const ConvGeometry& g, Bf16ConvLayer::Kind kind, const std::string& name = "pool") {
   Bf16ConvLayer l;
-  l.name = "pool";
+  l.name = name;
   l.kind = kind;
   l.geom = g;
   if (kind == Bf16ConvLayer::Kind::kAvgPool) {

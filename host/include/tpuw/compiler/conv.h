@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <functional>
 #include <vector>
 
 #include "tpuw/compiler/ir.h"
@@ -93,6 +94,10 @@ struct CnnInputs {
   std::vector<bool> image;
   /// The graph input index of v when it is a vector input, else -1.
   int vector_input(const Graph& g, ValueId v) const;
+  /// Every image input k feeds a layer (`image_read(-1 - k)`) and every vector input joins the
+  /// dense head (-1 - k in `head_sources`); Error(kUnsupported) naming the first input that does not.
+  void check_used(const Graph& g, const std::function<bool(int32_t source)>& image_read,
+                  std::span<const int32_t> head_sources) const;
 };
 CnnInputs cnn_inputs(const Graph& g);
 
