@@ -3,15 +3,21 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tpuw/error.h"
 
@@ -93,25 +99,19 @@ TEST_F(FileIo, AtomicWriteCreatesAndReplaces) {
 
 TEST_F(FileIo, AtomicWriteFailuresLeaveNothingBehind) {
   // Issue 14, class 4: a failing write must be an error, never a truncated or empty file.
-  // /dev/full: a device is written in place and the write fails.
-  EXPECT_NE(error_of([] { write_file_atomic("/dev/full", bytes("data")); }, ErrorKind::kResource)
-                .find("/dev/full: cannot write the output file: No space left on device"),
+  // A device is never written in place nor replaced (issue 29): /dev/full and /dev/null are refused
+  // before anything is created, as bad files (CLI exit 2).
+  EXPECT_NE(error_of([] { write_file_atomic("/dev/full", bytes("data")); })
+                .find("/dev/full: is a character device, not a regular file"),
             std::string::npos);
-  // A full disk is a resource error (CLI exit 1), a bad path a bad-file error (exit 2).
-  try {
-    write_file_atomic("/dev/full", bytes("data"));
-    ADD_FAILURE() << "writing /dev/full succeeded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kResource);
-  }
+  EXPECT_NE(error_of([] { write_file_atomic("/dev/null", bytes("data")); }).find("is a character device"),
+            std::string::npos);
   try {
     write_file_atomic(dir_ / "no" / "c.npy", bytes("x"));
     ADD_FAILURE() << "writing into a missing directory succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadFile);
   }
-  // /dev/null takes anything.
-  EXPECT_NO_THROW(write_file_atomic("/dev/null", bytes("data")));
   // A directory that does not exist, a "directory" that is a file, an unwritable directory (even
   // for root: /proc), the target itself a directory.
   EXPECT_NE(error_of([&] { write_file_atomic(dir_ / "no" / "c.npy", bytes("x"), "the .npy file"); })
@@ -177,6 +177,154 @@ TEST_F(FileIo, AbandonedAtomicFileRemovesItsTemporary) {
   b.commit();
   EXPECT_EQ(contents(f), "new");
   EXPECT_THROW(b.commit(), Error);
+}
+
+// ---- issue 29: special files, checks before work, all-or-nothing outputs ------------------------
+
+// Each kind of object an output path must never replace, made inside the test directory: a FIFO, a
+// socket, a directory, a character device (a copy of /dev/null's node; root only), a link to the
+// FIFO and a link to nothing. Name -> path.
+std::vector<std::pair<std::string, fs::path>> special_files(const fs::path& dir) {
+  std::vector<std::pair<std::string, fs::path>> v;
+  const fs::path fifo = dir / "fifo";
+  EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  v.emplace_back("a FIFO", fifo);
+  const fs::path sock = dir / "sock";
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock.c_str());
+  if (s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) v.emplace_back("a socket", sock);
+  if (s >= 0) ::close(s);
+  fs::create_directory(dir / "sub");
+  v.emplace_back("a directory", dir / "sub");
+  const fs::path dev = dir / "null_dev";
+  if (::mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) v.emplace_back("a character device", dev);
+  fs::create_symlink(fifo, dir / "link");
+  v.emplace_back("a symbolic link to", dir / "link");
+  fs::create_symlink(dir / "nothing", dir / "dangling");
+  v.emplace_back("a symbolic link to nothing", dir / "dangling");
+  return v;
+}
+
+struct Snapshot {
+  mode_t mode;
+  ino_t ino;
+  dev_t rdev;
+  bool operator==(const Snapshot&) const = default;
+};
+Snapshot snapshot(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return {st.st_mode, st.st_ino, st.st_rdev};
+}
+
+TEST_F(FileIo, SpecialFilesAreRefusedAndLeftAsTheyWere) {
+  const auto files = special_files(dir_);
+  const size_t n = entries();
+  for (const auto& [kind, p] : files) {
+    const Snapshot before = snapshot(p);
+    const std::string what = "is " + kind;
+    EXPECT_NE(error_of([&] { check_output_path(p, "--out"); }).find("--out " + p.string() + ": " + what),
+              std::string::npos)
+        << kind;
+    EXPECT_NE(error_of([&] { write_file_atomic(p, bytes("x")); }).find(p.string()), std::string::npos) << kind;
+    EXPECT_NE(error_of([&] { StagedOutput s(p, "--wave"); }).find(what), std::string::npos) << kind;
+    OutputSet outs;
+    EXPECT_THROW(outs.add(p, std::string_view("x"), "the output"), Error) << kind;
+    EXPECT_TRUE(snapshot(p) == before) << kind << " changed";
+    EXPECT_EQ(entries(), n) << kind << ": something was created";
+  }
+}
+
+TEST_F(FileIo, CheckOutputPathBeforeAnyWork) {
+  const fs::path ok = dir_ / "out.npy";
+  EXPECT_NO_THROW(check_output_path(ok, "--out"));
+  put(ok, "old");
+  EXPECT_NO_THROW(check_output_path(ok, "--out"));
+  EXPECT_EQ(contents(ok), "old");
+  fs::create_symlink(ok, dir_ / "link.npy");  // a link to a regular file is fine
+  EXPECT_NO_THROW(check_output_path(dir_ / "link.npy", "--out"));
+  EXPECT_EQ(entries(), 2u) << "the probe was not removed";
+  // /proc exists but takes no new files, even for root; /proc/version is a regular file there.
+  EXPECT_NE(error_of([] { check_output_path("/proc/version", "--out"); }).find("cannot create files in directory /proc"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path(dir_ / "no" / "x.npy", "--trace"); })
+                .find("--trace " + (dir_ / "no" / "x.npy").string() + ": directory " + (dir_ / "no").string() +
+                      " does not exist"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_path(ok / "x.npy", "-o"); }).find("is not a directory"), std::string::npos);
+  EXPECT_NE(error_of([] { check_output_path("", "-o"); }).find("the path is empty"), std::string::npos);
+  // Directories of outputs (--checkpoint): existing, missing with an existing parent, refused.
+  EXPECT_NO_THROW(check_output_dir(dir_, "--checkpoint"));
+  EXPECT_NO_THROW(check_output_dir(dir_ / "a" / "b" / "c", "--checkpoint"));
+  EXPECT_FALSE(fs::exists(dir_ / "a")) << "check_output_dir created the directory";
+  EXPECT_NE(error_of([&] { check_output_dir(ok, "--checkpoint"); }).find("exists and is not a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { check_output_dir("/proc/tpuw_ck", "--checkpoint"); }).find("/proc/tpuw_ck"), std::string::npos);
+  EXPECT_EQ(entries(), 2u);
+}
+
+TEST_F(FileIo, OutputSetIsAllOrNothing) {
+  const fs::path a = dir_ / "a.npy", b = dir_ / "b.json";
+  put(a, "old a");
+  {
+    OutputSet outs;
+    outs.add(a, std::string_view("new a"), "the .npy file");
+    outs.add(b, std::string_view("new b"), "the trace file");
+    EXPECT_EQ(contents(a), "old a") << "renamed before commit";
+    EXPECT_FALSE(fs::exists(b));
+  }  // an error after both were staged: nothing appears, nothing is touched
+  EXPECT_EQ(contents(a), "old a");
+  EXPECT_EQ(entries(), 1u);
+  // A failing add (the second target is a directory) leaves the first staged output unrenamed.
+  fs::create_directory(dir_ / "d");
+  {
+    OutputSet outs;
+    outs.add(a, std::string_view("new a"), "the .npy file");
+    EXPECT_THROW(outs.add(dir_ / "d", std::string_view("x"), "the trace file"), Error);
+  }
+  EXPECT_EQ(contents(a), "old a");
+  EXPECT_EQ(entries(), 2u);
+  OutputSet outs;
+  outs.add(a, std::string_view("new a"), "the .npy file");
+  outs.add(b, std::string_view("new b"), "the trace file");
+  outs.commit();
+  EXPECT_EQ(contents(a), "new a");
+  EXPECT_EQ(contents(b), "new b");
+  EXPECT_EQ(entries(), 3u);
+}
+
+TEST_F(FileIo, StagedOutputKeepsALibraryInItsPrivateDirectory) {
+  // A library that unlinks the name it is given and writes NAME.hier beside it (the FST writer).
+  const auto library_writes = [](const fs::path& p) {
+    ::unlink(p.c_str());
+    put(p, "waveform");
+    put(p.string() + ".hier", "side file");
+  };
+  const fs::path w = dir_ / "w.fst";
+  put(w, "old");
+  put(dir_ / "w.fst.hier", "not ours");
+  {
+    StagedOutput s(w, "--wave");
+    EXPECT_EQ(s.path().parent_path(), s.dir());
+    EXPECT_EQ(s.dir().parent_path(), dir_);
+    library_writes(s.path());
+    EXPECT_EQ(contents(w), "old");
+  }  // not committed: the private directory and all in it are removed
+  EXPECT_EQ(contents(w), "old");
+  EXPECT_EQ(contents(dir_ / "w.fst.hier"), "not ours");
+  EXPECT_EQ(entries(), 2u);
+  StagedOutput s(w, "--wave");
+  library_writes(s.path());
+  s.commit();
+  EXPECT_EQ(contents(w), "waveform");
+  EXPECT_EQ(contents(dir_ / "w.fst.hier"), "not ours") << "a file we did not create was touched";
+  EXPECT_EQ(entries(), 2u) << "the private directory was left";
+  // Nothing written: an error at commit, and nothing left either.
+  StagedOutput none(dir_ / "x.fst", "--wave");
+  EXPECT_NE(error_of([&] { none.commit(); }).find("the file was not written"), std::string::npos);
+  EXPECT_EQ(entries(), 2u);
 }
 
 }  // namespace
