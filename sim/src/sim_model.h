@@ -16,6 +16,7 @@
 #endif
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <cstdlib>
@@ -313,6 +314,20 @@ class ModelImpl final : public SimDevice::Impl {
   void open_wave() {
 #if TPUW_SIM_TRACE_FST
     wave_pending_ = false;
+    // Verilator's FST writer unlinks the name it is given (and NAME.hier) before creating it: given
+    // /dev/full, a FIFO or a symbolic link it would replace that object with a regular file. Only a
+    // regular file or nothing is accepted here; tpuw itself writes into a private directory and
+    // renames the finished file (tpuw/file_io.h StagedOutput).
+    for (const std::string& p : {wave_path_, wave_path_ + ".hier"}) {
+      struct stat st {};
+      if (::lstat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        wave_check_ = false;
+        throw SimError(SimErrorKind::kInvalidArgument,
+                       fmt::format("SimDevice: waveform file '{}' exists and is not a regular file (a directory, "
+                                   "device, FIFO, socket or symbolic link); refusing to replace it",
+                                   p));
+      }
+    }
     enter();
     ctx_->traceEverOn(true);
     auto fst = std::make_unique<VerilatedFstC>();
