@@ -215,9 +215,24 @@ std::string_view descr(DType t) {
   return "?";
 }
 
-std::string shape_string(const std::vector<uint64_t>& shape) {
+namespace {
+
+// The shape exactly as NumPy writes it in a header (every dimension).
+std::string shape_tuple(const std::vector<uint64_t>& shape) {
   if (shape.size() == 1) return fmt::format("({},)", shape[0]);
   return fmt::format("({})", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  // A file's header may hold up to kMaxHeaderBytes of dimensions: a message shows the first and
+  // the last few and how many there are, never the whole 60-90 KB tuple (issue 29).
+  if (shape.size() <= kShapeMessageDims) return shape_tuple(shape);
+  constexpr size_t kHead = kShapeMessageDims - 2;
+  const std::vector<uint64_t> head(shape.begin(), shape.begin() + kHead);
+  return fmt::format("({}, ..., {}, {}) ({} dimensions)", fmt::join(head, ", "), shape[shape.size() - 2],
+                     shape.back(), shape.size());
 }
 
 uint64_t Array::elements() const {
@@ -365,7 +380,7 @@ std::vector<uint8_t> serialize(const Array& array) {
                             shape_string(array.shape), to_string(array.dtype)));
   }
   std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-                                 descr(array.dtype), shape_string(array.shape));
+                                 descr(array.dtype), shape_tuple(array.shape));
   unsigned major = 1;
   size_t len_bytes = 2;
   auto padded = [&](size_t lb) {

@@ -201,6 +201,29 @@ TEST(Npy, UntrustedHeaderTextIsQuotedAndShortened) {
              "dtype '\\xff\\xfe' is not supported");
 }
 
+TEST(Npy, LongShapesAreShortenedInMessagesNotInFiles) {
+  // Issue 29: a .npy with 20,000 dimensions echoed its whole 60-90 KB shape in the error.
+  std::string dims;
+  for (int i = 0; i < 20000; ++i) dims += "1, ";
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "5), }";
+  try {
+    (void)parse(make_npy(2, dict, 4), "x.npy");  // 5 elements need 20 bytes
+    FAIL();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+    EXPECT_NE(msg.find("(1, 1, 1, 1, 1, 1, 1, 1, ..., 1, 5) (20001 dimensions)"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(shape_string({2, 3}), "(2, 3)");
+  EXPECT_EQ(shape_string({7}), "(7,)");
+  EXPECT_EQ(shape_string(std::vector<uint64_t>(kShapeMessageDims, 2)), "(2, 2, 2, 2, 2, 2, 2, 2, 2, 2)");
+  EXPECT_EQ(shape_string(std::vector<uint64_t>(kShapeMessageDims + 1, 2)),
+            "(2, 2, 2, 2, 2, 2, 2, 2, ..., 2, 2) (11 dimensions)");
+  // The file itself keeps every dimension.
+  const Array a = Array::zeros(DType::kInt8, std::vector<uint64_t>(30, 1));
+  EXPECT_EQ(parse(serialize(a), "y.npy").shape.size(), 30u);
+}
+
 TEST(Npy, UnsupportedDtypeAndOrder) {
   expect_bad(make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,)}", 8), "dtype '<f8' is not supported");
   expect_bad(make_npy(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (1,)}", 2), "dtype '<i2' is not supported");

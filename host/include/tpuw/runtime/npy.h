@@ -83,7 +83,12 @@ void save(const std::filesystem::path& path, const Array& array);
 /// "NAME: rank 3 (shape (2, 3, 4)), expected a rank-2 array".
 void require(const Array& array, std::string_view name, DType dtype, size_t rank);
 
-/// "(2, 3)" like NumPy prints shapes.
+/// Most dimensions shape_string() prints in full.
+inline constexpr size_t kShapeMessageDims = 10;
+
+/// "(2, 3)" like NumPy prints shapes, for messages: a shape of more than kShapeMessageDims
+/// dimensions is shortened to its first and last dimensions and the count,
+/// "(1, 1, 1, 1, 1, 1, 1, 1, ..., 1, 7) (20000 dimensions)".
 std::string shape_string(const std::vector<uint64_t>& shape);
 
 }  // namespace tpuw::npy
