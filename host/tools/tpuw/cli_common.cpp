@@ -5,8 +5,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
+#include <csignal>
+#include <cstring>
 
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
@@ -14,6 +21,7 @@
 #include "tpuw/file_io.h"
 #include "tpuw/nn/float_network.h"
 #include "tpuw/numerics.h"
+#include "tpuw/sim_control.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::cli {
@@ -29,6 +37,18 @@ CLI::Validator unsigned_check() {
         return {};
       },
       "UINT");
+}
+
+CLI::Validator signed_check() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc::result_out_of_range) return fmt::format("{}: outside [-2^63, 2^63 - 1]", s);
+        if (ec != std::errc() || end != s.data() + s.size()) return fmt::format("{}: not an integer", s);
+        return {};
+      },
+      "INT");
 }
 
 std::string version_string() {
@@ -76,7 +96,7 @@ CLI::Option* add_backend_option(CLI::App* sub, std::string& backend) {
 
 void add_multi_options(CLI::App* sub, MultiOpts& m, const std::vector<std::string>& strategies, const std::string& help) {
   m.devices_opt = sub->add_option("--devices", m.devices, "number of devices (each on its own thread)")
-                      ->check(unsigned_check() & CLI::Range(1u, 64u))
+                      ->check(unsigned_check() & CLI::Range(1u, kMaxDevices))
                       ->capture_default_str();
   sub->add_option("--strategy", m.strategy, help)->check(CLI::IsMember(strategies));
 }
@@ -94,6 +114,17 @@ void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave) {
     sub->add_option("--wave-from", o.wave_from, "first device cycle traced")->check(unsigned_check())->capture_default_str();
     sub->add_option("--wave-to", o.wave_to, "last device cycle traced (default: to the end)")->check(unsigned_check());
   }
+}
+
+unsigned device_array_n(const Device& dev, unsigned requested, bool given) {
+  const unsigned n = dev.info().params.array_n;
+  if (given && n != requested) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--array-n {}: the {} device has ARRAY_N {} (read from its registers); leave out --array-n "
+                            "or give --array-n {}",
+                            requested, dev.info().backend, n, n));
+  }
+  return n;
 }
 
 BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes) {
@@ -117,6 +148,152 @@ BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes) {
 }
 
 void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes) { write_file_atomic(p, bytes); }
+
+void check_output(const std::string& option, const std::string& path) {
+  if (!path.empty()) tpuw::check_output_path(path, option);
+}
+
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& option_paths) {
+  std::vector<std::pair<std::filesystem::path, const std::pair<std::string, std::string>*>> seen;
+  for (const auto& op : option_paths) {
+    if (op.second.empty()) continue;
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::weakly_canonical(op.second, ec);
+    if (ec) p = std::filesystem::absolute(op.second, ec).lexically_normal();
+    for (const auto& [q, first] : seen) {
+      if (q == p) {
+        throw Error(ErrorKind::kInvalidArgument,
+                    fmt::format("{} {}: the same file as {}", op.first, op.second, first->first));
+      }
+    }
+    seen.emplace_back(p, &op);
+  }
+}
+
+void stage_npy(OutputSet& outs, const std::string& path, const npy::Array& a) {
+  outs.add(path, npy::serialize(a), "the .npy file");
+}
+
+void stage_trace(OutputSet& outs, const std::string& path, const nlohmann::ordered_json& trace) {
+  outs.add(path, std::string_view(trace.dump(1) + "\n"), "the trace file");
+}
+
+namespace {
+
+// ---- signals ------------------------------------------------------------------------------------
+// The staged waveform's files, for the SIGBUS handler: fixed buffers filled before the FST writer
+// starts, read by the handler with async-signal-safe calls only (unlink, rmdir, write, _exit).
+constexpr size_t kSignalPathMax = 4096;
+char g_wave_file[kSignalPathMax];
+char g_wave_hier[kSignalPathMax];
+char g_wave_dir[kSignalPathMax];
+volatile std::sig_atomic_t g_wave_staged = 0;
+volatile std::sig_atomic_t g_file_size_exceeded = 0;
+
+void on_sigxfsz(int) { g_file_size_exceeded = 1; }
+
+// Verilator's FST writer (gtkwave fstapi.c) mmaps temporaries after fwrite()s it never checks: past
+// `ulimit -f` or on a full disk the file stays shorter than the mapping and the first access beyond
+// its end raises SIGBUS. Nothing can be recovered inside the writer, so the handler removes the
+// staged files (all ours: they live in our private directory) and exits 1 with a message instead
+// of dying with a core and leaving w.fst and w.fst.hier behind.
+void on_sigbus(int) {
+  if (g_wave_staged != 0) {
+    (void)::unlink(g_wave_file);
+    (void)::unlink(g_wave_hier);
+    (void)::rmdir(g_wave_dir);
+  }
+  static const char kMsg[] =
+      "tpuw: error: bus error (SIGBUS) writing a memory-mapped file: the FST waveform writer (--wave) ran past the "
+      "file size limit (ulimit -f) or out of disk space; no waveform was written\n";
+  (void)!::write(2, kMsg, sizeof kMsg - 1);
+  ::_exit(kOther);
+}
+
+bool copy_path(char* dst, const std::string& src) {
+  if (src.size() + 1 > kSignalPathMax) return false;
+  std::memcpy(dst, src.c_str(), src.size() + 1);
+  return true;
+}
+
+// Free bytes for this process on the file system holding `dir` (root may use the reserved blocks).
+uint64_t free_bytes(const std::filesystem::path& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return UINT64_MAX;  // unknown: not refused here
+  const uint64_t blocks = ::geteuid() == 0 ? v.f_bfree : v.f_bavail;
+  return blocks * v.f_frsize;
+}
+
+std::filesystem::path dir_of(const std::string& path) {
+  const std::filesystem::path d = std::filesystem::path(path).parent_path();
+  return d.empty() ? std::filesystem::path(".") : d;
+}
+
+}  // namespace
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sa.sa_handler = on_sigxfsz;
+  ::sigaction(SIGXFSZ, &sa, nullptr);
+  sa.sa_flags = 0;
+  sa.sa_handler = on_sigbus;
+  ::sigaction(SIGBUS, &sa, nullptr);
+}
+
+StagedOutput* stage_wave(OutputSet& outs, DeviceOpts& o) {
+  if (o.wave.empty()) return nullptr;
+  tpuw::check_output_path(o.wave, "--wave");
+  // Before the writer starts, the limits it cannot survive (see on_sigbus): a file size limit or
+  // free space below kWaveMinBytes in FILE's directory or in /tmp (where the writer's tmpfile()s
+  // go). Later failures are caught by finish_wave() and, for the mmap'ed files, on_sigbus.
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < kWaveMinBytes) {
+    throw Error(ErrorKind::kResource,
+                fmt::format("--wave {}: the file size limit (ulimit -f) is {} bytes; a waveform needs at least {} "
+                            "MiB (raise the limit or leave out --wave); nothing was run",
+                            o.wave, static_cast<uint64_t>(rl.rlim_cur), kWaveMinBytes >> 20));
+  }
+  for (const std::filesystem::path& d : {dir_of(o.wave), std::filesystem::path("/tmp")}) {
+    const uint64_t f = free_bytes(d);
+    if (f < kWaveMinBytes) {
+      throw Error(ErrorKind::kResource,
+                  fmt::format("--wave {}: only {} KiB free on the file system of {}; a waveform needs at least {} MiB "
+                              "there; nothing was run",
+                              o.wave, f >> 10, d.string(), kWaveMinBytes >> 20));
+    }
+  }
+  StagedOutput& s = outs.add_staged(o.wave, "--wave");
+  const std::string file = s.path().string();
+  if (copy_path(g_wave_file, file) && copy_path(g_wave_hier, file + ".hier") && copy_path(g_wave_dir, s.dir().string())) {
+    g_wave_staged = 1;
+  }
+  o.wave = file;
+  return &s;
+}
+
+void finish_wave(Device& dev, const StagedOutput* wave) {
+  if (wave == nullptr) return;
+  if (SimControl* sim = dev.backend().sim_control()) sim->stop_wave();  // the FST writer closes the file
+  g_wave_staged = 0;
+  const std::string t = wave->target().string();
+  if (g_file_size_exceeded != 0) {
+    throw Error(ErrorKind::kResource,
+                fmt::format("--wave {}: a write went past the file size limit (ulimit -f); the waveform would be "
+                            "incomplete and is not written",
+                            t));
+  }
+  // The FST writer does not check its writes: a disk that is full now may have cut the file short.
+  for (const std::filesystem::path& d : {wave->dir(), std::filesystem::path("/tmp")}) {
+    if (free_bytes(d) == 0) {
+      throw Error(ErrorKind::kResource,
+                  fmt::format("--wave {}: the file system of {} is full; the waveform may be incomplete and is not "
+                              "written",
+                              t, d.string()));
+    }
+  }
+}
 
 nlohmann::ordered_json perf_json(const PerfCounters& p) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();

@@ -9,6 +9,7 @@
 #include <span>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpuw/backend.h"
@@ -19,6 +20,11 @@
 #include "tpuw/runtime/trace.h"
 #include "tpuw/runtime/trainer.h"
 #include "tpuw/worker/strategies.h"
+
+namespace tpuw {
+class OutputSet;
+class StagedOutput;
+}  // namespace tpuw
 
 namespace CLI {
 class App;
@@ -81,6 +87,11 @@ struct DeviceOpts {
   MultiOpts multi;
 };
 
+/// The N of the device that was opened (its ARRAY_N register: a serial board decides its own size).
+/// A --array-n given on the command line (`given`) that differs is refused with
+/// Error(kInvalidArgument) naming both; reports then print the device's N, never the flag's default.
+unsigned device_array_n(const Device& dev, unsigned requested, bool given);
+
 /// --backend, --array-n, --json and (with `wave`) --wave, --wave-from, --wave-to.
 void add_device_options(CLI::App* sub, DeviceOpts& o, bool wave);
 
@@ -93,6 +104,44 @@ BackendConfig backend_config(const DeviceOpts& o, uint64_t mem_bytes = 64ull << 
 /// succeeded (tpuw/file_io.h).
 void write_file(const std::filesystem::path& p, std::span<const uint8_t> bytes);
 
+// ---- output files (README.md, "Output files") ---------------------------------------------------
+// Every subcommand checks each output path with check_output() before any work (exit 2 for a bad
+// one: a missing or unwritable directory, a directory, device, FIFO or socket, a link to one),
+// stages its outputs in one tpuw::OutputSet as they are produced, and commits the set only when
+// the command succeeded: on any non-zero exit no output appears and nothing that existed is
+// touched.
+
+/// check_output_path(path, option) when `path` is not empty (options that were not given).
+void check_output(const std::string& option, const std::string& path);
+
+/// The same path given to two output options: one would overwrite the other.
+void check_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& option_paths);
+
+/// Stages a .npy (npy::serialize) / a Chrome trace (runtime::write_trace_json's text) in `outs`.
+void stage_npy(OutputSet& outs, const std::string& path, const npy::Array& a);
+void stage_trace(OutputSet& outs, const std::string& path, const nlohmann::ordered_json& trace);
+
+/// --wave FILE: checked like any output, then, because Verilator's FST writer writes by name (it
+/// unlinks the name first, creates NAME.hier beside it, mmaps temporaries and checks none of its
+/// writes), pointed at a file in a private directory of ours beside FILE (tpuw::StagedOutput), so
+/// nothing the writer does can touch anything else; `o.wave` is replaced by that path. Refuses
+/// (exit 1) when the file size limit or the free space of FILE's directory or /tmp is below
+/// kWaveMinBytes. Installs the SIGBUS handler that removes the staged files and reports. No-op
+/// without --wave.
+inline constexpr uint64_t kWaveMinBytes = uint64_t{64} << 20;
+StagedOutput* stage_wave(OutputSet& outs, DeviceOpts& o);
+
+/// Closes the device's waveform (the FST file is complete on disk) and checks it can be trusted:
+/// no write past the file size limit happened (SIGXFSZ was seen) and the disk is not full; throws
+/// Error(kResource) otherwise (the staged file is then removed with `outs`). No-op when `wave` is
+/// null.
+void finish_wave(Device& dev, const StagedOutput* wave);
+
+/// Signal handling of main(): SIGXFSZ only sets a flag (a write past `ulimit -f` then fails with
+/// EFBIG and is reported), SIGBUS (an mmap'ed file that could not grow, in the FST writer) removes
+/// the staged waveform and exits 1 with a message instead of dying with a core.
+void install_signal_handlers();
+
 /// "tpuw <project version> (ISA <major>.<minor>)": `tpuw --version` and the `tpuw_version` key of
 /// every --json report.
 std::string version_string();
@@ -100,6 +149,14 @@ std::string version_string();
 /// The check of every unsigned integer option: decimal digits only, at most 2^64 - 1. CLI11 2.1.2
 /// converts "-1" to 2^64 - 1 and wraps values past 2^64 (issue 14, class 2).
 CLI::Validator unsigned_check();
+
+/// The same for every signed integer option: an optional '-' and decimal digits, within int64 (CLI11
+/// 2.1.2 clamps "99999999999999999999999" to 2^63 - 1 and reads "010" as octal); the range of each
+/// option is checked by its command, with the option's own message.
+CLI::Validator signed_check();
+
+/// The most devices any subcommand opens (--devices of info, gemm, run and train).
+inline constexpr unsigned kMaxDevices = 64;
 
 /// Every PERF counter by name.
 nlohmann::ordered_json perf_json(const PerfCounters& p);

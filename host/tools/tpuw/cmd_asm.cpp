@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "cli_common.h"
 #include "tpuw/asm.h"
+#include "tpuw/error.h"
 
 namespace tpuw::cli {
 
@@ -22,8 +24,13 @@ namespace {
 namespace fs = std::filesystem;
 
 int cmd_asm(const std::string& in, std::string out) {
-  const isa::Program prog = isa::assemble_file(in);
   if (out.empty()) out = fs::path(in).replace_extension(".bin").string();
+  check_output("--output", out);  // before any work (exit 2)
+  std::error_code ec1, ec2;
+  if (fs::weakly_canonical(out, ec1) == fs::weakly_canonical(in, ec2) && !ec1 && !ec2) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: the same file as the source", out));
+  }
+  const isa::Program prog = isa::assemble_file(in);
   write_file(out, prog.code);
   fmt::print("{}: {} instructions ({} bytes) -> {}\n", in, prog.num_instrs(), prog.code.size(), out);
   return kOk;

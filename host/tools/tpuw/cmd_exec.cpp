@@ -21,6 +21,7 @@
 #include "tpuw/asm.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 #include "tpuw/spec.h"
 
 namespace tpuw::cli {
@@ -65,7 +66,19 @@ std::string format_elem(int64_t v, isa::ElemType t) {
 }
 
 int cmd_exec(DeviceOpts o, const std::string& path) {
+  check_output("--wave", o.wave);
   const isa::Program prog = isa::assemble_file(path);
+  // The .dump files (beside the program) and --wave: checked before the program runs, staged, and
+  // committed only when exec exits 0 (README.md, "Output files").
+  std::vector<std::pair<std::string, std::string>> out_paths = {{"--wave", o.wave}};
+  for (const auto& d : prog.dumps) {
+    if (d.file.empty()) continue;
+    const std::string out = (fs::path(path).parent_path() / d.file).string();
+    check_output(fmt::format(".dump {}", d.name), out);
+    out_paths.emplace_back(fmt::format(".dump {}", d.name), out);
+  }
+  check_distinct_outputs(out_paths);
+  OutputSet outs;
   if (prog.array_n != 0) {
     if (o.array_n_opt->count() > 0 && o.array_n != prog.array_n) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("{}: the program is written for .array_n {}, not --array-n {}",
@@ -73,7 +86,11 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
     }
     o.array_n = prog.array_n;
   }
+  (void)backend_config(o);  // --wave with a backend other than rtl: refused before staging
+  const StagedOutput* wave = stage_wave(outs, o);
   Device dev = Device::open(o.backend, backend_config(o));
+  // A serial board has its own N: a mismatching --array-n or .array_n is refused before anything runs.
+  o.array_n = device_array_n(dev, o.array_n, (o.array_n_opt != nullptr && o.array_n_opt->count() > 0) || prog.array_n != 0);
   auto check_region = [&](const std::string& what, const std::string& name, uint64_t addr, uint64_t bytes) {
     const DeviceInfo& i = dev.info();
     if (addr < i.mem_base || addr + bytes > dev.ring_base()) {
@@ -134,7 +151,7 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
     dev.backend().mem_read(d.addr, bytes.data(), bytes.size());
     if (!d.file.empty()) {
       const fs::path out = fs::path(path).parent_path() / d.file;
-      write_file(out, bytes);
+      outs.add(out, bytes, "the .dump file");
       text += fmt::format("{} (0x{:x}, {} bytes) -> {}\n", d.name, d.addr, d.bytes, out.string());
       dumps[d.name] = out.string();
       continue;
@@ -168,6 +185,12 @@ int cmd_exec(DeviceOpts o, const std::string& path) {
     }
   }
   if (!problems.empty() && rc == kOk) rc = kMismatchExit;
+  finish_wave(dev, wave);
+  if (rc == kOk) {
+    outs.commit();
+  } else if (!outs.empty()) {  // any other exit: no output appears (outs removes its temporaries)
+    fmt::print(stderr, "tpuw exec: exit {}: the .dump files{} are not written\n", rc, wave ? " and --wave" : "");
+  }
 
   if (o.json) {
     json j;

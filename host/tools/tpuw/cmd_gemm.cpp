@@ -27,6 +27,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 #include "tpuw/runtime/gemm.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/npy.h"
@@ -53,7 +54,6 @@ struct GemmArgs {
 namespace {
 
 using json = nlohmann::ordered_json;
-namespace fs = std::filesystem;
 
 struct Operands {
   runtime::GemmShape shape;
@@ -164,7 +164,7 @@ json gemm_json_head(const DeviceOpts& o, const runtime::GemmShape& s) {
 }
 
 // gemm --devices K --strategy data: B's columns split over K devices (tpuw/worker/strategies.h).
-int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op, uint64_t mem) {
+int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op, uint64_t mem, OutputSet& outs) {
   worker::WorkerOptions wo;
   wo.backend = o.backend;
   wo.config = backend_config(o, mem);
@@ -192,8 +192,9 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
     compare(r.c, r1.c, op.shape, fmt::format("{} x{}", o.backend, w.size()), fmt::format("{} x1", o.backend));
     check_json["one_device"] = "equal";
   }
-  if (!g.out.empty()) npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
-  if (trace) trace->write(g.trace);
+  if (!g.out.empty()) stage_npy(outs, g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  if (trace) stage_trace(outs, g.trace, trace->to_json());
+  outs.commit();
   const worker::StrategyReport& rep = r.report;
   uint64_t cycles = 0;
   for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
@@ -225,7 +226,8 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
 // gemm --dtype bf16: C fp32 = A . B with A, B float32 .npy rounded to bf16 (round to nearest even,
 // docs/numerics.md rule 7); --check compares bit for bit with the host model of the contract and
 // with the other backend when it is built with bf16.
-int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& params) {
+int cmd_gemm_bf16(DeviceOpts o, const GemmOpts& g, const DeviceParams& params, OutputSet& outs,
+                  const StagedOutput* wave) {
   if (multi_selected(o.multi)) {
     throw Error(ErrorKind::kInvalidArgument, "tpuw gemm --dtype bf16 runs on one device (no --devices/--strategy)");
   }
@@ -265,6 +267,7 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
   const uint64_t mem = std::max<uint64_t>(64ull << 20, (need + (1 << 20) - 1) & ~uint64_t{(1 << 20) - 1});
   const std::unique_ptr<runtime::Trace> trace = make_trace(g);
   Device dev = Device::open(o.backend, backend_config(o, mem));
+  o.array_n = device_array_n(dev, o.array_n, o.array_n_opt != nullptr && o.array_n_opt->count() > 0);
   const int64_t t_run = trace ? trace->now_ns() : 0;
   const runtime::Bf16GemmResult r = runtime::gemm_bf16(dev, spec, a, b);
   trace_gemm(trace.get(), t_run, r.wall_s, 0, dev, "bf16 gemm", r.perf);
@@ -304,8 +307,10 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
       check_json[other] = "not built";
     }
   }
-  if (!g.out.empty()) npy::save(g.out, npy::Array::from<float>({spec.shape.m, spec.shape.n}, r.c));
-  if (trace) trace->write(g.trace);
+  finish_wave(dev, wave);
+  if (!g.out.empty()) stage_npy(outs, g.out, npy::Array::from<float>({spec.shape.m, spec.shape.n}, r.c));
+  if (trace) stage_trace(outs, g.trace, trace->to_json());
+  outs.commit();
   if (o.json) {
     json j = gemm_json_head(o, spec.shape);
     j["dtype"] = "bf16";
@@ -339,7 +344,13 @@ int cmd_gemm_bf16(const DeviceOpts& o, const GemmOpts& g, const DeviceParams& pa
   return kOk;
 }
 
-int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
+int cmd_gemm(const DeviceOpts& opts, const GemmOpts& g) {
+  // Every output path first: nothing runs when one of them cannot be written (exit 2).
+  check_output("--out", g.out);
+  check_output("--trace", g.trace);
+  check_distinct_outputs({{"--out", g.out}, {"--trace", g.trace}, {"--wave", opts.wave}});
+  OutputSet outs;  // committed only when the command succeeds
+  DeviceOpts o = opts;
   if (o.multi.strategy == "pipeline") {
     throw Error(ErrorKind::kInvalidArgument,
                 "tpuw gemm --strategy pipeline: a single GEMM has no layers to pipeline; use --strategy data (B's "
@@ -351,37 +362,18 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
                 fmt::format("--array-n {}: no such configuration (built: {})", o.array_n,
                             fmt::join(backend_array_sizes("ref"), ", ")));
   }
-  if (!g.trace.empty()) {
-    const fs::path parent = fs::path(g.trace).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !fs::is_directory(parent, ec)) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: directory {} does not exist", g.trace, parent.string()));
-    }
-    if (fs::is_directory(g.trace, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: is a directory", g.trace));
+  if (!o.wave.empty() && multi_selected(o.multi)) {
+    throw Error(ErrorKind::kInvalidArgument, "--wave traces one device: it cannot be combined with --devices/--strategy");
   }
-  if (g.dtype == "bf16") {
-    if (!g.out.empty()) {
-      const fs::path parent = fs::path(g.out).parent_path();
-      std::error_code ec;
-      if (!parent.empty() && !fs::is_directory(parent, ec)) {
-        throw Error(ErrorKind::kInvalidArgument,
-                    fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
-      }
-    }
-    return cmd_gemm_bf16(o, g, *params);
-  }
+  (void)backend_config(o);  // --wave with a backend other than rtl, --wave-to before --wave-from: refused first
+  const StagedOutput* wave = stage_wave(outs, o);
+  if (g.dtype == "bf16") return cmd_gemm_bf16(o, g, *params, outs, wave);
   const Operands op = load_operands(g, *params);
-  if (!g.out.empty()) {
-    const fs::path parent = fs::path(g.out).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !fs::is_directory(parent, ec)) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("--out {}: directory {} does not exist", g.out, parent.string()));
-    }
-  }
   const uint64_t mem = memory_for(runtime::plan_gemm(*params, op.shape));
-  if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem);
+  if (multi_selected(o.multi)) return cmd_gemm_devices(o, g, op, mem, outs);
   const std::unique_ptr<runtime::Trace> trace = make_trace(g);
   Device dev = Device::open(o.backend, backend_config(o, mem));
+  o.array_n = device_array_n(dev, o.array_n, o.array_n_opt != nullptr && o.array_n_opt->count() > 0);
 
   const bool show_progress = !g.quiet && isatty(fileno(stderr)) != 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -421,10 +413,10 @@ int cmd_gemm(const DeviceOpts& o, const GemmOpts& g) {
       check_json[other] = "not built";
     }
   }
-  if (!g.out.empty()) {
-    npy::save(g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
-  }
-  if (trace) trace->write(g.trace);
+  finish_wave(dev, wave);
+  if (!g.out.empty()) stage_npy(outs, g.out, npy::Array::from<int32_t>({op.shape.m, op.shape.n}, r.c));
+  if (trace) stage_trace(outs, g.trace, trace->to_json());
+  outs.commit();
   const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
   if (o.json) {
     json j = gemm_json_head(o, op.shape);

@@ -86,6 +86,7 @@ int cmd_info_devices(const DeviceOpts& o) {
 int cmd_info(const DeviceOpts& o) {
   if (o.multi.devices_opt != nullptr && o.multi.devices_opt->count() > 0) return cmd_info_devices(o);
   Device dev = Device::open(o.backend, backend_config(o));
+  (void)device_array_n(dev, o.array_n, o.array_n_opt != nullptr && o.array_n_opt->count() > 0);
   const DeviceInfo& i = dev.info();
   const auto& p = i.params;
   if (o.json) {
@@ -135,7 +136,7 @@ InfoCommand::InfoCommand(CLI::App& app) : opts_(std::make_shared<InfoOpts>()) {
   info_o.backend = "rtl";
   add_device_options(info, info_o, false);
   info_o.multi.devices_opt = info->add_option("--devices", info_o.multi.devices, "open K devices and list each one")
-                                 ->check(CLI::Range(1u, 64u));
+                                 ->check(unsigned_check() & CLI::Range(1u, kMaxDevices));
   sub_ = info;
 }
 

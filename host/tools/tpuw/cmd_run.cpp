@@ -39,6 +39,7 @@
 
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/file_io.h"
 #include "tpuw/numerics.h"
 #include "tpuw/nn/onnx_import.h"
 #include "tpuw/nn/quantize.h"
@@ -68,6 +69,8 @@ struct RunOpts {
   double mpi_timeout = 120.0;     // under mpirun: seconds a rank waits for the others
   std::string inject_rank_fail;   // hidden, tests: "R" (rank R's run fails) or "R:exit" (rank R exits)
   std::string inject_fault;       // hidden, tests: "J" (a CNN on several devices: the device running micro-batch J faults, once)
+  OutputSet* outputs = nullptr;   // --output and --trace, staged; committed by RunCommand::execute on success
+  CLI::Option* array_n_opt = nullptr;  // given on the command line: a device of another N is refused
 };
 
 namespace {
@@ -275,7 +278,7 @@ void finish_model_outputs(const RunOpts& o, const nn::FloatNetwork& net, const R
   }
   if (o.output.empty()) return;
   for (size_t i = 0; i < outs.size(); ++i) {
-    npy::save(output_file(o, net, i), npy::Array::from<float>({in.rows, output_cols(net, i)}, outs[i]));
+    stage_npy(*o.outputs, output_file(o, net, i), npy::Array::from<float>({in.rows, output_cols(net, i)}, outs[i]));
   }
 }
 
@@ -543,7 +546,7 @@ int run_multi(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork&
   auto out_span = runtime::Trace::scope(trace, main, "outputs (check, accuracy, write)");
   const auto [check_json, acc_int8, acc_float] = finish_outputs(o, net, q, x_q, in, raw, labels);
   out_span.end();
-  if (trace != nullptr) trace->write(o.trace);
+  if (trace != nullptr) stage_trace(*o.outputs, o.trace, trace->to_json());
 
   const worker::StrategyReport& rep = r.report;
   uint64_t cycles = 0;
@@ -622,6 +625,7 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
   const double sim_hz = s.wall > 0 ? static_cast<double>(s.sim_cycles) / s.wall : 0.0;
   if (o.json) {
     json j = model_json(o, net, q, in, s.chunk, s.chunks, cal);
+    j["array_n"] = array_n;  // the device's
     json jl = json::array();
     for (size_t i = 0; i < s.layers.size(); ++i) {
       const LayerTotals& t = s.layers[i];
@@ -726,7 +730,7 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
   auto open_span = Trace::scope(trace, main_track(trace), "open device");
   Device dev = Device::open(o.backend, bc);
   open_span.end();
-  const unsigned array_n = dev.info().params.array_n;
+  const unsigned array_n = device_array_n(dev, o.array_n, o.array_n_opt != nullptr && o.array_n_opt->count() > 0);
 
   std::vector<std::string> names;
   std::vector<bool> relu, wide;
@@ -767,7 +771,7 @@ int run_bf16(const RunOpts& o, const nn::FloatNetwork& net, const Rows& in, cons
   auto check_span = Trace::scope(trace, main_track(trace), "outputs (check, accuracy, write)");
   const RunOutputs res = finish_outputs_bf16(o, net, in, std::move(y), labels, array_n);
   check_span.end();
-  if (trace != nullptr) trace->write(o.trace);
+  if (trace != nullptr) stage_trace(*o.outputs, o.trace, trace->to_json());
   return report_single(o, net, nullptr, in, in, s, array_n, res, labels.size());
 }
 
@@ -929,7 +933,7 @@ int run_ranks(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetwork*
   if (trace != nullptr) {
     std::vector<json> traces;
     for (const json& h : heads) traces.push_back(h.value("trace", json::object({{"traceEvents", json::array()}})));
-    runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+    stage_trace(*o.outputs, o.trace, runtime::merge_rank_traces(traces));
   }
   const double rows_per_s = job_wall > 0 ? static_cast<double>(in.rows) / job_wall : 0.0;
   const unsigned k_dev = bf16 ? 1u : o.multi.devices;
@@ -1007,12 +1011,19 @@ int run_cnn_branch(const RunOpts& o) {
   c.inject_fault = o.inject_fault;
   c.mpi_timeout = o.mpi_timeout;  // under mpirun: images split over the ranks (cnn_report.h CnnRanks)
   c.inject_rank_fail = o.inject_rank_fail;
+  c.outputs = o.outputs;
   return o.precision == "bf16" ? run_cnn_bf16_model(c) : run_cnn_model(c);
 }
 
-int run_command(const RunOpts& opts) {
+int run_command(const RunOpts& opts, OutputSet& outs) {
+  // Every output path first: nothing runs when one cannot be written (exit 2); the per-output files
+  // out.NAME.npy of a model with several outputs are checked once the model says their names.
+  check_output("--output", opts.output);
+  check_output("--trace", opts.trace);
+  check_distinct_outputs({{"--output", opts.output}, {"--trace", opts.trace}});
   // The files as reports name them: FILE, or NAME=FILE joined by ", " for several inputs.
   RunOpts o = opts;
+  o.outputs = &outs;
   o.input = fmt::format("{}", fmt::join(o.inputs, ", "));
   o.calibrate = fmt::format("{}", fmt::join(o.calibrates, ", "));
   const bool bf16 = o.precision == "bf16";
@@ -1026,8 +1037,8 @@ int run_command(const RunOpts& opts) {
                 "--precision bf16 runs a dense-layer model on one device (no --devices/--strategy; a CNN runs on "
                 "several)");
   }
-  if (!(o.mpi_timeout > 0)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
+  if (!(o.mpi_timeout > 0) || !std::isfinite(o.mpi_timeout)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be finite and > 0", o.mpi_timeout));
   }
   std::unique_ptr<Trace> trace_owner = o.trace.empty() ? nullptr : std::make_unique<Trace>();
   Trace* trace = trace_owner.get();
@@ -1055,21 +1066,9 @@ int run_command(const RunOpts& opts) {
   Rows calib;
   if (!o.calibrates.empty()) calib = load_inputs(o.calibrates, net, "--calibrate");
   const Rows& cal = o.calibrate.empty() ? in : calib;
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--output", o.output}, {"--trace", o.trace}}) {
-    if (path.empty()) continue;
-    const fs::path parent = fs::path(path).parent_path();
-    std::error_code ec;
-    if (!parent.empty() && !fs::is_directory(parent, ec)) {
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("{} {}: directory {} does not exist", flag, path, parent.string()));
-    }
-    if (fs::is_directory(path, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: is a directory", flag, path));
-  }
-  if (!o.trace.empty() && !o.output.empty() && fs::path(o.trace) == fs::path(o.output)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: the same file as --output", o.trace));
-  }
   // Several outputs go to out.NAME.npy each: two names that map to one file cannot both be written.
   for (size_t i = 0; !o.output.empty() && i < net.outputs.size(); ++i) {
+    check_output(fmt::format("--output {} (output '{}')", o.output, net.outputs[i].name), output_file(o, net, i));
     for (size_t k = 0; k < i; ++k) {
       if (output_file(o, net, i) == output_file(o, net, k) || output_file(o, net, i) == o.trace) {
         throw Error(ErrorKind::kInvalidArgument,
@@ -1106,8 +1105,9 @@ int run_command(const RunOpts& opts) {
   auto open_span = Trace::scope(trace, main_track(trace), "open device");
   Device dev = Device::open(o.backend, bc);
   open_span.end();
-  // The device's own ARRAY_N (a serial board answers with its real size), not the flag's.
-  const unsigned array_n = dev.info().params.array_n;
+  // The device's own ARRAY_N (a serial board answers with its real size), not the flag's; a
+  // --array-n that differs is refused.
+  const unsigned array_n = device_array_n(dev, o.array_n, o.array_n_opt != nullptr && o.array_n_opt->count() > 0);
 
   // ---- run ------------------------------------------------------------------------------------
   std::vector<std::string> names;
@@ -1150,7 +1150,7 @@ int run_command(const RunOpts& opts) {
   auto out_span = Trace::scope(trace, main_track(trace), "outputs (check, accuracy, write)");
   const RunOutputs res = finish_outputs(o, net, q, x_q, in, raw, labels);
   out_span.end();
-  if (trace != nullptr) trace->write(o.trace);
+  if (trace != nullptr) stage_trace(*o.outputs, o.trace, trace->to_json());
   return report_single(o, net, &q, in, cal, s, array_n, res, labels.size());
 }
 
@@ -1190,9 +1190,9 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
       ->check(CLI::IsMember({"int8", "bf16"}))
       ->capture_default_str();
   add_backend_option(sub, o->backend);
-  sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (N x N array)")
-      ->check(unsigned_check())
-      ->capture_default_str();
+  o->array_n_opt = sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (N x N array)")
+                       ->check(unsigned_check())
+                       ->capture_default_str();
   add_multi_options(sub, o->multi, {"data", "pipeline"},
                     "how the rows use several devices: data (micro-batches spread over the devices, weights "
                     "mirrored) or pipeline (layers split into stages, one device each; not for CNNs); default "
@@ -1223,7 +1223,9 @@ bool RunCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }
 int RunCommand::execute() const {
   int rc = kOther;
   try {
-    rc = run_command(*opts_);
+    OutputSet outs;  // every output of the run: committed only when it succeeded
+    rc = run_command(*opts_, outs);
+    if (rc == kOk) outs.commit();
   } catch (const Error& e) {
     fmt::print(stderr, "tpuw: error: {}\n", e.what());
     rc = exit_code(e.kind());

@@ -126,6 +126,7 @@ int run_cnn_model(const CnnRunOpts& o) {
   const nn::QCnn q = compiler::compile_quantized_cnn(g, cal.x, cal.rows);
   const auto classes = static_cast<uint32_t>(q.output_features());
   for (size_t i = 0; !o.output.empty() && i < q.outputs.size(); ++i) {
+    check_output(fmt::format("--output {} (output '{}')", o.output, q.outputs[i].name), cnn_output_file(o.output, q, i));
     for (size_t k = 0; k < i; ++k) {
       if (cnn_output_file(o.output, q, i) == cnn_output_file(o.output, q, k)) {
         throw Error(ErrorKind::kInvalidArgument,
@@ -251,7 +252,7 @@ int run_cnn_model(const CnnRunOpts& o) {
       pool_indices[k] = from_bytes<int64_t>(all[2 + 2 * k]);
     }
   } else if (trace != nullptr) {
-    trace->write(o.trace);
+    stage_trace(*o.outputs, o.trace, trace->to_json());
   }
 
   // ---- outputs ----------------------------------------------------------------------------------
@@ -326,9 +327,9 @@ int run_cnn_model(const CnnRunOpts& o) {
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(maps[k][i]) * l.out_scale;
     }
     if (!file.empty() && indices) {
-      npy::save(file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));  // ONNX's int64
+      stage_npy(*o.outputs, file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));  // ONNX's int64
     } else if (!file.empty()) {
-      npy::save(file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
+      stage_npy(*o.outputs, file, npy::Array::from<float>(shp, std::span<const float>(layer >= 0 ? v : y)));
     }
     if (!q.outputs.empty()) {
       uint64_t feats = 1;

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace tpuw {
+class OutputSet;
+}  // namespace tpuw
+
 namespace tpuw::cli {
 
 /// The options of `tpuw run` the CNN path uses (filled by cmd_run.cpp from its RunOpts).
@@ -25,6 +29,7 @@ struct CnnRunOpts {
   bool json = false;
   bool quiet = false;
   bool check = false;
+  OutputSet* outputs = nullptr;  // where --output and --trace are staged (committed by tpuw run on success)
 };
 
 /// Whether the ONNX model at `path` is a CNN (its graph has a Conv, AveragePool,

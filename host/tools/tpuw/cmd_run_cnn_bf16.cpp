@@ -79,6 +79,13 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   if (params == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, fmt::format("--array-n {}: no such configuration", o.array_n));
   }
+  if (!net.indices_outputs.empty() && !o.output.empty()) {  // each output to OUT.NAME.npy: checked now
+    check_output(fmt::format("--output {} (output '{}')", o.output, net.head.output_name),
+                 named_output_file(o.output, net.head.output_name));
+    for (const auto& io : net.indices_outputs) {
+      check_output(fmt::format("--output {} (output '{}')", o.output, io.name), named_output_file(o.output, io.name));
+    }
+  }
   const uint32_t classes = net.head.output_features();
   std::vector<int64_t> labels;
   if (!o.labels.empty()) labels = load_class_labels(o.labels, in.rows, classes);
@@ -175,7 +182,7 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     y = from_bytes<float>(all[0]);
     for (size_t k = 0; k < pool_indices.size(); ++k) pool_indices[k] = from_bytes<int64_t>(all[1 + k]);
   } else if (trace != nullptr) {
-    trace->write(o.trace);
+    stage_trace(*o.outputs, o.trace, trace->to_json());
   }
 
   // ---- outputs ----------------------------------------------------------------------------------
@@ -222,17 +229,17 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
   // With a max pool's Indices as a graph output too: each output to OUT.NAME.npy (as int8's).
   std::vector<std::string> output_lines;
   if (net.indices_outputs.empty()) {
-    if (!o.output.empty()) npy::save(o.output, npy::Array::from<float>(out_shape, y));
+    if (!o.output.empty()) stage_npy(*o.outputs, o.output, npy::Array::from<float>(out_shape, y));
   } else {
     const std::string yfile = named_output_file(o.output, net.head.output_name);
-    if (!yfile.empty()) npy::save(yfile, npy::Array::from<float>(out_shape, y));
+    if (!yfile.empty()) stage_npy(*o.outputs, yfile, npy::Array::from<float>(out_shape, y));
     output_lines.push_back(fmt::format("output '{}' (the network's, [{}]){}", net.head.output_name,
                                        fmt::join(out_shape, ", "), yfile.empty() ? "" : " -> " + yfile));
     for (size_t k = 0; k < net.indices_outputs.size(); ++k) {
       const Bf16ConvLayer& l = net.convs[static_cast<size_t>(net.indices_outputs[k].layer)];
       const std::vector<uint64_t> shp{in.rows, l.geom.out_c, l.geom.out_h(), l.geom.out_w()};
       const std::string file = named_output_file(o.output, net.indices_outputs[k].name);
-      if (!file.empty()) npy::save(file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));
+      if (!file.empty()) stage_npy(*o.outputs, file, npy::Array::from<int64_t>(shp, std::span<const int64_t>(pool_indices[k])));
       output_lines.push_back(fmt::format("output '{}' (Indices of layer {}, [{}]){}", net.indices_outputs[k].name, l.name,
                                          fmt::join(shp, ", "), file.empty() ? "" : " -> " + file));
     }

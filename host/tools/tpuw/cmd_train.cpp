@@ -76,6 +76,9 @@ using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMaxOnnxBytes = uint64_t{2} << 30;
+// --chunks: each chunk is one gradient part per step and per replica (its own programs and host
+// buffers); more than this many per batch is a typing error, never a useful reduction order.
+constexpr int64_t kMaxTrainChunks = 1024;
 
 // ---- data -------------------------------------------------------------------------------------
 
@@ -254,17 +257,14 @@ json options_json(const TrainOpts& o, int64_t rows) {
           {"devices", o.devices}, {"chunks", o.devices > 0 ? json(o.chunks) : json(nullptr)}};
 }
 
-void check_output_path(const std::string& opt, const std::string& p) {
-  const fs::path parent = fs::path(p).parent_path();
-  std::error_code ec;
-  if (!parent.empty() && !fs::is_directory(parent, ec)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: directory {} does not exist", opt, p, parent.string()));
-  }
-  if (fs::is_directory(p, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("{} {}: is a directory", opt, p));
-}
-
 int train_command(const TrainOpts& o) {
   // ---- options and inputs: all checked before anything runs or is written ---------------------
+  // The outputs first (exit 2): --output and --trace can be created, --checkpoint is (or can be
+  // made) a directory that takes files. They are staged and committed together at the end.
+  check_output("--output", o.output);
+  check_output("--trace", o.trace);
+  check_distinct_outputs({{"--output", o.output}, {"--trace", o.trace}});
+  if (!o.checkpoint.empty()) check_output_dir(o.checkpoint, "--checkpoint");
   if (o.batch < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--batch {}: must be at least 1", o.batch));
   if (o.epochs < 1) throw Error(ErrorKind::kInvalidArgument, fmt::format("--epochs {}: must be at least 1", o.epochs));
   if (o.checkpoint_every < 0) {
@@ -278,6 +278,14 @@ int train_command(const TrainOpts& o) {
   const runtime::SgdConfig sgd{o.lr, o.momentum, o.weight_decay};
   runtime::check_sgd_config(sgd);
   const bool pipeline = o.strategy == "pipeline";
+  if (o.devices > kMaxDevices) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--devices {}: at most {} devices (as info, gemm and run)", o.devices, kMaxDevices));
+  }
+  if (o.chunks > kMaxTrainChunks) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("--chunks {}: at most {} chunks per batch", o.chunks, kMaxTrainChunks));
+  }
   if (o.devices > 0) {
     if (o.strategy != "mirrored" && !pipeline) {
       throw Error(ErrorKind::kInvalidArgument, fmt::format("--strategy {}: expected mirrored or pipeline", o.strategy));
@@ -310,18 +318,10 @@ int train_command(const TrainOpts& o) {
     throw Error(ErrorKind::kInvalidArgument,
                 "started by mpirun with several ranks: use --devices K --strategy mirrored (K devices per rank)");
   }
-  if (!(o.mpi_timeout > 0)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be > 0", o.mpi_timeout));
+  if (!(o.mpi_timeout > 0) || !std::isfinite(o.mpi_timeout)) {
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("--mpi-timeout {}: must be finite and > 0", o.mpi_timeout));
   }
-  check_output_path("--output", o.output);
-  if (!o.trace.empty()) check_output_path("--trace", o.trace);
   const std::unique_ptr<runtime::Trace> trace = o.trace.empty() ? nullptr : std::make_unique<runtime::Trace>();
-  if (!o.checkpoint.empty()) {
-    std::error_code ec;
-    if (fs::exists(o.checkpoint, ec) && !fs::is_directory(o.checkpoint, ec)) {
-      throw Error(ErrorKind::kInvalidArgument, fmt::format("--checkpoint {}: exists and is not a directory", o.checkpoint));
-    }
-  }
   const std::vector<uint8_t> model_bytes = read_file_bounded(o.model, kMaxOnnxBytes, "an ONNX model");
   compiler::Graph graph0 = compiler::import_onnx_graph(model_bytes, o.model);
   const bool cnn = compiler::has_conv(graph0);  // CNNs: runtime/cnn_trainer.h (one device, bf16)
@@ -590,7 +590,8 @@ int train_command(const TrainOpts& o) {
 
   // ---- the trained model --------------------------------------------------------------------------
   const std::vector<uint8_t> out = compiler::replace_float_initializers(model_bytes, o.model, st.params);
-  if (rank == 0) write_file_atomic(o.output, out, "the trained model");
+  OutputSet outs;  // the trained model and --trace: renamed into place together, after both are written
+  if (rank == 0) outs.add(o.output, out, "the trained model");
   if (trace && mpi) {
     // Every rank's timeline in one file (a collective: every rank takes part), written by rank 0.
     const std::string mine = trace->to_json().dump();
@@ -601,11 +602,12 @@ int train_command(const TrainOpts& o) {
       for (const std::vector<uint8_t>& b : all) {
         traces.push_back(nlohmann::ordered_json::parse(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())));
       }
-      runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+      stage_trace(outs, o.trace, runtime::merge_rank_traces(traces));
     }
   } else if (trace) {
-    trace->write(o.trace);
+    stage_trace(outs, o.trace, trace->to_json());
   }
+  outs.commit();
 
   const double per = steps_run > 0 ? 1.0 / static_cast<double>(steps_run) : 0.0;
   const double utilization = cycles > 0 ? util_cycles / static_cast<double>(cycles) : 0.0;
@@ -765,8 +767,10 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
   sub->add_option("--labels", o->labels, "class labels, integer .npy (N,) (int64, int32 or uint8)")->required();
   sub->add_option("-o,--output", o->output, "write the trained model here (.onnx; the input model's initializer "
                                             "names and shapes)")->required();
-  sub->add_option("--epochs", o->epochs, "passes over the training rows")->capture_default_str();
-  sub->add_option("--batch", o->batch, "rows per SGD step (the last step of an epoch takes the rest)")->capture_default_str();
+  sub->add_option("--epochs", o->epochs, "passes over the training rows")->check(signed_check())->capture_default_str();
+  sub->add_option("--batch", o->batch, "rows per SGD step (the last step of an epoch takes the rest)")
+      ->check(signed_check())
+      ->capture_default_str();
   sub->add_option("--lr", o->lr, "learning rate (finite, > 0)")->capture_default_str();
   sub->add_option("--momentum", o->momentum, "SGD momentum (>= 0; torch.optim.SGD semantics)")->capture_default_str();
   sub->add_option("--weight-decay", o->weight_decay, "L2 weight decay added to the gradient (>= 0)")->capture_default_str();
@@ -775,20 +779,24 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
                   "rtl (verilated device), ref (reference model of the device), host (fp32 on the CPU)")
       ->check(CLI::IsMember(backends))
       ->capture_default_str();
-  sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (rtl, ref)")->capture_default_str();
+  sub->add_option("--array-n", o->array_n, "MXU size N of the device configuration (rtl, ref)")
+      ->check(unsigned_check())
+      ->capture_default_str();
   sub->add_option("--validate", o->validate, "validation inputs (.npy like --input): accuracy after every epoch");
   sub->add_option("--validate-labels", o->validate_labels, "validation labels (.npy like --labels)");
   sub->add_option("--checkpoint", o->checkpoint, "write the training state into this directory (see --checkpoint-every)");
   sub->add_option("--checkpoint-every", o->checkpoint_every,
                   "checkpoint every STEPS steps (0: at the end of every epoch); always at the end")
+      ->check(signed_check())
       ->capture_default_str();
   sub->add_option("--resume", o->resume, "continue from a checkpoint directory (same rows, --batch, --shuffle/--seed)");
   sub->add_flag("--shuffle", o->shuffle, "a new random row order every epoch (default: file order)");
-  sub->add_option("--seed", o->seed, "seed of --shuffle")->capture_default_str();
-  sub->add_option("--limit", o->limit, "train on the first N rows only (0: all)")->capture_default_str();
+  sub->add_option("--seed", o->seed, "seed of --shuffle")->check(unsigned_check())->capture_default_str();
+  sub->add_option("--limit", o->limit, "train on the first N rows only (0: all)")->check(signed_check())->capture_default_str();
   sub->add_option("--max-steps", o->max_steps,
                   "stop after this many steps in total, counting the resumed ones (0: no limit); the output and a "
                   "checkpoint are written as at the end")
+      ->check(signed_check())
       ->capture_default_str();
   sub->add_option("--trace", o->trace,
                   "write a timeline as Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing): each step on the "
@@ -799,12 +807,14 @@ TrainCommand::TrainCommand(CLI::App& app) : opts_(std::make_shared<TrainOpts>())
   sub->add_option("--devices", o->devices,
                   "train on K devices (rtl, ref; docs/scaling.md): mirrored variables, or pipeline stages; 0: one "
                   "device, the fused step")
+      ->check(unsigned_check())
       ->capture_default_str();
   sub->add_option("--strategy", o->strategy, "multi-device strategy: mirrored (replicas, batch sharded) or pipeline (layers "
                   "split into stages, GPipe micro-batches)")->capture_default_str();
   sub->add_option("--chunks", o->chunks,
                   "gradient chunks per batch with --devices (mirrored: a multiple of K; pipeline: the micro-batches): "
                   "the fixed reduction order, the same weights for every K and either strategy")
+      ->check(signed_check())
       ->capture_default_str();
   sub->add_option("--mpi-timeout", o->mpi_timeout,
                   "under mpirun: seconds a rank waits for the others in the gradient exchange before it ends the job")

@@ -219,27 +219,11 @@ std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages&
   return y;
 }
 
-void check_output_path(const std::string& output) {
-  if (output.empty()) return;
-  const fs::path parent = fs::path(output).parent_path();
-  std::error_code ec;
-  if (!parent.empty() && !fs::is_directory(parent, ec)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: directory {} does not exist", output, parent.string()));
-  }
-  if (fs::is_directory(output, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--output {}: is a directory", output));
-}
+void check_output_path(const std::string& output) { check_output("--output", output); }
 
 void check_trace_path(const std::string& trace, const std::string& output) {
-  if (trace.empty()) return;
-  const fs::path parent = fs::path(trace).parent_path();
-  std::error_code ec;
-  if (!parent.empty() && !fs::is_directory(parent, ec)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: directory {} does not exist", trace, parent.string()));
-  }
-  if (fs::is_directory(trace, ec)) throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: is a directory", trace));
-  if (!output.empty() && fs::path(trace) == fs::path(output)) {
-    throw Error(ErrorKind::kInvalidArgument, fmt::format("--trace {}: the same file as --output", trace));
-  }
+  check_output("--trace", trace);
+  check_distinct_outputs({{"--output", output}, {"--trace", trace}});
 }
 
 void cnn_chunking(const CnnRunOpts& o, CnnTotals& t) {
@@ -422,7 +406,7 @@ std::vector<std::vector<uint8_t>> gather_cnn_ranks(const CnnRunOpts& o, CnnRanks
     t.ranks.push_back(std::move(h));
   }
   t.wall = job_wall;
-  if (trace != nullptr) runtime::write_trace_json(o.trace, runtime::merge_rank_traces(traces));
+  if (trace != nullptr) stage_trace(*o.outputs, o.trace, runtime::merge_rank_traces(traces));
   return out;
 }
 

@@ -74,7 +74,7 @@ nlohmann::ordered_json cnn_inputs_json(const std::vector<CnnInput>& ins, uint64_
 std::vector<float> cnn_float_outputs(const compiler::Graph& og, const CnnImages& in, uint64_t features,
                                      uint32_t classes);
 
-/// Throws Error(kInvalidArgument) when --output cannot be written: its directory is missing or it is one.
+/// check_output("--output", output) (cli_common.h): exit 2 when --output cannot be written.
 void check_output_path(const std::string& output);
 /// The same for --trace, and a --trace that is the --output file.
 void check_trace_path(const std::string& trace, const std::string& output);

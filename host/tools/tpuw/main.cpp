@@ -76,8 +76,9 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Past `ulimit -f` a write fails with EFBIG (reported, the output file left as it was) instead
-  // of the default SIGXFSZ killing the process.
-  std::signal(SIGXFSZ, SIG_IGN);
+  // of the default SIGXFSZ killing the process; a SIGBUS of the FST writer is reported and its
+  // staged files removed (cli_common.h).
+  tpuw::cli::install_signal_handlers();
   try {
     return tpuw::cli::run(argc, argv);
   } catch (const std::bad_alloc&) {

@@ -240,12 +240,13 @@ elif CASE == "atomic_outputs":
     import subprocess
     src = os.path.join(FIRMWARE, "gemm_n4.s")
     # Exit codes (tpuw --help): a full disk is a runtime failure (1), an unwritable path bad input (2).
+    # A device is never written or replaced (issue 29): /dev/full is refused before any work.
     rc, so, se = run("asm", src, "-o", "/dev/full")
-    expect(rc == 1 and "No space left on device" in se, f"rc {rc}: {se}")
+    expect(rc == 2 and "/dev/full: is a character device" in se, f"rc {rc}: {se}")
     rc, so, se = run("asm", src, "-o", "/proc/tpuw_cli_test.bin")  # unwritable, even for root
     expect(rc == 2 and "/proc/tpuw_cli_test.bin: cannot" in se, f"rc {rc}: {se}")
     rc, so, se = run("gemm", "--backend", "ref", "--m", "8", "--k", "8", "--n", "8", "--out", "/dev/full", "-q")
-    expect(rc == 1 and "No space left on device" in se, f"rc {rc}: {se}")
+    expect(rc == 2 and "/dev/full: is a character device" in se, f"rc {rc}: {se}")
     # `ulimit -f`: the existing outputs keep their old contents, no temporary is left.
     out_bin = CLI.write("old.bin", b"old program")
     out_npy = CLI.write("old.npy", b"old tensor")
