@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -335,6 +336,10 @@ int train_command(const TrainOpts& o) {
   std::optional<runtime::Checkpoint> ck;
   if (!o.resume.empty()) {
     ck = runtime::load_checkpoint(o.resume);
+    if (!ck->fallback.empty()) {
+      fmt::print(stderr, "tpuw: warning: --resume {}: the newest checkpoint is not usable ({}); resuming from the "
+                         "previous one, {} (step {})\n", o.resume, ck->fallback, ck->manifest.string(), ck->state.steps);
+    }
     const json& co = ck->options;
     auto same = [&](const char* key, const json& now, const char* opt) {
       if (!co.contains(key) || co[key] != now) {
@@ -347,6 +352,13 @@ int train_command(const TrainOpts& o) {
     same("batch", o.batch, "--batch");
     same("shuffle", o.shuffle, "--shuffle");
     if (o.shuffle) same("seed", o.seed, "--seed");
+    std::map<std::string, uint64_t> sizes;
+    for (const auto& [name, dims] : shapes) {
+      uint64_t n = 1;
+      for (const int64_t d : dims) n *= static_cast<uint64_t>(d);
+      sizes[name] = n;
+    }
+    runtime::check_resume(*ck, train.rows, o.batch, o.epochs, sizes);
   }
 
   // ---- the trainer ------------------------------------------------------------------------------
@@ -459,7 +471,7 @@ int train_command(const TrainOpts& o) {
     trainer->load_state(ck->state);
     epoch0 = ck->epoch;
     pos0 = ck->position;
-    rng = std::stoull(ck->rng, nullptr, 16);
+    rng = std::stoull(ck->rng, nullptr, 16);  // 16 hex digits (load_checkpoint checks)
   }
 
   // ---- training ---------------------------------------------------------------------------------
