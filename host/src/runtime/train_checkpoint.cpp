@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -346,10 +347,12 @@ void check_resume(const Checkpoint& c, int64_t rows, int64_t batch, int64_t epoc
                   const std::map<std::string, uint64_t>& param_sizes) {
   const std::string where = c.manifest.string();
   const int64_t per_epoch = (rows + batch - 1) / batch;
-  if (c.position >= per_epoch) {
+  // position == per_epoch: a --checkpoint-every save on an epoch's last step (the epoch is done,
+  // the next one not begun).
+  if (c.position > per_epoch) {
     throw Error(ErrorKind::kBadFile, fmt::format("{}: position {} is past the end of an epoch ({} rows at --batch {} "
                                                  "are {} steps, positions 0..{})", where, c.position, rows, batch,
-                                                 per_epoch, per_epoch - 1));
+                                                 per_epoch, per_epoch));
   }
   // step == epoch * per_epoch + position, without overflow (all three are in [0, 2^53]).
   const auto want = static_cast<__int128>(c.epoch) * per_epoch + c.position;
@@ -363,9 +366,9 @@ void check_resume(const Checkpoint& c, int64_t rows, int64_t batch, int64_t epoc
     throw Error(ErrorKind::kBadFile, fmt::format("{}: the checkpoint is in epoch {} (position {}), beyond --epochs {}",
                                                  where, c.epoch + 1, c.position, epochs));
   }
-  if (c.epoch_rows != c.position * batch) {
-    throw Error(ErrorKind::kBadFile, fmt::format("{}: epoch_rows {} does not match position {} x --batch {}", where,
-                                                 c.epoch_rows, c.position, batch));
+  if (c.epoch_rows != std::min(c.position * batch, rows)) {
+    throw Error(ErrorKind::kBadFile, fmt::format("{}: epoch_rows {} does not match position {} x --batch {} ({} rows)",
+                                                 where, c.epoch_rows, c.position, batch, rows));
   }
   if (c.position == 0 && c.epoch_loss_sum != 0.0) {
     throw Error(ErrorKind::kBadFile, fmt::format("{}: epoch_loss_sum {} at position 0 (no steps in the epoch yet)", where,

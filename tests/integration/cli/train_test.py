@@ -166,9 +166,13 @@ elif CASE == "train_checkpoint_checks":
     # The example: position 10^12 (checksum recomputed, so only the position check stands).
     fresh()
     edit("position", 10**12)
-    refused("position 1000000000000 is past the end of an epoch (300 rows at --batch 32 are 10 steps")
-    # Variants: a step that does not match epoch and position; an edit without the checksum and no
-    # previous generation to fall back to.
+    refused("position 1000000000000 in the epoch exceeds the 3 steps taken")
+    # Variants: a position past the end of an epoch (step matching it); a step that does not match
+    # epoch and position; an edit without the checksum and no previous generation to fall back to.
+    fresh()
+    edit("position", 11)
+    edit("step", 11)
+    refused("position 11 is past the end of an epoch (300 rows at --batch 32 are 10 steps, positions 0..10)")
     fresh()
     edit("step", 7)
     refused("step 7 does not match epoch 0 position 3")

@@ -189,6 +189,13 @@ TEST_F(CheckpointTest, CheckResumeAcceptsWhatARunWrites) {
     const Checkpoint c = make(step, 1.0f);
     EXPECT_NO_THROW(check_resume(c, 30, 8, 2, kSizes)) << "step " << step;
   }
+  // --checkpoint-every on an epoch's last step: position 4 of 4, the epoch's 30 rows.
+  Checkpoint c = make(4, 1.0f);
+  c.epoch = 0;
+  c.position = 4;
+  c.epoch_rows = 30;
+  c.epoch_loss_sum = 2.0;
+  EXPECT_NO_THROW(check_resume(c, 30, 8, 2, kSizes));
 }
 
 // The example (position 10^12) and variants: every field that positions the run.
@@ -207,6 +214,10 @@ TEST_F(CheckpointTest, CheckResumeRefusesImpossiblePositions) {
   c.position = 1000000000000;
   refused(c, 2, kSizes, "position 1000000000000 is past the end of an epoch (30 rows at --batch 8 are 4 steps");
   c = make(5, 1.0f);
+  c.epoch = 0;
+  c.position = 5;
+  refused(c, 2, kSizes, "position 5 is past the end of an epoch (30 rows at --batch 8 are 4 steps, positions 0..4)");
+  c = make(5, 1.0f);
   c.state.steps = 6;
   refused(c, 2, kSizes, "step 6 does not match epoch 1 position 1 (4 steps per epoch give step 5)");
   c = make(5, 1.0f);
@@ -215,7 +226,12 @@ TEST_F(CheckpointTest, CheckResumeRefusesImpossiblePositions) {
   refused(make(8, 1.0f), 1, kSizes, "beyond --epochs 1");
   c = make(5, 1.0f);
   c.epoch_rows = 9;
-  refused(c, 2, kSizes, "epoch_rows 9 does not match position 1 x --batch 8");
+  refused(c, 2, kSizes, "epoch_rows 9 does not match position 1 x --batch 8 (30 rows)");
+  c = make(8, 1.0f);
+  c.epoch = 1;
+  c.position = 4;
+  c.epoch_rows = 32;
+  refused(c, 2, kSizes, "epoch_rows 32 does not match position 4 x --batch 8 (30 rows)");
   c = make(4, 1.0f);
   c.epoch_loss_sum = 2.0;
   refused(c, 2, kSizes, "epoch_loss_sum 2 at position 0");

@@ -68,8 +68,8 @@ Checkpoint load_checkpoint(const std::filesystem::path& dir);
 
 /// Checks a loaded checkpoint against the run that resumes it (rows training rows, `batch` rows
 /// per step, `epochs` epochs; `param_sizes` the model's parameters and their element counts):
-/// 0 <= position < steps per epoch, step == epoch x steps per epoch + position, epoch <= epochs,
-/// epoch_rows == position x batch, the loss sum finite (0 at position 0), the parameters and
+/// 0 <= position <= steps per epoch, step == epoch x steps per epoch + position, epoch <= epochs,
+/// epoch_rows == min(position x batch, rows), the loss sum 0 at position 0, the parameters and
 /// momentum buffers exactly the model's. Error(kBadFile) "MANIFEST: ..." otherwise.
 void check_resume(const Checkpoint& c, int64_t rows, int64_t batch, int64_t epochs,
                   const std::map<std::string, uint64_t>& param_sizes);
