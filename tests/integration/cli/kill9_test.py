@@ -284,7 +284,7 @@ else:
             proc = subprocess.Popen(cmd(out, ck, has_checkpoint(ck)), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
             mode = "time" if kills >= args.kills or rng.random() < 0.5 else "save"
-            t_kill = rng.uniform(0, T * 1.1) if mode == "time" else rng.uniform(0, T * 0.8)
+            t_kill = rng.uniform(0, T * 0.95) if mode == "time" else rng.uniform(0, T * 0.8)
             if kills >= args.kills:
                 t_kill = 1e9  # enough kills: let the chain finish
             ran = watch_and_kill(proc, ck, mode, t_kill)
