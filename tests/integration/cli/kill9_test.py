@@ -281,6 +281,7 @@ else:
         runs = 0
         while True:
             runs += 1
+            started = time.monotonic()
             proc = subprocess.Popen(cmd(out, ck, has_checkpoint(ck)), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
             mode = "time" if kills >= args.kills or rng.random() < 0.5 else "save"
@@ -290,6 +291,8 @@ else:
             ran = watch_and_kill(proc, ck, mode, t_kill)
             if ran is None:
                 so, se = proc.communicate()
+                if runs == 1:  # a whole run: follow the machine's load (kill instants scale with T)
+                    T = 0.5 * T + 0.5 * (time.monotonic() - started)
                 if proc.returncode != 0:
                     failures.append(f"chain {chain} run {runs}: exit {proc.returncode}: {se.decode()[-2000:]}")
                     break
