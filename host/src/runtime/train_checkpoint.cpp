@@ -277,7 +277,9 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& c, const std::map<st
   j["options"] = c.options;
   j["params"] = write_tensors(dir, c.state.params, gen, 'p', shapes, files);
   j["momentum"] = write_tensors(dir, c.state.momentum, gen, 'm', shapes, files);
-  // The current manifest becomes the previous generation, if it checks out (a damaged one is not
+  // The current manifest, if it checks out, becomes the previous generation, but only after the
+  // new one is committed: until then manifest.prev.json still names the generation before it, so
+  // two distinct complete generations exist at every instant (a damaged current manifest is not
   // kept: the previous generation stays what it was).
   const fs::path mf = dir / kManifest, prev = dir / kPrevManifest;
   std::vector<uint8_t> kept;
@@ -285,22 +287,23 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& c, const std::map<st
     try {
       std::vector<uint8_t> cur = read_file_bounded(mf, kMaxManifestBytes, "the checkpoint manifest");
       parse_manifest(cur, mf.string());
-      write_file_atomic(prev, cur, "the previous checkpoint manifest");
       kept = std::move(cur);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kResource) throw;
     }
   }
-  if (kept.empty() && fs::exists(prev, ec)) {
+  const std::string text = manifest_text(j);
+  write_file_atomic(mf, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
+                    "the checkpoint manifest");  // the commit point
+  if (!kept.empty()) {
+    write_file_atomic(prev, kept, "the previous checkpoint manifest");
+  } else if (fs::exists(prev, ec)) {
     try {
       kept = read_file_bounded(prev, kMaxManifestBytes, "the previous checkpoint manifest");
     } catch (const Error&) {
       kept.clear();
     }
   }
-  const std::string text = manifest_text(j);
-  write_file_atomic(mf, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()),
-                    "the checkpoint manifest");  // the commit point
   // Garbage now: tensor files neither manifest names, and temporaries of interrupted saves.
   for (const std::string& f : named_files(kept)) files.insert(f);
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {

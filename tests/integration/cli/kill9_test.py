@@ -143,8 +143,8 @@ def where(ck):
         return "inside the first save: no manifest yet" if gens else "before the first checkpoint"
     if gens and max(gens) > cur:
         return "inside a save: new generation's tensors written, manifest not yet replaced"
-    if prev == cur:
-        return "inside a save: previous manifest copied, manifest not yet replaced"
+    if prev is not None and cur - prev > 1:
+        return "inside a save: new manifest committed, previous manifest not yet updated"
     if len(set(gens)) > 2:
         return "inside a save: new manifest committed, old files not yet removed"
     return "between saves"

@@ -15,9 +15,9 @@
 // "sha256", is the SHA-256 of every byte of manifest.json before the line that holds it.
 //
 // Crash consistency: a save writes the new generation's tensor files (each through an AtomicFile:
-// temporary in DIR, fsync, rename, fsync of DIR), then copies the current manifest.json, if it
-// checks out, to manifest.prev.json, then replaces manifest.json (the commit point), then removes
-// the files neither manifest names. File names carry a generation number one above any in the
+// temporary in DIR, fsync, rename, fsync of DIR), then replaces manifest.json (the commit point),
+// then writes the manifest it replaced, if that checked out, to manifest.prev.json, then removes
+// the files neither manifest names: two distinct complete generations exist at every instant. File names carry a generation number one above any in the
 // directory, so a save never overwrites a file that a manifest names. A kill -9 at any instant
 // leaves manifest.json naming a complete generation. A checkpoint that does not check out (torn by
 // a power loss, truncated, edited, a file missing) is detected when it is read, and the previous
