@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <span>
+#include <string_view>
 
 #include "pass_util.h"
 #include "tpuw/compiler/activations.h"
@@ -44,12 +45,11 @@ std::string layer_name(const Node& n) { return fmt::format("{}", fmt::join(n.ori
 std::string not_finite(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"); }
 
 void require_finite(const Graph& g, std::span<const float> x, const std::string& what, uint64_t row_len,
-                    ErrorKind kind) {
+                    ErrorKind kind, std::string_view reader = "the int8 quantizer") {
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i])) {
-      throw Error(kind, fmt::format("{}: {} element [{}, {}] is {} (every value the int8 quantizer reads must be "
-                                    "finite)",
-                                    g.source, what, i / row_len, i % row_len, not_finite(x[i])));
+      throw Error(kind, fmt::format("{}: {} element [{}, {}] is {} (every value {} reads must be finite)", g.source,
+                                    what, i / row_len, i % row_len, not_finite(x[i]), reader));
     }
   }
 }
@@ -382,6 +382,22 @@ nn::QNetwork lower_to_qnetwork(const Graph& g) {
   }
   if (g.outputs[0].value != act) g.fail(ErrorKind::kUnsupported, "the graph output is not the end of the layer chain");
   return q;
+}
+
+void require_finite_weights(const Graph& g, std::string_view reader) {
+  for (const Node& n : g.nodes) {
+    if (n.op != Op::kDense) continue;
+    const Value& wv = g.value(n.inputs[1]);
+    const Value& bv = g.value(n.inputs[2]);
+    if (!wv.data || !bv.data || !wv.shape || wv.shape->size() != 2) continue;
+    const auto cols = static_cast<uint64_t>((*wv.shape)[1]);
+    const std::vector<float> w(wv.data->f.begin(), wv.data->f.end());  // float32, as quantize() reads them
+    const std::vector<float> b(bv.data->f.begin(), bv.data->f.end());
+    require_finite(g, w, fmt::format("layer '{}' weight '{}' (as [inputs, outputs])", layer_name(n), wv.name),
+                   cols, ErrorKind::kBadFile, reader);
+    require_finite(g, b, fmt::format("layer '{}' bias '{}'", layer_name(n), bv.name), cols, ErrorKind::kBadFile,
+                   reader);
+  }
 }
 
 Graph graph_of_float_network(const nn::FloatNetwork& net) {

@@ -12,6 +12,7 @@
 
 #include "network_internal.h"
 #include "step_builder.h"
+#include "tpuw/compiler/quantize.h"
 #include "tpuw/error.h"
 #include "tpuw/runtime/gemm_bf16.h"
 #include "tpuw/runtime/vector_functions.h"
@@ -95,6 +96,34 @@ uint64_t network_bf16_memory_bytes(const DeviceParams& params, const nn::FloatNe
     total += page(p.b_bytes()) + page(p.bias_bytes()) + page(p.c_bytes());
   }
   return total;
+}
+
+void check_bf16_network(const nn::FloatNetwork& net, std::span<const float> input, std::string_view input_name) {
+  compiler::require_finite_weights(compiler::graph_of_float_network(net), "the bf16 compiler");
+  const std::vector<float> stepped =
+      net.input_steps.empty() ? std::vector<float>{} : nn::apply_input_steps(net.input_steps, input, net.input_features);
+  const std::span<const float> x = net.input_steps.empty() ? input : std::span<const float>(stepped);
+  const uint64_t f = std::max<uint32_t>(net.input_features, 1);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isfinite(x[i]) && std::isinf(bf16::round(x[i]))) {
+      throw Error(ErrorKind::kBadFile,
+                  fmt::format("{}: row {} feature {} is {}{}, beyond the largest bf16 ({:g}): rounding it to bf16 gives "
+                              "{}inf", input_name, i / f, i % f, x[i], net.input_steps.empty() ? "" : " (after the "
+                              "model's operators on the input)", bf16::to_float(0x7F7F), x[i] > 0 ? "+" : "-"));
+    }
+  }
+}
+
+void check_bf16_outputs(std::span<const float> y, uint64_t cols) {
+  cols = std::max<uint64_t>(cols, 1);
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) {
+      throw Error(ErrorKind::kUnsupported,
+                  fmt::format("bf16: output row {} column {} is {}: the model's products and sums overflow the fp32 "
+                              "range (3.4e38) for these inputs and weights; scale the inputs or the weights down",
+                              i / cols, i % cols, std::isnan(y[i]) ? "NaN" : (y[i] > 0 ? "+inf" : "-inf")));
+    }
+  }
 }
 
 std::vector<float> forward_bf16_host(const nn::FloatNetwork& net, std::span<const float> input, uint64_t batch,

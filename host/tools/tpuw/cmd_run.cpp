@@ -782,6 +782,7 @@ RunOutputs finish_outputs_bf16(const RunOpts& o, const nn::FloatNetwork& net, co
                                const std::vector<int64_t>& labels, unsigned array_n) {
   const uint32_t classes = net.output_features();
   RunOutputs res;
+  runtime::check_bf16_outputs(y, classes);  // an overflow to inf or NaN is no result, checked or not
   if (o.check) {
     // Rows are independent in the contract: the whole input at once equals the batches.
     const std::vector<float> golden = runtime::forward_bf16_host(net, in.x, in.rows, array_n);
@@ -1083,6 +1084,7 @@ int run_command(const RunOpts& opts, OutputSet& outs) {
                                                          fmt::join(backend_array_sizes(o.backend), ", ")));
   }
   import_span.end();
+  if (bf16) runtime::check_bf16_network(net, in.x, o.input);  // what int8's quantizer refuses, bf16 refuses
   if (bf16) return launched_by_mpirun() ? run_ranks(o, net, nullptr, {}, in, labels, cal, trace)
                                         : run_bf16(o, net, in, labels, *params, trace);
   auto quantize_span = Trace::scope(trace, main_track(trace), "quantize");

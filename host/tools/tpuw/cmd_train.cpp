@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@
 #include "tpuw/runtime/host_float_trainer.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/runtime/train_checkpoint.h"
+#include "tpuw/sha256.h"
 #include "tpuw/sim_control.h"
 #include "tpuw/worker/mirrored_trainer.h"
 #include "tpuw/worker/pipeline_trainer.h"
@@ -257,6 +259,79 @@ json options_json(const TrainOpts& o, int64_t rows) {
           {"devices", o.devices}, {"chunks", o.devices > 0 ? json(o.chunks) : json(nullptr)}};
 }
 
+template <typename T>
+void hash_values(Sha256& h, const std::vector<T>& v) {
+  h.update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)));
+}
+
+// Under mpirun every rank reads the model, the data and the checkpoint itself: a rank given
+// another file of the same shape would silently train on mixed data (issue 29). Every rank sends
+// the SHA-256 of what it read (the values it trains on, after --limit) and of the options that
+// shape the run; any difference from rank 0 is refused on every rank (exit 2), naming the ranks.
+void check_same_inputs(worker::Collective& mpi, const TrainOpts& o, const std::vector<uint8_t>& model_bytes,
+                       const Data& train, const std::optional<Data>& val, const runtime::Checkpoint* ck) {
+  json mine = json::array();
+  auto add = [&](const std::string& what, const std::string& file, Sha256 h) {
+    mine.push_back({{"what", what}, {"file", file}, {"sha256", h.hex()}});
+  };
+  Sha256 hm;
+  hm.update(model_bytes);
+  add("the model", o.model, std::move(hm));
+  Sha256 hx, hy;
+  hash_values(hx, train.x);
+  hash_values(hy, train.y);
+  add("--input", o.input, std::move(hx));
+  add("--labels", o.labels, std::move(hy));
+  if (val) {
+    Sha256 vx, vy;
+    hash_values(vx, val->x);
+    hash_values(vy, val->y);
+    add("--validate", o.validate, std::move(vx));
+    add("--validate-labels", o.validate_labels, std::move(vy));
+  }
+  if (ck != nullptr) {
+    Sha256 hc;
+    hc.update(fmt::format("{} {} {} {} {} {:a}|", ck->state.steps, ck->epoch, ck->position, ck->rng, ck->epoch_rows,
+                          ck->epoch_loss_sum));
+    for (const auto* m : {&ck->state.params, &ck->state.momentum}) {
+      for (const auto& [name, v] : *m) {
+        hc.update(name);
+        hash_values(hc, v);
+      }
+    }
+    add("the --resume checkpoint", ck->manifest.string(), std::move(hc));
+  }
+  Sha256 ho;
+  ho.update(fmt::format("batch {} epochs {} lr {:a} momentum {:a} wd {:a} shuffle {} seed {} limit {} max-steps {} "
+                        "chunks {} strategy {}", o.batch, o.epochs, o.lr, o.momentum, o.weight_decay, o.shuffle, o.seed,
+                        o.limit, o.max_steps, o.chunks, o.strategy));
+  add("the training options", "--batch, --epochs, --lr, ...", std::move(ho));
+  const std::string text = mine.dump();
+  const std::vector<std::vector<uint8_t>> all =
+      mpi.allgather(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  const json first = json::parse(all[0].begin(), all[0].end(), nullptr, false);
+  std::vector<std::string> diffs;
+  for (size_t r = 1; r < all.size(); ++r) {
+    const json other = json::parse(all[r].begin(), all[r].end(), nullptr, false);
+    if (!first.is_array() || !other.is_array() || other.size() != first.size()) {
+      diffs.push_back(fmt::format("rank {} reads other files than rank 0 (e.g. --validate on one rank only)", r));
+      continue;
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      if (other[i]["sha256"] == first[i]["sha256"]) continue;
+      diffs.push_back(fmt::format("{} differs between rank 0 ({}, sha256 {}) and rank {} ({}, sha256 {})",
+                                  first[i]["what"].get<std::string>(), first[i]["file"].get<std::string>(),
+                                  first[i]["sha256"].get<std::string>().substr(0, 16), r,
+                                  other[i]["file"].get<std::string>(), other[i]["sha256"].get<std::string>().substr(0, 16)));
+    }
+  }
+  if (!diffs.empty()) {
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("under mpirun every rank must train on the same model, data and options: {}; nothing was "
+                            "trained", fmt::join(diffs, "; ")));
+  }
+}
+
 int train_command(const TrainOpts& o) {
   // ---- options and inputs: all checked before anything runs or is written ---------------------
   // The outputs first (exit 2): --output and --trace can be created, --checkpoint is (or can be
@@ -335,6 +410,10 @@ int train_command(const TrainOpts& o) {
   std::optional<runtime::Checkpoint> ck;
   if (!o.resume.empty()) {
     ck = runtime::load_checkpoint(o.resume);
+    if (!ck->fallback.empty()) {
+      fmt::print(stderr, "tpuw: warning: --resume {}: the newest checkpoint is not usable ({}); resuming from the "
+                         "previous one, {} (step {})\n", o.resume, ck->fallback, ck->manifest.string(), ck->state.steps);
+    }
     const json& co = ck->options;
     auto same = [&](const char* key, const json& now, const char* opt) {
       if (!co.contains(key) || co[key] != now) {
@@ -347,6 +426,13 @@ int train_command(const TrainOpts& o) {
     same("batch", o.batch, "--batch");
     same("shuffle", o.shuffle, "--shuffle");
     if (o.shuffle) same("seed", o.seed, "--seed");
+    std::map<std::string, uint64_t> sizes;
+    for (const auto& [name, dims] : shapes) {
+      uint64_t n = 1;
+      for (const int64_t d : dims) n *= static_cast<uint64_t>(d);
+      sizes[name] = n;
+    }
+    runtime::check_resume(*ck, train.rows, o.batch, o.epochs, sizes);
   }
 
   // ---- the trainer ------------------------------------------------------------------------------
@@ -355,6 +441,7 @@ int train_command(const TrainOpts& o) {
   std::unique_ptr<worker::Collective> mpi;  // outlives the worker and the trainer (declared first)
   if (o.devices > 0 && launched_by_mpirun()) mpi = open_mpi(o.mpi_timeout);
   const int rank = mpi ? mpi->rank() : 0;
+  if (mpi) check_same_inputs(*mpi, o, model_bytes, train, val, ck ? &*ck : nullptr);
   std::unique_ptr<worker::Worker> workers;  // outlives the trainer
   std::unique_ptr<runtime::Trainer> trainer;
   auto compile_span = runtime::Trace::scope(trace.get(), trace ? trace->host_thread("main") : runtime::Trace::Track{},
@@ -459,7 +546,7 @@ int train_command(const TrainOpts& o) {
     trainer->load_state(ck->state);
     epoch0 = ck->epoch;
     pos0 = ck->position;
-    rng = std::stoull(ck->rng, nullptr, 16);
+    rng = std::stoull(ck->rng, nullptr, 16);  // 16 hex digits (load_checkpoint checks)
   }
 
   // ---- training ---------------------------------------------------------------------------------

@@ -205,6 +205,47 @@ elif CASE.startswith("mpi_"):
                              "0:3:exit:backward chunk 3 layer 0")
         expect(rc != 0 and dt < 60, f"exit {rc} after {dt:.1f} s; stderr: {se}")
         expect(not os.path.exists(out("exit.onnx")), "output written")
+    elif CASE == "mpi_input_mismatch":
+        # Issue 29: a rank given another file of the same shape trained on mixed data. Each rank
+        # gets its own files through a shell wrapper ($OMPI_COMM_WORLD_RANK); the ranks compare
+        # hashes before the first step and refuse a difference, naming the ranks (exit 2).
+        x1 = x_all[:300].copy()
+        x1[17, 5] += np.float32(0.25)  # one value of one row
+        cli.save("x_r0.npy", x_all[:300])
+        cli.save("x_r1.npy", x1)
+        cli.save("y_r0.npy", y_all[:300])
+        cli.save("y_r1.npy", np.roll(y_all[:300], 1))
+        cli.save("x_copy_r0.npy", x_all[:300])
+        cli.save("x_copy_r1.npy", x_all[:300])
+        cli.save("ysame_r0.npy", y_all[:300])
+        cli.save("ysame_r1.npy", y_all[:300])
+        shutil.copy(MODEL, out("model_r0.onnx"))
+        shutil.copy(MODEL, out("model_r1.onnx"))
+
+        def per_rank(out_, xname, yname):
+            script = ('r=$OMPI_COMM_WORLD_RANK; exec "$0" train "$1/model_r$r.onnx" --input "$1/' + xname +
+                      '_r$r.npy" --labels "$1/' + yname + '_r$r.npy" "${@:2}"')
+            p = subprocess.run([mpirun, "-np", "2", "--oversubscribe", "bash", "-c", script, TPUW, cli.tmp, "--output",
+                                out_, "--backend", "ref", "-q", *HYPER, "--epochs", "2", "--chunks", "4", "--devices",
+                                "1"], capture_output=True, text=True, timeout=280, env=env)
+            return p.returncode, p.stdout, p.stderr
+
+        def refused(xname, yname, want):
+            rc, so, se = per_rank(out("mix.onnx"), xname, yname)
+            expect(rc == 2 and want in se and "and rank 1 (" in se, f"{xname}/{yname}: exit {rc}: {se}")
+            expect(not os.path.exists(out("mix.onnx")), f"{xname}/{yname}: output written")
+
+        refused("x", "ysame", "--input differs between rank 0")  # the issue's example
+        refused("x_copy", "y", "--labels differs between rank 0")
+        p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "fashion_mnist", "make_mlp.py"), out("model_r1.onnx"),
+                            "--sizes", "64,32,10", "--seed", "9"], capture_output=True, text=True)
+        expect(p.returncode == 0, f"make_mlp.py: {p.stderr}")
+        refused("x_copy", "ysame", "the model differs between rank 0")
+        # The same values under other file names on each rank are accepted: the same bytes as one device.
+        shutil.copy(MODEL, out("model_r1.onnx"))
+        rc, so, se = per_rank(out("same.onnx"), "x_copy", "ysame")
+        expect(rc == 0, f"same data under other names: exit {rc}: {se}")
+        expect(filecmp.cmp(out("one.onnx"), out("same.onnx"), shallow=False), "2 ranks != one device")
     else:
         sys.exit(f"unknown case {CASE}")
 

@@ -10,6 +10,7 @@ examples/fashion_mnist/reference; tests/integration/cli/data/sigmoid_mlp.onnx (a
 """
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -117,8 +118,96 @@ elif CASE == "train_resume":
     expect(rc == 2 and "--seed" in se, f"resume with another seed: exit {rc}: {se}")
     rc, so, se = train(*(["--batch", "16"] + common[2:]), "--resume", ck)
     expect(rc == 2 and "--batch 32, this run has 16" in se, f"resume with another batch: exit {rc}: {se}")
-    files = sorted(os.listdir(ck))
-    expect(len(files) == 9 and "manifest.json" in files, f"checkpoint files: {files}")
+    files = sorted(os.listdir(ck))  # two generations: step 20 and step 16 before it
+    expect(len(files) == 18 and "manifest.json" in files and "manifest.prev.json" in files, f"checkpoint files: {files}")
+    expect(json.load(open(os.path.join(ck, "manifest.prev.json")))["step"] == 16, "the previous generation")
+
+elif CASE == "train_checkpoint_checks":
+    # Issue 29: checkpoints are validated in full (positions, sizes, checksums); a damaged newest
+    # generation falls back to the previous one.
+    import hashlib
+    common = ["--batch", "32", "--lr", "0.05", "--momentum", "0.9", "--epochs", "2", "--shuffle", "--seed", "5"]
+    full = os.path.join(cli.tmp, "full.onnx")
+    rc, so, se = train(*common, out=full)
+    expect(rc == 0, f"full run: {se}")
+    ck = os.path.join(cli.tmp, "ck")
+
+    def fresh(every="0", stop="3"):
+        shutil.rmtree(ck, ignore_errors=True)
+        rc, so, se = train(*common, "--checkpoint", ck, "--checkpoint-every", every, "--max-steps", stop)
+        expect(rc == 0, f"checkpointed run: {se}")
+
+    def edit(field, value, resum=True):
+        """Sets a manifest field; with resum the checksum is recomputed as docs/training.md says."""
+        p = os.path.join(ck, "manifest.json")
+        m = json.load(open(p))
+        m[field] = value
+        del m["sha256"]
+        text = json.dumps(m, indent=2)[:-2] + ",\n"
+        digest = hashlib.sha256(text.encode()).hexdigest() if resum else "0" * 64
+        open(p, "w").write(text + f'  "sha256": "{digest}"\n}}\n')
+
+    def refused(want):
+        if os.path.exists(OUT):
+            os.remove(OUT)
+        rc, so, se = train(*common, "--resume", ck)
+        expect(rc == 2 and want in se, f"resume: exit {rc}, expected 2 with '{want}': {se}")
+        expect(not os.path.exists(OUT), "output written")
+
+    def resumes_identically(fallback):
+        if os.path.exists(OUT):
+            os.remove(OUT)
+        rc, so, se = train(*common, "--resume", ck)
+        expect(rc == 0, f"resume: exit {rc}: {se}")
+        expect(("resuming from the previous one" in se) == fallback, f"fallback {fallback}: {se}")
+        expect(open(OUT, "rb").read() == open(full, "rb").read(), "resumed weights differ from the uninterrupted run")
+        return se
+
+    # The issue's example: position 10^12 (checksum recomputed, so only the position check stands).
+    fresh()
+    edit("position", 10**12)
+    refused("position 1000000000000 in the epoch exceeds the 3 steps taken")
+    # Variants: a position past the end of an epoch (step matching it); a step that does not match
+    # epoch and position; an edit without the checksum and no previous generation to fall back to.
+    fresh()
+    edit("position", 11)
+    edit("step", 11)
+    refused("position 11 is past the end of an epoch (300 rows at --batch 32 are 10 steps, positions 0..10)")
+    fresh()
+    edit("step", 7)
+    refused("step 7 does not match epoch 0 position 3")
+    fresh()
+    edit("position", 2, resum=False)
+    refused("checksum mismatch")
+    fresh()
+    edit("epoch", 1, resum=True)
+    refused("does not match epoch 1 position 3")
+    # Torn manifest / damaged tensor with two generations: the previous one is used, same bytes.
+    fresh(every="2", stop="5")  # generations at steps 2, 4, 5: manifest step 5, previous step 4
+    expect(json.load(open(os.path.join(ck, "manifest.prev.json")))["step"] == 4, "previous generation")
+    data = open(os.path.join(ck, "manifest.json"), "rb").read()
+    open(os.path.join(ck, "manifest.json"), "wb").write(data[:len(data) // 2])
+    se = resumes_identically(True)
+    expect("manifest.json: not valid JSON" in se and "manifest.prev.json (step 4)" in se, f"the warning: {se}")
+    fresh(every="2", stop="5")
+    m = json.load(open(os.path.join(ck, "manifest.json")))
+    t = os.path.join(ck, m["params"][1]["file"])
+    data = bytearray(open(t, "rb").read())
+    data[-3] ^= 0x10
+    open(t, "wb").write(bytes(data))
+    se = resumes_identically(True)
+    expect("checksum mismatch" in se, f"the warning: {se}")
+    fresh(every="2", stop="5")
+    os.remove(os.path.join(ck, m["momentum"][0]["file"]))
+    resumes_identically(True)
+    # Both generations damaged: refused, naming both.
+    fresh(every="2", stop="5")
+    open(os.path.join(ck, "manifest.json"), "w").write("{")
+    open(os.path.join(ck, "manifest.prev.json"), "w").write("")
+    refused("the previous checkpoint is not usable either")
+    # An undamaged checkpoint resumes without a warning.
+    fresh(every="2", stop="5")
+    resumes_identically(False)
 
 elif CASE == "train_json":
     vx = cli.save("vx.npy", x_all[1440:])

@@ -278,15 +278,20 @@ TEST(TrainHost, CheckpointResumeIsBitIdentical) {
   c.trainer = b.name();
   c.options = {{"batch", 32}};
   save_checkpoint(dir, c, describe_trainable(kModel).param_dims);
-  c.state.steps = 99;  // a later checkpoint replaces the files of the earlier one
+  c.state.steps = 99;  // later generations: the oldest one's files are removed
   save_checkpoint(dir, c, {});
   c.state.steps = 2;
   save_checkpoint(dir, c, describe_trainable(kModel).param_dims);
   size_t files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
-  EXPECT_EQ(files, 9u);  // manifest + 4 params + 4 momentum buffers
-  EXPECT_EQ(npy::load(dir / "s2-p3.npy").shape, (std::vector<uint64_t>{10, 32}));  // fc2.weight (by name order), its own shape
+  EXPECT_EQ(files, 18u);  // manifest + previous manifest + 2 generations x (4 params + 4 momentum buffers)
+  EXPECT_EQ(npy::load(dir / "g3-p3.npy").shape, (std::vector<uint64_t>{10, 32}));  // fc2.weight (by name order), its own shape
+  EXPECT_EQ(npy::load(dir / "g2-p3.npy").shape, (std::vector<uint64_t>{320}));      // written without shapes: 1-D
+  EXPECT_FALSE(fs::exists(dir / "g1-p3.npy"));
   const Checkpoint l = load_checkpoint(dir);
+  EXPECT_EQ(l.generation, 3);
+  EXPECT_EQ(l.state.steps, 2);
+  EXPECT_TRUE(l.fallback.empty());
   EXPECT_EQ(l.position, 2);
   EXPECT_EQ(l.rng, "0123456789abcdef");
   EXPECT_EQ(l.options["batch"], 32);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tpuw/compiler/ir.h"
@@ -41,6 +42,13 @@ std::vector<std::vector<float>> interpret_float(const Graph& g, std::span<const 
 /// Value::scale. Errors as nn::quantize: kInvalidArgument for rows == 0 or a size mismatch,
 /// kUnsupported for no Dense, a non-finite weight or bias, a factor the device cannot express.
 void quantize(Graph& g, std::span<const float> calib, uint64_t rows);
+
+/// Every Dense weight and bias of `g` finite, checked as quantize() checks them, with its message:
+/// Error(kBadFile) "SOURCE: layer 'L' weight 'W' (as [inputs, outputs]) element [r, c] is NaN
+/// (every value READER reads must be finite)". `tpuw run --precision bf16` runs it with READER
+/// "the bf16 compiler" on the float network's graph (issue 29: a NaN or infinite weight or bias,
+/// or one that a Gemm's alpha/beta made infinite, ran and gave NaN/inf outputs).
+void require_finite_weights(const Graph& g, std::string_view reader);
 
 /// Lowering of a quantized graph (after quantize()) to the device's nn::QNetwork.
 nn::QNetwork lower_to_qnetwork(const Graph& g);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "tpuw/device.h"
@@ -61,6 +62,18 @@ Bf16NetworkRunResult run_network_bf16(Device& device, const nn::FloatNetwork& ne
 
 /// Device-visible bytes run_network_bf16 allocates for `net` at `batch` rows (page-rounded buffers).
 uint64_t network_bf16_memory_bytes(const DeviceParams& params, const nn::FloatNetwork& net, uint64_t batch);
+
+/// What `tpuw run --precision bf16` checks before it runs, as the int8 quantizer does (issue 29):
+/// every weight and bias finite (compiler::require_finite_weights, its message, READER "the bf16
+/// compiler"; a Gemm alpha/beta that made one infinite included), and every input value (after the
+/// network's host steps on the input) inside the bf16 range: Error(kBadFile) "INPUT: row r feature
+/// f is X, beyond the largest bf16 (3.3895314e+38): rounding it to bf16 gives inf" otherwise.
+void check_bf16_network(const nn::FloatNetwork& net, std::span<const float> input, std::string_view input_name);
+
+/// The device's (or the contract's) fp32 outputs all finite: Error(kUnsupported) naming the first
+/// one that is not ("row r column c is +inf: ... overflow the fp32 range") otherwise. A finite
+/// model and finite inputs can still overflow: products and sums past 3.4e38.
+void check_bf16_outputs(std::span<const float> y, uint64_t cols);
 
 /// The exact contract on the host (gemm_bf16_host per layer): what run_network_bf16 returns on an
 /// array of `array_n`, bit for bit. `--check` and the tests compare the device against it.
