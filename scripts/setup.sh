@@ -17,6 +17,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   nextpnr-ice40 fpga-icestorm
   python3 python3-numpy dataset-fashion-mnist
+  python3-torch python3-torchvision python3-onnx  # torchvision families (tests/integration/torchvision)
   libopenmpi-dev openmpi-bin
 )
 missing=()

@@ -47,7 +47,7 @@ std::optional<int64_t> checked_elements(std::span<const int64_t> dims) {
 
 namespace {
 
-constexpr std::array<std::pair<Op, std::string_view>, 39> kOpNames{{
+constexpr std::array<std::pair<Op, std::string_view>, 46> kOpNames{{
     {Op::kConstant, "Constant"},
     {Op::kIdentity, "Identity"},
     {Op::kDropout, "Dropout"},
@@ -83,6 +83,13 @@ constexpr std::array<std::pair<Op, std::string_view>, 39> kOpNames{{
     {Op::kHardSwish, "HardSwish"},
     {Op::kGelu, "Gelu"},
     {Op::kErf, "Erf"},
+    {Op::kCast, "Cast"},
+    {Op::kSlice, "Slice"},
+    {Op::kRange, "Range"},
+    {Op::kConstantOfShape, "ConstantOfShape"},
+    {Op::kEqual, "Equal"},
+    {Op::kWhere, "Where"},
+    {Op::kReduceMean, "ReduceMean"},
     {Op::kDense, "Dense"},
     {Op::kQuantize, "Quantize"},
     {Op::kQDense, "QDense"},

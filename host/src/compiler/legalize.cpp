@@ -63,6 +63,13 @@ const std::vector<OpRule>& rules() {
       {Op::kHardSwish, {}, 1, 1},
       {Op::kGelu, {"approximate"}, 1, 1},
       {Op::kErf, {}, 1, 1},
+      {Op::kCast, {"to"}, 1, 1},
+      {Op::kSlice, {"starts", "ends", "axes"}, 1, 5},
+      {Op::kRange, {}, 3, 3},
+      {Op::kConstantOfShape, {"value"}, 1, 1},
+      {Op::kEqual, {}, 2, 2},
+      {Op::kWhere, {}, 3, 3},
+      {Op::kReduceMean, {"axes", "keepdims"}, 1, 1},
       {Op::kDense, {"relu", "act", "act_alpha", "act_beta", "act_node"}, 3, 3},
   };
   return r;
@@ -80,7 +87,9 @@ void check_node(const Graph& g, const Node& n) {
            "operator is not supported (supported: Conv, AveragePool, GlobalAveragePool, MaxPool, Pad, Gemm, MatMul, Add, Sub, Mul, Div, "
            "BatchNormalization, Transpose, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, Erf, "
            "Flatten, Reshape, Squeeze, Unsqueeze, Softmax, LogSoftmax, LayerNormalization, Identity, "
-           "Dropout, Constant, and Shape, Gather, Unsqueeze, Concat where they fold to constants)");
+           "Dropout, Constant, ReduceMean over H and W, Slice of a CNN's channels, and Shape, Gather, Unsqueeze, "
+           "Squeeze, Concat, Slice, Cast, Range, ConstantOfShape, Equal, Where, Add, Sub, Mul, Div where they fold to "
+           "constants)");
   }
   for (const auto& [key, a] : n.attrs) {
     if (std::find(rule->attrs.begin(), rule->attrs.end(), key) == rule->attrs.end()) {
@@ -166,6 +175,33 @@ void check_node(const Graph& g, const Node& n) {
     case Op::kGather:
     case Op::kConcat: (void)attr_int(g, n, "axis", 0); break;
     case Op::kReshape: (void)attr_int(g, n, "allowzero", 0); break;
+    case Op::kCast:
+      if (n.attr("to") == nullptr) g.fail(ErrorKind::kBadFile, n, "Cast needs attribute 'to'");
+      (void)attr_int(g, n, "to", 0);
+      break;
+    case Op::kReduceMean: {
+      const Attribute* a = n.attr("axes");
+      if (a != nullptr && a->kind != Attribute::Kind::kInts) g.fail(ErrorKind::kBadFile, n, "attribute 'axes' is not a list of ints");
+      (void)attr_int(g, n, "keepdims", 1);
+      break;
+    }
+    case Op::kSlice:
+      for (const char* key : {"starts", "ends", "axes"}) {
+        const Attribute* a = n.attr(key);
+        if (a != nullptr && a->kind != Attribute::Kind::kInts) {
+          g.fail(ErrorKind::kBadFile, n, fmt::format("attribute '{}' is not a list of ints", key));
+        }
+      }
+      if ((n.attr("starts") == nullptr) != (n.inputs.size() >= 3)) {
+        g.fail(ErrorKind::kBadFile, n, "needs starts and ends either as attributes (opset < 10) or as inputs 1 and 2");
+      }
+      if (n.attr("starts") != nullptr && n.attr("ends") == nullptr) g.fail(ErrorKind::kBadFile, n, "has 'starts' but no 'ends'");
+      break;
+    case Op::kConstantOfShape:
+      if (const Attribute* a = n.attr("value"); a != nullptr && (a->kind != Attribute::Kind::kTensor || !a->t)) {
+        g.fail(ErrorKind::kBadFile, n, "attribute 'value' is not a tensor");
+      }
+      break;
     case Op::kBatchNormalization:
       if (attr_int(g, n, "training_mode", 0) != 0) {
         g.fail(ErrorKind::kUnsupported, n, "training_mode=1 (statistics over the batch) is not supported");

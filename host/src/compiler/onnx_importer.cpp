@@ -209,7 +209,16 @@ class Importer {
     n.name = pn.name().empty() ? fmt::format("#{}", index) : pn.name();
     n.origin = {n.label()};
     const std::string where = fmt::format("node '{}' ({})", n.name, n.op_type);
-    for (const auto& a : pn.attribute()) n.attrs.emplace_back(a.name(), read_attribute(a, where));
+    for (const auto& a : pn.attribute()) {
+      // The ONNX checker's rule: an attribute name appears once per node. Two values would make
+      // every later reader pick one of them silently (Node::attr returns the first).
+      if (n.attr(a.name()) != nullptr) {
+        bad(fmt::format("{}: attribute '{}' is given more than once; a node names each attribute at most once (ONNX "
+                        "checker rule)", where, a.name()));
+      }
+      if (a.name().empty()) bad(fmt::format("{}: has an attribute without a name", where));
+      n.attrs.emplace_back(a.name(), read_attribute(a, where));
+    }
     for (const auto& in : pn.input()) {
       if (in.empty()) {
         n.inputs.push_back(kNoValue);

@@ -1,5 +1,6 @@
 // The pass pipeline (tpuw/compiler/passes.h; docs/compiler.md lists it with each pass's guarantee).
 #include "tpuw/compiler/activations.h"
+#include "tpuw/compiler/channel_moves.h"
 #include "tpuw/compiler/conv.h"
 #include "tpuw/compiler/feature_maps.h"
 #include "tpuw/compiler/passes.h"
@@ -22,6 +23,7 @@ Graph optimize(Graph g) {
   verify(g);
   fuse_gelu(g);  // PyTorch's Erf form of GELU, before fuse_dense takes its Add for a bias
   infer_shapes(g, /*strict=*/true);
+  lower_channel_moves(g);  // ReduceMean over H, W; channel Slice and shuffle: CNN layers (no-op elsewhere)
   fuse_dense(g);
   fold_conv_batchnorm(g);  // before lower_feature_maps: a CNN's BatchNormalization stays per channel
   lower_feature_maps(g);

@@ -1,7 +1,9 @@
 // Shape inference (tpuw/compiler/passes.h): dtype and shape of every node output, the batch kept
 // as the symbol kBatch. All dimension products go through checked_elements (overflow-safe).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "pass_util.h"
@@ -123,12 +125,29 @@ class Inference {
       case Op::kMaxPool:
       case Op::kConv: {
         const ValueId x = n.inputs[0], w = n.op == Op::kConv ? n.inputs[1] : x;
-        if (!known(x) || !known(w) || (!g_.is_constant(w) && n.op == Op::kConv && !strict_)) return;
+        if (!known(x) || !known(w)) return;
+        if (n.op == Op::kConv && !strict_ && (!g_.is_constant(w) || (input(n, 2) != kNoValue && !g_.is_constant(n.inputs[2])))) {
+          return;  // a weight or bias still to fold (an Identity of a shared initializer): the next round
+        }
         const nn::ConvGeometry geo = conv_geometry(g_, n);
         Dims out{kBatch, geo.out_c, geo.out_h(), geo.out_w()};
         const auto e = checked_elements(out);
         if (!e || *e > std::numeric_limits<uint32_t>::max()) {
           fail(ErrorKind::kUnsupported, "the output has more than 2^32 elements per row");
+        }
+        // Sizes from the shapes, before anything is allocated for them (the int8 calibration would
+        // otherwise interpret the whole layer first; issue 29: pads=1000).
+        const uint64_t padded = uint64_t{geo.in_c} * (uint64_t{geo.in_h} + geo.pad_top + geo.pad_bottom) *
+                                (uint64_t{geo.in_w} + geo.pad_left + geo.pad_right);
+        for (const auto& [what, count] : {std::pair<const char*, uint64_t>{"padded input", padded},
+                                          std::pair<const char*, uint64_t>{"output", static_cast<uint64_t>(*e)}}) {
+          if (count > static_cast<uint64_t>(kMaxMapElementsPerImage)) {
+            fail(ErrorKind::kUnsupported,
+                 fmt::format("one image's {} map has {} values ({}x{}x{} input, pads {} {} {} {}), above the {} any "
+                             "device configuration holds on chip (spatial tiling is not implemented)",
+                             what, count, geo.in_c, geo.in_h, geo.in_w, geo.pad_top, geo.pad_left, geo.pad_bottom,
+                             geo.pad_right, kMaxMapElementsPerImage));
+          }
         }
         if (n.op == Op::kMaxPool && n.outputs.size() > 1 && n.outputs[1] != kNoValue) {
           set(n.outputs[1], DType::kInt64, out);  // Indices
@@ -150,6 +169,21 @@ class Inference {
         if (strict_) {
           fail(ErrorKind::kUnsupported, fmt::format("{} of an activation is not supported (only of constant shape "
                                                     "tensors, as in x.view(x.size(0), -1))", n.op_type));
+        }
+        return;
+      case Op::kSlice: return slice(n);
+      case Op::kReduceMean: return reduce_mean(n);
+      case Op::kCast:
+      case Op::kRange:
+      case Op::kConstantOfShape:
+      case Op::kEqual:
+      case Op::kWhere:
+        // Shape arithmetic: constant folding evaluates it on constants; left over, it reads an
+        // activation (or the batch in a way that is not exact, e.g. batch * 2).
+        if (strict_) {
+          if (all_constant(n)) batch_arithmetic(n);
+          fail(ErrorKind::kUnsupported, fmt::format("{} of an activation is not supported (only shape arithmetic on "
+                                                    "constants, which is evaluated at compile time)", n.op_type));
         }
         return;
       case Op::kConstant:
@@ -275,10 +309,34 @@ class Inference {
     return out;
   }
 
+  bool all_constant(const Node& n) const {
+    return std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return v == kNoValue || g_.is_constant(v); });
+  }
+
+  // A node whose inputs are all constants that folding left alone: arithmetic on the symbolic
+  // batch (batch * 2, Range(0, batch)) or an overflow, which has no value at compile time.
+  [[noreturn]] void batch_arithmetic(const Node& n) const {
+    std::vector<std::string> vals;
+    for (const ValueId v : n.inputs) {
+      if (v == kNoValue) continue;
+      const TensorData& d = *g_.value(v).data;
+      std::string s;
+      for (size_t k = 0; k < d.size() && k < 8; ++k) {
+        s += k ? ", " : "";
+        s += d.f.empty() && d.i[k] == kBatch ? std::string("batch") : fmt::format("{}", d.as_double(k));
+      }
+      vals.push_back("[" + s + (d.size() > 8 ? ", ...]" : "]"));
+    }
+    fail(ErrorKind::kUnsupported, fmt::format("{} of {} has no value at compile time (the batch size is a symbol: only "
+                                              "batch * 1, batch / 1, batch + 0 and copies of it are exact)",
+                                              n.op_type, fmt::join(vals, " and ")));
+  }
+
   void add(Node& n) {
     const ValueId a = n.inputs[0], b = n.inputs[1];
     if (!known(a) || !known(b)) return;
     const bool ca = g_.is_constant(a), cb = g_.is_constant(b);
+    if (ca && cb && strict_) batch_arithmetic(n);  // folding would have evaluated it otherwise
     const ValueId act = ca && !cb ? b : a;
     if (auto d = broadcast(*shape(a), *shape(b))) {
       set(n.outputs[0], g_.value(act).dtype, std::move(*d));
@@ -486,6 +544,100 @@ class Inference {
       }
     }
     set(n.outputs[0], g_.value(n.inputs[0]).dtype, std::move(out));
+  }
+
+  // Slice of an activation with constant starts/ends/axes/steps (a channel split, x.chunk(2, 1));
+  // the batch axis is never sliced. A Slice of constants is folded before this.
+  void slice(Node& n) {
+    const ValueId x = n.inputs[0];
+    if (!known(x) || g_.is_constant(x)) return;
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] != kNoValue && !g_.is_constant(n.inputs[k])) {
+        if (!strict_) return;
+        fail(ErrorKind::kUnsupported, fmt::format("input {} '{}' is computed from the activation; a Slice needs constant "
+                                                  "starts, ends, axes and steps", k, name(n.inputs[k])));
+      }
+    }
+    require_activation(n);
+    const Dims& d = *shape(x);
+    const auto r = static_cast<int64_t>(d.size());
+    auto ints = [&](size_t k) {
+      std::vector<int64_t> v;
+      const ValueId id = input(n, k);
+      if (id == kNoValue) return v;
+      const Value& c = g_.value(id);
+      if (c.shape->size() > 1 || is_float(c.dtype)) fail(ErrorKind::kBadFile, fmt::format("'{}' is not a 1-D integer tensor", c.name));
+      for (size_t i = 0; i < c.data->size(); ++i) v.push_back(c.data->i[i]);
+      return v;
+    };
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (n.attr("starts") != nullptr) {
+      starts = n.attr("starts")->ints;
+      if (n.attr("ends") != nullptr) ends = n.attr("ends")->ints;
+      if (n.attr("axes") != nullptr) axes = n.attr("axes")->ints;
+    } else {
+      starts = ints(1), ends = ints(2), axes = ints(3), steps = ints(4);
+    }
+    if (axes.empty()) {
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+      fail(ErrorKind::kBadFile, "starts, ends, axes and steps differ in length");
+    }
+    Dims out = d;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const int64_t a = axes[k] < 0 ? axes[k] + r : axes[k];
+      if (a < 0 || a >= r) fail(ErrorKind::kBadFile, fmt::format("axis {} is out of range for {}", axes[k], dims_string(d)));
+      const int64_t len = d[static_cast<size_t>(a)], st = steps[k];
+      if (st == 0) fail(ErrorKind::kBadFile, "a step is 0");
+      if (a == 0) {
+        fail(ErrorKind::kUnsupported, fmt::format("slices the batch axis of {}; only the feature axes may be sliced",
+                                                  dims_string(d)));
+      }
+      int64_t s0 = starts[k] < 0 ? starts[k] + len : starts[k], e0 = ends[k] < 0 ? ends[k] + len : ends[k];
+      int64_t cnt = 0;
+      if (st > 0) {
+        s0 = std::clamp<int64_t>(s0, 0, len), e0 = std::clamp<int64_t>(e0, 0, len);
+        cnt = e0 > s0 ? (e0 - s0 + st - 1) / st : 0;
+      } else {
+        s0 = std::clamp<int64_t>(s0, 0, len - 1), e0 = std::clamp<int64_t>(e0, -1, len - 1);
+        cnt = s0 > e0 ? (s0 - e0 - st - 1) / -st : 0;
+      }
+      if (cnt == 0) fail(ErrorKind::kUnsupported, fmt::format("the slice of axis {} of {} is empty", a, dims_string(d)));
+      out[static_cast<size_t>(a)] = cnt;
+    }
+    set(n.outputs[0], g_.value(x).dtype, std::move(out));
+  }
+
+  // ReduceMean of an activation over feature axes (attribute axes, opset < 18; keepdims).
+  void reduce_mean(Node& n) {
+    const ValueId x = n.inputs[0];
+    if (!known(x)) return;
+    if (g_.is_constant(x)) {
+      if (strict_) fail(ErrorKind::kUnsupported, "ReduceMean of a constant is not supported");
+      return;
+    }
+    require_activation(n);
+    const Dims& d = *shape(x);
+    const auto r = static_cast<int64_t>(d.size());
+    std::vector<int64_t> axes;
+    if (const Attribute* a = n.attr("axes")) {
+      axes = a->ints;
+    } else if (input(n, 1) != kNoValue) {
+      fail(ErrorKind::kUnsupported, "axes as an input (opset 18) are not supported");
+    } else {
+      for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+    }
+    const std::vector<int64_t> ax = normalized_axes(axes, r, "the input " + dims_string(d));
+    const bool keep = attr_int(g_, n, "keepdims", 1) != 0;
+    Dims out;
+    for (int64_t i = 0; i < r; ++i) {
+      const bool reduced = std::find(ax.begin(), ax.end(), i) != ax.end();
+      if (!reduced) out.push_back(d[static_cast<size_t>(i)]);
+      else if (keep) out.push_back(1);
+    }
+    set(n.outputs[0], g_.value(x).dtype, std::move(out));
   }
 
   void shape_op(Node& n) {

@@ -122,4 +122,9 @@ CnnInputs cnn_inputs(const Graph& g);
 /// the node or input.
 nn::QCnn compile_quantized_cnn(Graph g, std::span<const float> calib, uint64_t rows);
 
+/// Largest map of one image a Conv or pool may read (padded) or write: 2^24 values, 32x the unified
+/// buffer of the largest device configuration (32768 rows of 16 lanes). Shape inference refuses a
+/// layer above it from the shapes, before calibration or planning allocates anything for it.
+constexpr int64_t kMaxMapElementsPerImage = int64_t{1} << 24;
+
 }  // namespace tpuw::compiler

@@ -128,6 +128,13 @@ enum class Op : uint8_t {
   kHardSwish,
   kGelu,               // also PyTorch's Erf form x * 0.5 * (1 + Erf(x / sqrt 2)), matched by fuse_gelu
   kErf,
+  kCast,              // Cast .. Where: shape arithmetic, evaluated by constant folding (PyTorch's
+  kSlice,             // x.view(b, g, c // g, h, w), chunk, ...); left over on an activation they are
+  kRange,             // reported, except a Slice along a CNN's channels (channel_moves.h)
+  kConstantOfShape,
+  kEqual,
+  kWhere,
+  kReduceMean,        // over H and W of [batch, C, H, W]: a GlobalAveragePool (channel_moves.h)
   kDense,  // inputs: x [batch, k], w [k, n] fp32 constant, b [n] fp32 constant; attribute relu;
            // attributes act, act_alpha, act_beta: a function after it (activations.h)
   // The compiler's quantized operators (the quantize pass, tpuw/compiler/quantize.h):
