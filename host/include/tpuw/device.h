@@ -139,6 +139,12 @@ struct DeviceOptions {
   uint64_t timeout_cycles = 5'000'000;  // no progress while PERF_CYCLES advanced this much -> kTimeout
   double timeout_seconds = 60.0;        // no progress for this much wall time -> kTimeout
   double reset_timeout_seconds = 5.0;   // soft reset must finish within this wall time
+  /// Program log (tests/golden, debugging): when not empty, every submit() appends one line
+  /// "<FNV-1a 64 of the program's bytes, 16 hex digits> <instructions>\n" to this file with one
+  /// O_APPEND write, so devices in several threads or processes may share it. Empty: the
+  /// environment variable TPUW_PROGRAM_LOG names the file, if set. The driver's own trailing FENCE
+  /// is not part of the hash. An unwritable log is Error(kInvalidArgument) when the device opens.
+  std::string program_log;
 };
 
 /// Called once per wait_irq() sleep while the driver waits (for progress displays).

@@ -1,10 +1,14 @@
 // The driver (see tpuw/device.h): command ring, host-memory allocator, fences, faults, reset, perf.
 #include "tpuw/device.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -202,6 +206,43 @@ struct ProgressSample {
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+// DeviceOptions::program_log: one line per submitted program, appended with a single write().
+class ProgramLog {
+ public:
+  ProgramLog() = default;
+  ~ProgramLog() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ProgramLog(const ProgramLog&) = delete;
+  ProgramLog& operator=(const ProgramLog&) = delete;
+
+  void open(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("program log '{}': {}", path, std::strerror(errno)));
+    }
+    path_ = path;
+  }
+
+  void record(std::span<const isa::Word> program) {
+    if (fd_ < 0) return;
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+    for (const isa::Word& w : program) {
+      for (uint8_t b : w) h = (h ^ b) * 0x100000001b3ull;
+    }
+    const std::string line = fmt::format("{:016x} {}\n", h, program.size());
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      throw Error(ErrorKind::kResource, fmt::format("program log '{}': write failed: {}", path_,
+                                                    std::strerror(errno)));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 }  // namespace
 
 struct Device::Impl {
@@ -225,6 +266,7 @@ struct Device::Impl {
   std::deque<PendingFence> pending;    // driver fences not yet seen complete, in ring order
   std::deque<ProgramFence> program_fences;  // program FENCEs after the last completed driver fence
   uint64_t busy_cycles_base = 0;       // PERF_CYCLES folded in before clear_perf / reset
+  ProgramLog program_log;              // DeviceOptions::program_log
 
   // Progress tracking shared by submit (ring full) and wait.
   ProgressSample last_sample;
@@ -435,6 +477,7 @@ struct Device::Impl {
 
   uint32_t submit(std::span<const isa::Word> program, const ProgressFn& progress) {
     check_fault();
+    program_log.record(program);
     // FENCEs inside the program: a driver fence value must differ from every one of them that
     // may still be ahead of it in the ring.
     for (size_t i = 0; i < program.size(); ++i) {
@@ -512,6 +555,12 @@ Device::Device(std::unique_ptr<Backend> backend, const DeviceOptions& options)
   }
   d.backend = std::move(backend);
   d.options = options;
+  if (options.program_log.empty()) {
+    if (const char* env = std::getenv("TPUW_PROGRAM_LOG"); env != nullptr && *env != '\0') {
+      d.options.program_log = env;
+    }
+  }
+  if (!d.options.program_log.empty()) d.program_log.open(d.options.program_log);
   DeviceInfo& info = d.info;
   info.backend = std::string(d.backend->name());
   info.id = d.rd(spec::reg::kId);

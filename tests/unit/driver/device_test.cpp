@@ -5,7 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "tpuw/device.h"
 #include "tpuw/sim_control.h"
@@ -104,6 +109,45 @@ TEST_P(DeviceTest, CopyThroughUbAndPerf) {
   EXPECT_EQ(dev.read_reg(spec::reg::kFenceValue), f);
   dev.clear_perf();
   EXPECT_EQ(dev.perf().instret, 0u);
+}
+
+// DeviceOptions::program_log: one line per submit(), the FNV-1a 64 hash of the program's bytes
+// (without the driver's FENCE) and its length; an unwritable log is refused when the device opens.
+TEST_P(DeviceTest, ProgramLogRecordsEverySubmit) {
+  const std::string dir = ::testing::TempDir();
+  const std::string log = dir + "/tpuw_program_log_" + GetParam() + ".txt";
+  std::remove(log.c_str());
+  DeviceOptions opt;
+  opt.program_log = log;
+  {
+    Device dev = open(opt);
+    HostBuffer src = dev.alloc(256, 4096), dst = dev.alloc(256, 4096);
+    const auto prog = copy_program(src.addr(), dst.addr(), 256, 16);
+    dev.run(prog);
+    dev.run(prog);
+    dev.run(std::span<const Word>(prog).first(1));
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const Word& w : prog) {
+      for (uint8_t b : w) h = (h ^ b) * 0x100000001b3ull;
+    }
+    std::ifstream in(log);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    ASSERT_EQ(lines.size(), 3u);
+    EXPECT_EQ(lines[0], fmt::format("{:016x} 3", h));
+    EXPECT_EQ(lines[1], lines[0]);
+    EXPECT_NE(lines[2].substr(0, 16), lines[0].substr(0, 16));
+    EXPECT_EQ(lines[2].substr(16), " 1");
+  }
+  std::remove(log.c_str());
+  opt.program_log = dir + "/no_such_dir/log.txt";
+  try {
+    (void)open(opt);
+    FAIL() << "an unwritable program log was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("no_such_dir/log.txt"), std::string::npos) << e.what();
+  }
 }
 
 TEST_P(DeviceTest, IllegalOpcodeNamesCauseAndInstruction) {
