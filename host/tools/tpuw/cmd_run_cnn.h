@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tpuw/runtime/energy.h"
+
 namespace tpuw::cli {
 
 /// The options of `tpuw run` the CNN path uses (filled by cmd_run.cpp from its RunOpts).
@@ -25,6 +27,7 @@ struct CnnRunOpts {
   bool json = false;
   bool quiet = false;
   bool check = false;
+  runtime::EnergyTable table;  // --energy-table (the default table without it)
 };
 
 /// Whether the ONNX model at `path` is a CNN (its graph has a Conv, AveragePool,
