@@ -301,6 +301,38 @@ nlohmann::ordered_json perf_json(const PerfCounters& p) {
   return j;
 }
 
+PerfCounters LayerCounters::perf() const {
+  PerfCounters p;
+  p.cycles = cycles;
+  p.mxu_active = mxu_active;
+  p.weight_stall = weight_stall;
+  p.weight_shift = weight_shift;
+  p.dma_wait = dma_wait;
+  p.act_busy = act_busy;
+  p.instret = instructions;
+  p.rd_bytes = rd_bytes;
+  p.wr_bytes = wr_bytes;
+  return p;
+}
+
+void add_energy_option(CLI::App* sub, std::string& path) {
+  sub->add_option("--energy-table", path,
+                  "JSON object of picojoules per event overriding the energy model's defaults (Horowitz, ISSCC 2014, "
+                  "45 nm): int8_mac_pj, bf16_mac_pj, vector_op_pj, sram_byte_pj, acc_byte_pj, dram_byte_pj, source; "
+                  "docs/energy.md");
+}
+
+runtime::EnergyTable energy_table(const std::string& path) {
+  return path.empty() ? runtime::EnergyTable{} : runtime::EnergyTable::load(path);
+}
+
+void add_energy_json(nlohmann::ordered_json& j, const runtime::Energy& e, uint64_t useful_macs,
+                     const runtime::EnergyTable& table) {
+  j["energy"] = e.to_json();
+  j["tops_per_w"] = runtime::tops_per_watt(useful_macs, e);
+  j["energy_table"] = table.to_json();
+}
+
 void check_bf16_output(const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
                        const std::string& backend) {
   for (size_t i = 0; i < golden.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "tpuw/backend.h"
 #include "tpuw/device.h"
 #include "tpuw/error.h"
+#include "tpuw/runtime/energy.h"
 #include "tpuw/runtime/network.h"
 #include "tpuw/runtime/npy.h"
 #include "tpuw/runtime/trace.h"
@@ -161,6 +162,16 @@ inline constexpr unsigned kMaxDevices = 64;
 /// Every PERF counter by name.
 nlohmann::ordered_json perf_json(const PerfCounters& p);
 
+/// --energy-table FILE: picojoules per event overriding the default table (docs/energy.md).
+void add_energy_option(CLI::App* sub, std::string& path);
+/// The table of --energy-table (the default one when `path` is empty); loaded before any work, so
+/// a bad file is exit 2 with nothing run.
+runtime::EnergyTable energy_table(const std::string& path);
+/// Adds "energy" (runtime::Energy::to_json), "tops_per_w" (2 x useful MACs per joule) and
+/// "energy_table" to a --json report.
+void add_energy_json(nlohmann::ordered_json& j, const runtime::Energy& e, uint64_t useful_macs,
+                     const runtime::EnergyTable& table);
+
 /// --check of a bf16 run: the device's fp32 output `y` (before the host operator) against the CPU
 /// bf16 model's `golden`, bit for bit; throws Error(kMismatch) naming the first output that differs.
 void check_bf16_output(const std::vector<float>& golden, const std::vector<float>& y, uint32_t classes,
@@ -177,6 +188,8 @@ struct LayerCounters {
   void add(const runtime::LayerReport& lr);
   /// Adds one program's PERF counters, its least bytes and its instructions (a convolution's).
   void add(const PerfCounters& p, uint64_t least_bytes, uint64_t program_instructions);
+  /// These counters as PerfCounters (instret: the instructions), for the energy model.
+  PerfCounters perf() const;
 };
 
 /// Per-device report lines ("  device i: ..."), with utilization = macs / (N^2 * cycles).

@@ -44,6 +44,8 @@ struct GemmOpts {
   std::string dtype = "int8";
   bool check = false;
   bool quiet = false;
+  std::string energy_table;      // --energy-table
+  runtime::EnergyTable table;    // loaded from it before any work
 };
 
 struct GemmArgs {
@@ -200,6 +202,8 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
   for (const worker::DeviceUse& d : rep.per_device) cycles += d.perf.cycles;
   const uint64_t macs = op.shape.m * op.shape.k * op.shape.n;
   const double macs_per_s = rep.wall_s > 0 ? static_cast<double>(macs) / rep.wall_s : 0.0;
+  runtime::Energy energy;
+  for (const worker::DeviceUse& d : rep.per_device) energy += runtime::estimate_energy(d.perf, o.array_n, false, g.table);
   if (o.json) {
     json j = gemm_json_head(o, op.shape);
     j["cycles"] = cycles;
@@ -209,6 +213,7 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
     for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = it.value();
     j["strategy"] = "data";
     j["split"] = "columns";
+    add_energy_json(j, energy, macs, g.table);
     j["check"] = check_json;
     if (!g.out.empty()) j["out"] = g.out;
     std::cout << j.dump(2) << "\n";
@@ -218,6 +223,7 @@ int cmd_gemm_devices(const DeviceOpts& o, const GemmOpts& g, const Operands& op,
                op.shape.m, op.shape.k, op.shape.n, o.backend, o.array_n, rep.devices, rep.devices == 1 ? "" : "s",
                rep.wall_s, macs_per_s, rep.overlap);
     print_strategy_report(rep, o.array_n);
+    fmt::print("  energy: {}, {:.3g} TOPS/W\n", runtime::energy_line(energy), runtime::tops_per_watt(macs, energy));
     if (g.check) fmt::print("  check: {}\n", check_json.dump());
   }
   return kOk;
@@ -311,16 +317,22 @@ int cmd_gemm_bf16(DeviceOpts o, const GemmOpts& g, const DeviceParams& params, O
   if (!g.out.empty()) stage_npy(outs, g.out, npy::Array::from<float>({spec.shape.m, spec.shape.n}, r.c));
   if (trace) stage_trace(outs, g.trace, trace->to_json());
   outs.commit();
+  const uint64_t macs = spec.shape.m * spec.shape.k * spec.shape.n;
+  const runtime::Energy energy = runtime::estimate_energy(r.perf, o.array_n, true, g.table);
+  // The device's busy cycles per second of wall time (the int8 path's sim_hz is the same ratio).
+  const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.perf.cycles) / r.wall_s : 0.0;
   if (o.json) {
     json j = gemm_json_head(o, spec.shape);
     j["dtype"] = "bf16";
     j["cycles"] = r.cycles;
     j["utilization"] = r.utilization;
     j["wall_s"] = r.wall_s;
+    j["sim_hz"] = sim_hz;
     j["rd_bytes"] = r.perf.rd_bytes;
     j["wr_bytes"] = r.perf.wr_bytes;
     j["instructions"] = r.instructions;
     j["perf"] = perf_json(r.perf);
+    add_energy_json(j, energy, macs, g.table);
     j["plan"] = {{"m_tile", plan.m_tile}, {"m_tiles", plan.m_tiles}, {"k_blocks", plan.k_blocks},
                  {"n_blocks", plan.n_blocks}, {"folds", plan.folds}, {"a_resident", plan.a_resident},
                  {"a_slots", plan.a_slots}, {"w_slots", plan.w_slots}};
@@ -334,11 +346,14 @@ int cmd_gemm_bf16(DeviceOpts o, const GemmOpts& g, const DeviceParams& params, O
                  "(docs/numerics.md), so C holds NaN/inf where they reach\n",
                  nonfinite_a, nonfinite_b);
     }
-    fmt::print("gemm bf16 {}x{}x{} on {} (N={}): {} cycles, utilization {:.3f}, wall {:.3f} s\n", spec.shape.m,
-               spec.shape.k, spec.shape.n, o.backend, o.array_n, r.cycles, r.utilization, r.wall_s);
+    fmt::print("gemm bf16 {}x{}x{} on {} (N={}): {} cycles, utilization {:.3f}, wall {:.3f} s, {:.2f} M simulated "
+               "cycles/s\n",
+               spec.shape.m, spec.shape.k, spec.shape.n, o.backend, o.array_n, r.cycles, r.utilization, r.wall_s,
+               sim_hz / 1e6);
     fmt::print("  perf: mxu_active {} weight_stall {} weight_shift {} dma_wait {} instret {}; bytes read {} written {}\n",
                r.perf.mxu_active, r.perf.weight_stall, r.perf.weight_shift, r.perf.dma_wait, r.perf.instret,
                r.perf.rd_bytes, r.perf.wr_bytes);
+    fmt::print("  energy: {}, {:.3g} TOPS/W\n", runtime::energy_line(energy), runtime::tops_per_watt(macs, energy));
     if (g.check) fmt::print("  check: {}\n", check_json.dump());
   }
   return kOk;
@@ -418,6 +433,8 @@ int cmd_gemm(const DeviceOpts& opts, const GemmOpts& g) {
   if (trace) stage_trace(outs, g.trace, trace->to_json());
   outs.commit();
   const double sim_hz = r.wall_s > 0 ? static_cast<double>(r.sim_cycles) / r.wall_s : 0.0;
+  const uint64_t macs = op.shape.m * op.shape.k * op.shape.n;
+  const runtime::Energy energy = runtime::estimate_energy(r.perf, o.array_n, false, g.table);
   if (o.json) {
     json j = gemm_json_head(o, op.shape);
     j["cycles"] = r.cycles;
@@ -429,6 +446,7 @@ int cmd_gemm(const DeviceOpts& opts, const GemmOpts& g) {
     j["min_bytes"] = r.min_bytes;
     j["instructions"] = r.instructions;
     j["perf"] = perf_json(r.perf);
+    add_energy_json(j, energy, macs, g.table);
     j["plan"] = {{"m_tile", r.plan.m_tile}, {"m_tiles", r.plan.m_tiles}, {"k_blocks", r.plan.k_blocks},
                  {"n_blocks", r.plan.n_blocks}, {"folds", r.plan.folds}, {"a_resident", r.plan.a_resident},
                  {"a_slots", r.plan.a_slots}, {"w_slots", r.plan.w_slots}};
@@ -443,6 +461,7 @@ int cmd_gemm(const DeviceOpts& opts, const GemmOpts& g) {
                "bytes read {} written {} (minimum {})\n",
                r.perf.mxu_active, r.perf.weight_stall, r.perf.weight_shift, r.perf.dma_wait, r.perf.instret,
                r.perf.rd_bytes, r.perf.wr_bytes, r.min_bytes);
+    fmt::print("  energy: {}, {:.3g} TOPS/W\n", runtime::energy_line(energy), runtime::tops_per_watt(macs, energy));
     if (g.check) fmt::print("  check: {}\n", check_json.dump());
   }
   return kOk;
@@ -475,6 +494,7 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
                  "process per device; docs/tracing.md");
   ge->add_flag("--check", g.check, "also compute with the other backend and on the CPU; exit 3 on any difference");
   ge->add_flag("-q,--quiet", g.quiet, "no progress on stderr");
+  add_energy_option(ge, g.energy_table);
   add_device_options(ge, gemm_o, true);
   add_multi_options(ge, gemm_o.multi, {"data", "pipeline"},
                     "how the GEMM uses several devices: data (B's columns split, A to every device; the default); "
@@ -484,6 +504,10 @@ GemmCommand::GemmCommand(CLI::App& app) : opts_(std::make_shared<GemmArgs>()) {
 
 bool GemmCommand::selected() const { return sub_ != nullptr && sub_->parsed(); }
 
-int GemmCommand::execute() const { return cmd_gemm(opts_->device, opts_->gemm); }
+int GemmCommand::execute() const {
+  GemmOpts g = opts_->gemm;
+  g.table = energy_table(g.energy_table);
+  return cmd_gemm(opts_->device, g);
+}
 
 }  // namespace tpuw::cli

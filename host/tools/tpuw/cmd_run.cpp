@@ -71,6 +71,8 @@ struct RunOpts {
   std::string inject_fault;       // hidden, tests: "J" (a CNN on several devices: the device running micro-batch J faults, once)
   OutputSet* outputs = nullptr;   // --output and --trace, staged; committed by RunCommand::execute on success
   CLI::Option* array_n_opt = nullptr;  // given on the command line: a device of another N is refused
+  std::string energy_table;       // --energy-table FILE
+  runtime::EnergyTable table;     // loaded from it before any work (run_command)
 };
 
 namespace {
@@ -623,6 +625,8 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
   const uint32_t classes = net.output_features();
   const double utilization = util(s.macs, array_n, s.perf.cycles);
   const double sim_hz = s.wall > 0 ? static_cast<double>(s.sim_cycles) / s.wall : 0.0;
+  const runtime::Energy energy = runtime::estimate_energy(s.perf, array_n, bf16, o.table);
+  const double joules = energy.total_pj() * 1e-12;
   if (o.json) {
     json j = model_json(o, net, q, in, s.chunk, s.chunks, cal);
     j["array_n"] = array_n;  // the device's
@@ -635,7 +639,8 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
                          {"rd_bytes", t.rd_bytes}, {"wr_bytes", t.wr_bytes}, {"min_bytes", t.min_bytes},
                          {"mxu_active", t.mxu_active}, {"weight_stall", t.weight_stall},
                          {"weight_shift", t.weight_shift}, {"dma_wait", t.dma_wait}, {"act_busy", t.act_busy},
-                         {"instructions", t.instructions}, {"vector_cycles", t.vector_cycles}};
+                         {"instructions", t.instructions}, {"vector_cycles", t.vector_cycles},
+                         {"energy_uj", runtime::estimate_energy(t.perf(), array_n, bf16, o.table).total_pj() * 1e-6}};
       for (auto it = rest.begin(); it != rest.end(); ++it) l[it.key()] = it.value();
       jl.push_back(l);
     }
@@ -651,6 +656,8 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
     j["wall_s"] = s.wall;
     j["sim_hz"] = sim_hz;
     j["perf"] = perf_json(s.perf);
+    add_energy_json(j, energy, s.macs, o.table);
+    j["rows_per_j"] = joules > 0 ? static_cast<double>(in.rows) / joules : 0.0;
     add_result_json(j, o, label_rows, res.acc_int8, res.acc_float, res.check_json);
     std::cout << j.dump(2) << "\n";
     return kOk;
@@ -687,6 +694,8 @@ int report_single(const RunOpts& o, const nn::FloatNetwork& net, const nn::QNetw
              perf.cycles, perf.mxu_active, perf.weight_stall, perf.weight_shift, perf.dma_wait, perf.act_busy,
              perf.instret, s.rd_bytes, s.wr_bytes, s.min_bytes);
   if (!s.traffic_note.empty()) fmt::print("  bytes above 1.5x the minimum: {}\n", s.traffic_note);
+  fmt::print("  energy: {}, {:.3g} TOPS/W, {:.3g} rows/J (docs/energy.md)\n", runtime::energy_line(energy),
+             runtime::tops_per_watt(s.macs, energy), joules > 0 ? static_cast<double>(in.rows) / joules : 0.0);
   print_result_tail(o, net, label_rows, res.acc_int8, res.acc_float, in.rows, classes);
   return kOk;
 }
@@ -1006,6 +1015,7 @@ int run_cnn_branch(const RunOpts& o) {
   c.json = o.json;
   c.quiet = o.quiet;
   c.check = o.check;
+  c.table = o.table;
   c.multi = multi_selected(o.multi);
   c.devices = o.multi.devices;
   c.trace = o.trace;
@@ -1025,6 +1035,7 @@ int run_command(const RunOpts& opts, OutputSet& outs) {
   // The files as reports name them: FILE, or NAME=FILE joined by ", " for several inputs.
   RunOpts o = opts;
   o.outputs = &outs;
+  o.table = energy_table(o.energy_table);
   o.input = fmt::format("{}", fmt::join(o.inputs, ", "));
   o.calibrate = fmt::format("{}", fmt::join(o.calibrates, ", "));
   const bool bf16 = o.precision == "bf16";
@@ -1207,6 +1218,7 @@ RunCommand::RunCommand(CLI::App& app) : opts_(std::make_shared<RunOpts>()) {
                   "compile/upload/submit/wait and the device's programs in device cycles; with --devices a track per "
                   "device, under mpirun every rank's tracks in one file written by rank 0 (docs/tracing.md)");
   sub->add_flag("--json", o->json, "print one JSON object instead of the human-readable report");
+  add_energy_option(sub, o->energy_table);
   sub->add_flag("-q,--quiet", o->quiet, "no progress on stderr");
   sub->add_option("--mpi-timeout", o->mpi_timeout,
                   "under mpirun: seconds a rank waits for the others (rows split over the ranks, gathered on rank "

@@ -10,6 +10,7 @@
 namespace tpuw {
 class OutputSet;
 }  // namespace tpuw
+#include "tpuw/runtime/energy.h"
 
 namespace tpuw::cli {
 
@@ -30,6 +31,7 @@ struct CnnRunOpts {
   bool quiet = false;
   bool check = false;
   OutputSet* outputs = nullptr;  // where --output and --trace are staged (committed by tpuw run on success)
+  runtime::EnergyTable table;  // --energy-table (the default table without it)
 };
 
 /// Whether the ONNX model at `path` is a CNN (its graph has a Conv, AveragePool,

@@ -630,6 +630,7 @@ json cnn_json(const CnnRunOpts& o, const char* precision, unsigned array_n, cons
 
 void add_cnn_json_results(json& j, const CnnRunOpts& o, const char* precision, unsigned array_n, const CnnTotals& t,
                           size_t label_rows, double acc_dev, double acc_float, const json& check) {
+  const bool bf16 = std::string_view(precision) == "bf16";
   json jl = json::array();
   for (const LayerRow& r : t.layers) {
     jl.push_back({{"name", r.name}, {"kind", r.kind}, {"shape", r.shape}, {"macs", r.macs}, {"relu", r.relu},
@@ -637,7 +638,8 @@ void add_cnn_json_results(json& j, const CnnRunOpts& o, const char* precision, u
                   {"wr_bytes", r.wr_bytes}, {"min_bytes", r.min_bytes},
                   {"bytes_vs_min", ratio(r.rd_bytes + r.wr_bytes, r.min_bytes)}, {"mxu_active", r.mxu_active},
                   {"weight_stall", r.weight_stall}, {"weight_shift", r.weight_shift}, {"dma_wait", r.dma_wait},
-                  {"act_busy", r.act_busy}, {"instructions", r.instructions}});
+                  {"act_busy", r.act_busy}, {"instructions", r.instructions},
+                  {"energy_uj", runtime::estimate_energy(r.perf(), array_n, bf16, o.table).total_pj() * 1e-6}});
   }
   j["layers"] = jl;
   j["cycles"] = t.perf.cycles;
@@ -652,6 +654,10 @@ void add_cnn_json_results(json& j, const CnnRunOpts& o, const char* precision, u
   j["images_per_s"] = images_per_s(t);
   j["sim_hz"] = t.wall > 0 ? static_cast<double>(t.perf.cycles) / t.wall : 0.0;
   j["perf"] = perf_json(t.perf);
+  const runtime::Energy energy = runtime::estimate_energy(t.perf, array_n, bf16, o.table);
+  add_energy_json(j, energy, t.macs, o.table);
+  const double joules = energy.total_pj() * 1e-12;
+  j["images_per_j"] = joules > 0 ? static_cast<double>(t.rows) / joules : 0.0;
   if (label_rows > 0) {
     j["accuracy"] = {{"labels", o.labels}, {"rows", label_rows}, {precision, acc_dev}, {"float", acc_float}};
   } else {
@@ -729,6 +735,11 @@ void print_cnn_layers(const CnnRunOpts& o, const char* precision, unsigned array
              "bytes read {} written {} (minimum {}, {:.2f}x)\n",
              t.perf.cycles, t.perf.mxu_active, t.perf.weight_stall, t.perf.weight_shift, t.perf.dma_wait,
              t.perf.act_busy, t.perf.instret, rd, wr, t.min_bytes, ratio(rd + wr, t.min_bytes));
+  const runtime::Energy energy =
+      runtime::estimate_energy(t.perf, array_n, std::string_view(precision) == "bf16", o.table);
+  const double joules = energy.total_pj() * 1e-12;
+  fmt::print("  energy: {}, {:.3g} TOPS/W, {:.3g} images/J (docs/energy.md)\n", runtime::energy_line(energy),
+             runtime::tops_per_watt(t.macs, energy), joules > 0 ? static_cast<double>(t.rows) / joules : 0.0);
 }
 
 void print_cnn_tail(const CnnRunOpts& o, const char* precision, size_t label_rows, double acc_dev, double acc_float,
