@@ -401,7 +401,7 @@ CnnRunResult run_cnn(Device& device, const nn::QCnn& net, std::span<const int8_t
     }
     const ConvRunResult& c = r.convs.back();
     r.cycles += c.cycles;
-    r.macs += l.max_pool ? 0 : c.plan.macs();  // a max pool multiplies nothing of its own
+    r.macs += l.max_pool ? 0 : conv_weight_macs(l.geom, batch, std::span<const int8_t>(l.w_q));  // a max pool: none
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }

@@ -395,7 +395,7 @@ CnnBf16RunResult run_cnn_bf16(Device& device, const Bf16Cnn& net, std::span<cons
     outs.push_back(a);
     if (c.host) continue;
     r.cycles += c.cycles;
-    r.macs += l.kind == Bf16ConvLayer::Kind::kMaxPool ? 0 : c.plan.macs();  // a max pool multiplies nothing
+    r.macs += l.kind == Bf16ConvLayer::Kind::kMaxPool ? 0 : conv_weight_macs(l.geom, batch, std::span<const float>(l.w));
     r.moved_bytes += c.moved_bytes;
     r.min_bytes += c.min_bytes;
   }

@@ -217,8 +217,10 @@ int run_cnn_model(const CnnRunOpts& o) {
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvRunResult& cr = r.convs[i];
       const nn::QConv2d& l = q.convs[i];
-      // A max pool counts no MACs (on the host its PERF counters are 0 too).
-      tot.add_conv(i, l.name, l.geom, l.relu, cr.host, l.max_pool ? 0 : cr.plan.macs(), cr.perf, cr.min_bytes,
+      // A max pool counts no MACs (on the host its PERF counters are 0 too); a convolution the MACs
+      // of its nonzero kernels (conv_weight_macs: utilization <= 1).
+      tot.add_conv(i, l.name, l.geom, l.relu, cr.host,
+                   l.max_pool ? 0 : runtime::conv_weight_macs(l.geom, cr.plan.batch, std::span<const int8_t>(l.w_q)), cr.perf, cr.min_bytes,
                    cr.instructions, l.max_pool);
     }
     for (size_t i = 0; i < r.head.layers.size() && i < q.head.layers.size(); ++i) {

@@ -141,7 +141,8 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
     for (size_t i = 0; i < r.convs.size(); ++i) {
       const runtime::ConvBf16RunResult& cr = r.convs[i];
       const Bf16ConvLayer& l = net.convs[i];
-      // A max pool counts no MACs (on the host its PERF counters are 0 too). A function after the
+      // A max pool counts no MACs (on the host its PERF counters are 0 too); a convolution the MACs of
+      // its nonzero kernels (conv_weight_macs: utilization <= 1). A function after the
       // layer (its own VECTOR program) is counted with it.
       PerfCounters perf = cr.perf;
       uint64_t min_bytes = cr.min_bytes, instructions = cr.instructions;
@@ -153,7 +154,9 @@ int run_cnn_bf16_model(const CnnRunOpts& o) {
         name += " + " + l.act.node;
       }
       const bool pool = l.kind == Bf16ConvLayer::Kind::kMaxPool;
-      tot.add_conv(i, name, l.geom, l.relu, cr.host, cr.host || pool ? 0 : cr.plan.macs(), perf, min_bytes,
+      tot.add_conv(i, name, l.geom, l.relu, cr.host,
+                   cr.host || pool ? 0 : runtime::conv_weight_macs(l.geom, cr.plan.batch, std::span<const float>(l.w)), perf,
+                   min_bytes,
                    instructions, pool);
     }
     for (size_t i = 0; i < r.head.layers.size() && i < net.head.layers.size(); ++i) {

@@ -15,6 +15,7 @@ docs/network_compiler.md, "torchvision families"): the test then checks that tpu
 that reason (exit 2, the message naming what is missing) and passes. Should such a family start to
 run, the test fails (XPASS) so that the list is kept honest.
 """
+import json
 import os
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def main():
         if os.path.exists(out):
             os.remove(out)
         p = subprocess.run([tpuw, "run", model, "--input", x_path, "--backend", "ref", "--precision", precision,
-                            "--output", out, "-q"], capture_output=True, text=True, timeout=1200)
+                            "--output", out, "--json"], capture_output=True, text=True, timeout=1200)
         xf = expected_failure(family, variant, precision)
         if xf is not None and xf[0] == "refused":
             _, needle, why = xf
@@ -85,6 +86,14 @@ def main():
             continue
         if p.returncode != 0:
             fail(f"{name} {precision}: tpuw run exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        # Honest figures (issue 25 item 7): no layer and no run reports utilization above 1 (the residual
+        # Adds reported 1.54-2.66 when a layer's MACs counted every channel pair of its 0/1 weights).
+        report = json.loads(p.stdout)
+        for layer in report["layers"]:
+            if not 0.0 <= layer["utilization"] <= 1.0:
+                fail(f"{name} {precision}: layer '{layer['name']}' reports utilization {layer['utilization']}")
+        if not 0.0 <= report["utilization"] <= 1.0:
+            fail(f"{name} {precision}: the run reports utilization {report['utilization']}")
         y = np.load(out).astype(np.float64)
         if y.shape != ref.shape:
             fail(f"{name} {precision}: output shape {y.shape}, PyTorch's {ref.shape}")

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <span>
+#include <vector>
 
 #include "tpuw/device.h"
 #include "tpuw/error.h"
@@ -114,6 +116,29 @@ TEST(ConvPlan, LayoutOfTheBenchmarkLayer) {
   // The host images are at most 1.2x the minimum (the pads): bytes moved <= 1.5x.
   const double moved = static_cast<double>(p.in_bytes() + p.w_bytes() + p.param_bytes() + p.out_bytes());
   EXPECT_LT(moved / static_cast<double>(p.min_bytes()), 1.2);
+}
+
+TEST(ConvWeightMacs, CountsTheChannelPairsTheWeightsMultiply) {
+  // 4 -> 4 channels, 3x3, 5x5 output per image, 2 images: 50 pixels x 9 taps per channel pair.
+  ConvGeometry g = geom(4, 5, 5, 4, 3, 3);
+  g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+  const uint64_t per_pair = 2ull * 5 * 5 * 9;
+  std::vector<int8_t> dense(4 * 4 * 9, 3);
+  EXPECT_EQ(conv_weight_macs(g, 2, std::span<const int8_t>(dense)), 16 * per_pair);
+  // A dense kernel with some zero taps still multiplies its pair.
+  dense[5] = 0;
+  EXPECT_EQ(conv_weight_macs(g, 2, std::span<const int8_t>(dense)), 16 * per_pair);
+  // Depthwise (group = 4) and an average pool: the channel diagonal only.
+  std::vector<float> diag(4 * 4 * 9, 0.0f);
+  for (uint64_t c = 0; c < 4; ++c) diag[(c * 4 + c) * 9 + 4] = 0.25f;
+  EXPECT_EQ(conv_weight_macs(g, 2, std::span<const float>(diag)), 4 * per_pair);
+  // A residual Add as a 1x1 conv over [a; b] (weights [I; I]): two pairs per output channel.
+  const ConvGeometry add = geom(8, 5, 5, 4, 1, 1);
+  std::vector<int8_t> eye(4 * 8, 0);
+  for (uint64_t o = 0; o < 4; ++o) eye[o * 8 + o] = eye[o * 8 + 4 + o] = 1;
+  EXPECT_EQ(conv_weight_macs(add, 1, std::span<const int8_t>(eye)), 25u * 8);
+  // Weights that do not match the geometry count nothing rather than something wrong.
+  EXPECT_EQ(conv_weight_macs(add, 1, std::span<const int8_t>(dense)), 0u);
 }
 
 TEST(ConvPlan, MalformedGeometriesAreClearErrors) {

@@ -87,6 +87,29 @@ struct ConvPlan {
   uint64_t min_bytes() const;
 };
 
+/// The multiply-accumulates a convolution layer's math needs for `batch` images: output pixels x
+/// taps x the (output, input) channel pairs whose kernel has a nonzero weight. A dense Conv counts
+/// every pair; a grouped or depthwise Conv, an average pool (channel-diagonal weights) and a
+/// residual Add or Concat (0/1 selection weights) count only the pairs they multiply, which the
+/// device's skipped zero weight tiles never exceed, so utilization = macs / (N^2 x cycles) <= 1
+/// (issue 25 item 7; before, these layers counted in_c x out_c pairs and reported up to 2.66).
+/// `w` is [out_c][in_c][kernel_h][kernel_w] (ONNX order).
+template <typename T>
+uint64_t conv_weight_macs(const nn::ConvGeometry& gm, uint64_t batch, std::span<const T> w) {
+  const uint64_t taps = uint64_t{gm.kernel_h} * gm.kernel_w;
+  if (taps == 0 || w.size() != uint64_t{gm.out_c} * gm.in_c * taps) return 0;
+  uint64_t pairs = 0;
+  for (uint64_t pair = 0; pair < uint64_t{gm.out_c} * gm.in_c; ++pair) {
+    for (uint64_t t = 0; t < taps; ++t) {
+      if (w[pair * taps + t] != T{0}) {
+        ++pairs;
+        break;
+      }
+    }
+  }
+  return batch * gm.out_h() * gm.out_w() * taps * pairs;
+}
+
 /// Chooses the layout. Throws Error(kInvalidArgument) for a bad geometry or batch 0,
 /// Error(kUnsupported) when one image does not fit the UB / ACC (spatial tiling is not done).
 /// `extra_groups`: requantization groups beyond the layer's own; `lut`: the layer has a lookup
