@@ -21,7 +21,8 @@ TEST_X = os.path.join(DIGITS, "test_x.npy")
 TEST_Y = os.path.join(DIGITS, "test_y.npy")
 FASHION = os.path.join(EXAMPLES, "fashion_mnist")
 LAYER_KEYS = {"name", "kind", "shape", "macs", "relu", "cycles", "utilization", "rd_bytes", "wr_bytes", "min_bytes",
-              "bytes_vs_min", "mxu_active", "weight_stall", "weight_shift", "dma_wait", "act_busy", "instructions"}
+              "bytes_vs_min", "mxu_active", "weight_stall", "weight_shift", "dma_wait", "act_busy", "instructions",
+              "energy_uj"}
 
 
 def run_json(model, *args):
@@ -52,7 +53,7 @@ if CASE == "cnn_bf16_ref":
     expect([l["kind"] for l in layers] == ["conv"] * 4 + ["dense"], [l["kind"] for l in layers])
     for l in layers:
         expect(set(l) == LAYER_KEYS, f"layer keys {sorted(l)}")
-        expect(l["cycles"] > 0 and 0 < l["utilization"] <= 1 and l["min_bytes"] > 0, l)
+        expect(l["cycles"] > 0 and 0 < l["utilization"] <= 1 and l["min_bytes"] > 0 and l["energy_uj"] > 0, l)
     expect(j["rd_bytes"] == j["perf"]["rd_bytes"] and j["wr_bytes"] == j["perf"]["wr_bytes"], "bytes")
     y = np.load(out)
     expect(y.shape == (x.shape[0], 10) and np.allclose(y.sum(axis=1), 1.0, atol=1e-5), "softmax output")
